@@ -1,0 +1,1 @@
+print("{{ cookiecutter.project_name }}")

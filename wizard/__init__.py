@@ -1,0 +1,3 @@
+"""npu-wizard: render and run DistributedDataParallel projects for Ascend NPUs."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,179 @@
+"""Answers as a value: load, check, default, and turn into a template context.
+
+`load_text` and `resolve` give an immutable `Answers` or raise `AnswersError`
+listing every problem. The interactive wizard and the answers-file path both
+go through `resolve`, so they accept and refuse exactly the same things.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from wizard import rules
+from wizard.errors import MISSING, AnswersError, Problem
+from wizard.questions import BY_NAME, QUESTIONS
+from wizard.spec import Invalid
+
+SCHEMA = 1
+SECTIONS = ("network", "training", "environment")
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A complete, checked set of answers, keyed by dotted question name."""
+
+    values: Mapping[str, Any]
+    warnings: tuple[Problem, ...] = field(default=())
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of a question, or `default` where it does not apply."""
+        return self.values.get(name, default)
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the whole job."""
+        return self["nodes"] * self["devices_per_node"]
+
+
+def resolve(raw: Mapping[str, Any]) -> Answers:
+    """Parse, default and check raw answers keyed by dotted name; raise on any error."""
+    values, problems = evaluate(raw)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        raise AnswersError(errors)
+    return Answers(MappingProxyType(values), tuple(problems))
+
+
+def evaluate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """Every question's value (or default) and every problem, errors and warnings alike."""
+    values: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for question in QUESTIONS:
+        if not question.applies(values):
+            if raw.get(question.name) not in (None, ""):
+                problems.append(
+                    Problem(question.name, raw[question.name], "ignored: it does not apply to these answers", "warning")
+                )
+            continue
+        if question.name not in raw:
+            values[question.name] = question.default_for(values)
+            continue
+        try:
+            values[question.name] = question.parse(raw[question.name])
+        except Invalid as invalid:
+            problems.append(Problem(question.name, raw[question.name], str(invalid)))
+    problems.extend(rules.check(values))
+    return values, problems
+
+
+def load_text(text: str) -> Answers:
+    """Load an answers file's text (YAML); raise AnswersError listing every problem."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise AnswersError([Problem("(file)", MISSING, f"not valid YAML{where}: {getattr(error, 'problem', error)}")]) from None
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise AnswersError([Problem("(file)", MISSING, "must be a mapping of answers (key: value)")])
+    raw, problems = flatten(document)
+    try:
+        answers = resolve(raw)
+    except AnswersError as error:
+        raise AnswersError(problems + error.problems) from None
+    if problems:
+        raise AnswersError(problems)
+    return answers
+
+
+def flatten(document: Mapping[Any, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """Nested answers to dotted names, with unknown keys and a wrong schema as problems."""
+    problems: list[Problem] = []
+    raw: dict[str, Any] = {}
+    schema = document.get("schema", SCHEMA)
+    if schema != SCHEMA or isinstance(schema, bool):
+        problems.append(Problem("schema", schema, f"this npu-wizard reads schema {SCHEMA}"))
+    for key, value in document.items():
+        if key == "schema":
+            continue
+        name = str(key)
+        if name in SECTIONS:
+            if not isinstance(value, dict):
+                problems.append(Problem(name, value, "must be a mapping of its own keys"))
+                continue
+            for sub, sub_value in value.items():
+                _take(f"{name}.{sub}", sub_value, raw, problems)
+        else:
+            _take(name, value, raw, problems)
+    return raw, problems
+
+
+def _take(name: str, value: Any, raw: dict[str, Any], problems: list[Problem]) -> None:
+    if name in BY_NAME:
+        raw[name] = value
+        return
+    known = [*BY_NAME, "schema", *SECTIONS]
+    leaf = name.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(name, known, n=1) or [q for q in BY_NAME if q.rsplit(".", 1)[-1] == leaf]
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    problems.append(Problem(name, value, f"unknown key{hint}"))
+
+
+def to_document(answers: Answers) -> dict[str, Any]:
+    """Answers as the nested mapping of an answers file, in question order."""
+    document: dict[str, Any] = {"schema": SCHEMA}
+    for question in QUESTIONS:
+        if question.name not in answers.values:
+            continue
+        value = answers[question.name]
+        value = list(value) if isinstance(value, tuple) else value
+        if "." in question.name:
+            section, key = question.name.split(".", 1)
+            document.setdefault(section, {})[key] = value
+        else:
+            document[question.name] = value
+    return document
+
+
+def dump(answers: Answers) -> str:
+    """The canonical answers file text for these answers."""
+    header = "# npu-wizard answers (schema 1): render again with `npu-wizard --answers answers.yaml`\n"
+    return header + yaml.safe_dump(to_document(answers), sort_keys=False, default_flow_style=False)
+
+
+def context_key(name: str) -> str:
+    """The template variable of a question: its name without the section."""
+    return name.rsplit(".", 1)[-1]
+
+
+def to_context(answers: Answers) -> dict[str, str]:
+    """Answers as flat text variables, the way cookiecutter hands them to templates."""
+    context: dict[str, str] = {}
+    for question in QUESTIONS:
+        value = answers.get(question.name)
+        if value is None:
+            text = ""
+        elif isinstance(value, tuple):
+            text = ",".join(value)
+        else:
+            text = str(value)
+        context[context_key(question.name)] = text
+    return context
+
+
+def from_context(context: Mapping[str, Any]) -> Answers:
+    """Rebuild answers from template variables (the cookiecutter hooks' path)."""
+    raw = {q.name: context[context_key(q.name)] for q in QUESTIONS if context_key(q.name) in context}
+    raw = {name: value for name, value in raw.items() if value != "" or BY_NAME[name].optional}
+    return resolve(raw)

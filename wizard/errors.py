@@ -1,0 +1,57 @@
+"""The errors npu-wizard raises; each message says what is wrong and what to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong (or worth a warning) with the answers."""
+
+    field: str
+    value: object
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        shown = "(missing)" if self.value is _MISSING else repr(_plain(self.value))
+        return f"{self.field}: {shown}: {self.message}"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(missing)"
+
+
+_MISSING = _Missing()
+MISSING: object = _MISSING
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
+class WizardError(Exception):
+    """Base of every error npu-wizard reports to the user."""
+
+    exit_code = 1
+
+
+class AnswersError(WizardError):
+    """The answers have problems; every one is listed."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        count = len(problems)
+        lines = [f"{count} problem{'s' if count != 1 else ''} in the answers (nothing was written):"]
+        lines += [f"  - {problem}" for problem in problems]
+        super().__init__("\n".join(lines))
+
+
+class TargetError(WizardError):
+    """The output folder cannot be used as asked (exists without --force, or unsafe)."""
+
+
+class RenderError(WizardError):
+    """Rendering the templates failed; nothing was left behind."""

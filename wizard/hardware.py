@@ -1,0 +1,131 @@
+"""Facts about Ascend hardware series and the torch / torch_npu / CANN pairing."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Series:
+    """One Ascend training series and what it allows."""
+
+    key: str
+    title: str
+    chip: str
+    devices_per_node: tuple[int, ...]
+    bf16: bool
+    note: str
+
+
+SERIES: dict[str, Series] = {
+    "atlas-training": Series(
+        key="atlas-training",
+        title="Atlas training series (Atlas 800 training server)",
+        chip="Ascend 910 (910A/ProA/ProB/PremiumA)",
+        devices_per_node=(1, 2, 4, 8),
+        bf16=False,
+        note=(
+            "8 cards per node in two groups (0-3, 4-7): a job uses 1, 2, 4 or 8 cards; "
+            "no bf16; train with fp16 mixed precision"
+        ),
+    ),
+    "atlas-a2": Series(
+        key="atlas-a2",
+        title="Atlas A2 training series (Atlas 800T A2)",
+        chip="Ascend 910B1-B4",
+        devices_per_node=tuple(range(1, 9)),
+        bf16=True,
+        note="1 to 8 cards per node; fp16 and bf16",
+    ),
+    "atlas-a3": Series(
+        key="atlas-a3",
+        title="Atlas A3 training series (Atlas 800T A3, Atlas 900 A3 SuperPoD)",
+        chip="Ascend 910_93",
+        devices_per_node=tuple(range(1, 17)),
+        bf16=True,
+        note="1 to 16 devices per node (two dies per NPU, one rank per die); fp16 and bf16",
+    ),
+}
+
+BF16_REFUSAL = (
+    "the Atlas training series (Ascend 910) has no bf16 all_reduce and no bf16 autocast; "
+    "use fp16"
+)
+
+# torch_npu release -> CANN release it was built for (ASCEND.md).
+TORCH_NPU_CANN: dict[str, str] = {
+    "2.12.0": "9.1.0",
+    "2.11.0": "9.1.0",
+    "2.10.0.post4": "9.1.0",
+    "2.9.0.post6": "9.1.0",
+    "2.7.1.post8": "9.1.0",
+    "2.9.0.post2": "9.0.0",
+    "2.8.0.post4": "9.0.0",
+    "2.7.1.post4": "9.0.0",
+    "2.9.0": "8.5.0",
+    "2.8.0.post2": "8.5.0",
+    "2.7.1.post2": "8.5.0",
+    "2.6.0.post5": "8.5.0",
+    "2.8.0": "8.3.RC1",
+    "2.7.1": "8.3.RC1",
+    "2.6.0.post3": "8.3.RC1",
+    "2.1.0.post17": "8.3.RC1",
+    "2.6.0": "8.2.RC1",
+    "2.5.1.post1": "8.2.RC1",
+    "2.1.0.post13": "8.2.RC1",
+    "2.5.1": "8.1.RC1",
+    "2.4.0.post4": "8.1.RC1",
+    "2.3.1.post6": "8.1.RC1",
+    "2.1.0.post12": "8.1.RC1",
+    "2.4.0.post2": "8.0.0",
+    "2.3.1.post4": "8.0.0",
+    "2.1.0.post10": "8.0.0",
+}
+
+DEFAULT_TORCH_NPU = "2.9.0.post6"
+DEFAULT_TORCH = "2.9.0"
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
+
+
+def parse_version(text: str) -> tuple[int, int, int, int] | None:
+    """Split 'X.Y.Z[.postN]' into numbers, or None when it is not such a version."""
+    match = _VERSION.match(text)
+    if match is None:
+        return None
+    major, minor, patch, post = match.groups()
+    return int(major), int(minor), int(patch), int(post or 0)
+
+
+def base_version(text: str) -> str:
+    """The X.Y.Z part of a torch or torch_npu version."""
+    parsed = parse_version(text)
+    return text if parsed is None else "{}.{}.{}".format(*parsed[:3])
+
+
+def has_torch_npu_run(torch_npu_version: str) -> bool:
+    """Whether this torch_npu release ships the torch_npu_run launcher."""
+    parsed = parse_version(torch_npu_version)
+    if parsed is None:
+        return False
+    release, post = parsed[:3], parsed[3]
+    if release == (2, 1, 0):
+        return post >= 8
+    if release == (2, 3, 1):
+        return post >= 2
+    return release >= (2, 4, 0)
+
+
+def cann_for(torch_npu_version: str) -> str | None:
+    """The CANN release a known torch_npu release pairs with, if known."""
+    return TORCH_NPU_CANN.get(torch_npu_version)
+
+
+def hccl_port_count_for(torch_npu_version: str) -> int:
+    """HCCL host ports per device for the CANN of this torch_npu: 32 from 8.3.RC1, else 16."""
+    cann = cann_for(torch_npu_version)
+    if cann is None:
+        return 16
+    major, minor = (int(part) for part in cann.split(".")[:2])
+    return 32 if (major, minor) >= (8, 3) else 16

@@ -1,0 +1,89 @@
+"""Rendering is a function: answers in, a project folder out, nothing left on failure."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from wizard.answers import Answers, to_context
+from wizard.errors import Problem, RenderError, TargetError
+from wizard.project import finish, walk_files
+from wizard.templates import project_template
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """What a render wrote (or, for a dry run, would write)."""
+
+    project_dir: Path
+    files: tuple[str, ...]
+    warnings: tuple[Problem, ...]
+    replaced: bool
+
+
+def render(answers: Answers, output_dir: Path, *, force: bool = False, dry_run: bool = False) -> RenderResult:
+    """Render the project for `answers` into `output_dir/<project_name>`; return what was written."""
+    output_dir = Path(output_dir)
+    target = output_dir / answers["project_name"]
+    exists = _check_target(output_dir, target, force)
+    created_output = not output_dir.exists() and not dry_run
+    if dry_run:
+        with tempfile.TemporaryDirectory(prefix="npu-wizard-") as scratch:
+            files = walk_files(_generate(answers, Path(scratch)))
+        return RenderResult(target, tuple(files), answers.warnings, exists)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{answers['project_name']}.staging-", dir=output_dir))
+    try:
+        project = _generate(answers, staging)
+        files = walk_files(project)
+        _move_into_place(project, target, replace=exists)
+    except TargetError:
+        raise
+    except Exception as error:  # any failure: nothing may be left behind
+        raise RenderError(f"rendering failed and nothing was written: {error}") from error
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created_output and not target.exists():
+            shutil.rmtree(output_dir, ignore_errors=True)
+    return RenderResult(target, tuple(files), answers.warnings, exists)
+
+
+def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
+    if output_dir.exists() and not output_dir.is_dir():
+        raise TargetError(f"{output_dir} is not a folder; name a folder with -o")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise TargetError(f"{target} exists and is not a folder; remove it or choose another -o")
+    if target.exists() and not force:
+        raise TargetError(f"{target} already exists; use --force to replace it whole, or choose another -o")
+    return target.exists()
+
+
+def _generate(answers: Answers, into: Path) -> Path:
+    from cookiecutter.generate import generate_files
+
+    context = to_context(answers)
+    project = Path(
+        generate_files(
+            repo_dir=str(project_template()),
+            context={"cookiecutter": {**context, "_copy_without_render": ["launch/_node.sh.j2"]}},
+            output_dir=str(into),
+            accept_hooks=False,
+        )
+    )
+    finish(project, context, answers)
+    return project
+
+
+def _move_into_place(project: Path, target: Path, *, replace: bool) -> None:
+    if not replace:
+        project.rename(target)
+        return
+    retired = project.parent / "retired"
+    target.rename(retired)
+    try:
+        project.rename(target)
+    except OSError:
+        retired.rename(target)
+        raise

@@ -1,0 +1,160 @@
+"""Rules that tie several answers together (ASCEND.md), as plain functions.
+
+Each rule reads the parsed values (dotted names) and yields problems. A rule
+only runs when every field it reads parsed cleanly, so one bad value is
+reported once, at its own field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from wizard import hardware
+from wizard.errors import Problem
+from wizard.spec import is_ip, is_loopback
+
+Values = Mapping[str, Any]
+EPHEMERAL = (32768, 60999)
+
+
+def _error(field: str, value: object, message: str) -> Problem:
+    return Problem(field, value, message)
+
+
+def _warning(field: str, value: object, message: str) -> Problem:
+    return Problem(field, value, message, severity="warning")
+
+
+def devices_fit_series(v: Values) -> Iterator[Problem]:
+    """Devices per node must be a count the series allows."""
+    series = hardware.SERIES[v["hardware"]]
+    if v["devices_per_node"] not in series.devices_per_node:
+        allowed = ", ".join(map(str, series.devices_per_node))
+        if series.key == "atlas-training":
+            allowed += " (cards 0-3 and 4-7 are separate groups; a job must not span them)"
+        yield _error("devices_per_node", v["devices_per_node"], f"{series.title} allows {allowed}")
+
+
+def amp_fits_series(v: Values) -> Iterator[Problem]:
+    """bf16 is refused where the series lacks it; AMP off is discouraged there."""
+    series = hardware.SERIES[v["hardware"]]
+    if v["amp"] == "bf16" and not series.bf16:
+        yield _error("amp", "bf16", f"refused: {hardware.BF16_REFUSAL}")
+    if v["amp"] == "off" and not series.bf16:
+        yield _warning(
+            "amp", "off", "Huawei's migration guide trains this series with fp16 mixed precision"
+        )
+
+
+def one_ip_per_node(v: Values) -> Iterator[Problem]:
+    """One host IP per node, distinct unless every node is simulated on loopback."""
+    ips, nodes = v["network.host_ips"], v["nodes"]
+    if len(ips) != nodes:
+        yield _error("network.host_ips", ips, f"give one address per node: {nodes} expected, {len(ips)} given")
+        return
+    repeated = sorted({ip for ip in ips if ips.count(ip) > 1})
+    if repeated and not all(is_loopback(ip) for ip in ips):
+        yield _error("network.host_ips", ips, f"each node needs its own address; repeated: {', '.join(repeated)}")
+    if nodes > 1 and v["device"] != "cpu" and all(is_loopback(ip) for ip in ips):
+        yield _warning(
+            "network.host_ips", ips,
+            "loopback addresses only simulate nodes on one host; HCCL across servers needs their real IPs",
+        )
+
+
+def master_is_a_node(v: Values) -> Iterator[Problem]:
+    """The master address is one of the nodes (ideally node 0), or a name to resolve."""
+    addr, ips = v["network.master_addr"], v["network.host_ips"]
+    if not is_ip(addr):
+        yield _warning(
+            "network.master_addr", addr,
+            "a host name: every node must resolve it to node 0's address; an IP is safer",
+        )
+        return
+    canonical = str(ipaddress.ip_address(addr))
+    if canonical not in ips:
+        yield _error("network.master_addr", addr, f"must be one of the host IPs: {', '.join(ips)}")
+    elif canonical != ips[0]:
+        yield _warning("network.master_addr", addr, "rank 0 runs on node 0; the master is usually node 0's address")
+
+
+def ports_apart(v: Values) -> Iterator[Problem]:
+    """The master port lies outside the HCCL range and, ideally, the ephemeral range."""
+    port, base, count = v["network.master_port"], v["network.hccl_base_port"], v["network.hccl_port_count"]
+    last = base + count - 1
+    if last > 65535:
+        yield _error("network.hccl_base_port", base, f"the HCCL range {base}-{last} runs past port 65535")
+    if base <= port <= last:
+        yield _error("network.master_port", port, f"inside the HCCL port range {base}-{last}; choose a port outside it")
+    elif EPHEMERAL[0] <= port <= EPHEMERAL[1]:
+        yield _warning(
+            "network.master_port", port,
+            f"inside the usual ephemeral range {EPHEMERAL[0]}-{EPHEMERAL[1]}: the kernel may hand it to another program",
+        )
+
+
+def timeouts_ordered(v: Values) -> Iterator[Problem]:
+    """HCCL_CONNECT_TIMEOUT stays below HCCL_EXEC_TIMEOUT; exec fits the series."""
+    connect, execute = v["network.connect_timeout"], v["network.exec_timeout"]
+    if v["hardware"] == "atlas-training":
+        if execute == 0 or execute % 68:
+            yield _error(
+                "network.exec_timeout", execute,
+                "on the Atlas training series it must be a multiple of 68 in (0, 17340], e.g. 1836",
+            )
+            return
+    if execute != 0 and connect >= execute:
+        yield _error(
+            "network.connect_timeout", connect, f"must be below network.exec_timeout ({execute})"
+        )
+
+
+def launcher_available(v: Values) -> Iterator[Problem]:
+    """torch-npu-run needs a torch_npu release that ships it."""
+    version = v["environment.torch_npu_version"]
+    if v["launcher"] == "torch-npu-run" and not hardware.has_torch_npu_run(version):
+        yield _error(
+            "launcher", "torch-npu-run",
+            f"torch_npu {version} has no torch_npu_run; it needs 2.1.0.post8+, 2.3.1.post2+ or 2.4.0+ "
+            "(CANN 8.0.RC3); pick torchrun or a newer torch_npu",
+        )
+    if v["launcher"] == "torch-launch":
+        yield _warning("launcher", "torch-launch", "torch.distributed.launch is deprecated upstream; torchrun replaces it")
+
+
+def versions_pair(v: Values) -> Iterator[Problem]:
+    """torch_npu X.Y.Z[.postN] needs torch X.Y.Z."""
+    npu, torch = v["environment.torch_npu_version"], v["environment.torch_version"]
+    if hardware.base_version(npu) != hardware.base_version(torch):
+        yield _error(
+            "environment.torch_version", torch,
+            f"torch_npu {npu} needs torch {hardware.base_version(npu)}",
+        )
+    elif hardware.cann_for(npu) is None:
+        yield _warning(
+            "environment.torch_npu_version", npu,
+            "not a release npu-wizard knows the CANN pairing of; check Ascend's version table",
+        )
+
+
+RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...] = (
+    (("hardware", "devices_per_node"), devices_fit_series),
+    (("hardware", "amp"), amp_fits_series),
+    (("nodes", "device", "network.host_ips"), one_ip_per_node),
+    (("network.master_addr", "network.host_ips"), master_is_a_node),
+    (("network.master_port", "network.hccl_base_port", "network.hccl_port_count"), ports_apart),
+    (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_ordered),
+    (("launcher", "environment.torch_npu_version"), launcher_available),
+    (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
+)
+
+
+def check(values: Values) -> list[Problem]:
+    """Every cross-field problem among cleanly parsed values."""
+    problems: list[Problem] = []
+    for fields, rule in RULES:
+        if all(name in values for name in fields):
+            problems.extend(rule(values))
+    return problems

@@ -1,0 +1,200 @@
+"""The shape of a question: how an answer is asked, parsed and checked.
+
+The list of questions (wizard.questions) drives the answers-file loader, the Textual screens and the tests.
+It knows nothing of widgets: a question has a name, a prompt, a kind, a
+default, help, the values it allows and a check.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wizard import hardware
+
+Values = Mapping[str, Any]
+
+
+class Invalid(ValueError):
+    """A raw answer that does not parse or check; the message says what is allowed."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One allowed value of a choice question, with what it means."""
+
+    value: str
+    label: str
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Question:
+    """One answer: how it is asked, parsed, defaulted and checked."""
+
+    name: str
+    prompt: str
+    kind: str
+    help: str
+    step: str
+    default: Any = None
+    choices: tuple[Choice, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    optional: bool = False
+    when: Callable[[Values], bool] | None = None
+    check: Callable[[Any], None] | None = None
+    default_from: Callable[[Values], Any] | None = field(default=None, repr=False)
+
+    def applies(self, values: Values) -> bool:
+        """Whether the question is asked, given the answers before it."""
+        return self.when is None or self.when(values)
+
+    def default_for(self, values: Values) -> Any:
+        """The default, which may depend on earlier answers."""
+        return self.default_from(values) if self.default_from else self.default
+
+    def allowed(self) -> str:
+        """A short text of the values this question accepts."""
+        if self.choices:
+            return "one of: " + ", ".join(c.value for c in self.choices)
+        if self.kind in ("int", "float") and self.minimum is not None:
+            kind = "an integer" if self.kind == "int" else "a number"
+            upper = "" if self.maximum is None else f" to {self.maximum:g}"
+            return f"{kind} from {self.minimum:g}{upper}"
+        return _ALLOWED_TEXT.get(self.kind, "text")
+
+    def parse(self, raw: Any) -> Any:
+        """Turn a raw answer (from YAML or a text field) into a checked value."""
+        if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+            if self.optional:
+                return None
+            raise Invalid(f"a value is required: {self.allowed()}")
+        value = _PARSERS[self.kind](self, raw)
+        if self.kind in ("int", "float"):
+            if self.minimum is not None and value < self.minimum:
+                raise Invalid(f"must be at least {self.minimum:g}")
+            if self.maximum is not None and value > self.maximum:
+                raise Invalid(f"must be at most {self.maximum:g}")
+        if self.check is not None:
+            self.check(value)
+        return value
+
+
+_ALLOWED_TEXT = {
+    "slug": "lowercase letters, digits, '-' and '_', starting with a letter (at most 64)",
+    "host": "an IPv4 or IPv6 address, or a host name",
+    "ip_list": "a list of IPv4 or IPv6 addresses, one per node",
+    "path": "an absolute path without quotes, '$', '`', braces or spaces",
+    "version": "a release number such as 2.9.0 or 2.9.0.post6",
+    "nic": "an interface name or HCCL_SOCKET_IFNAME pattern (e.g. eth0, =eth0, eth,enp, ^docker)",
+    "relpath": "a folder path of letters, digits and ./_+@:- (no spaces or quotes)",
+}
+
+_SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$")
+_NIC = re.compile(r"^[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
+_PATH = re.compile(r"^/[A-Za-z0-9_./+@:-]*$")
+_RELPATH = re.compile(r"^[A-Za-z0-9_./+@:-]+$")
+
+
+def _parse_int(question: Question, raw: Any) -> int:
+    if isinstance(raw, bool) or isinstance(raw, float):
+        raise Invalid(f"must be {question.allowed()}")
+    try:
+        return int(str(raw).strip(), 10)
+    except ValueError:
+        raise Invalid(f"must be {question.allowed()}") from None
+
+
+def _parse_float(question: Question, raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise Invalid(f"must be {question.allowed()}")
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise Invalid(f"must be {question.allowed()}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise Invalid("must be a finite number")
+    return value
+
+
+def _parse_choice(question: Question, raw: Any) -> str:
+    # YAML 1.1 reads a bare `off` as false; take it as the word the user wrote.
+    text = "off" if raw is False else ("on" if raw is True else str(raw).strip())
+    if text not in {c.value for c in question.choices}:
+        raise Invalid(f"must be {question.allowed()}")
+    return text
+
+
+def _parse_choice_int(question: Question, raw: Any) -> int:
+    text = str(raw).strip() if isinstance(raw, str | int) and not isinstance(raw, bool) else ""
+    if text not in {c.value for c in question.choices}:
+        raise Invalid(f"must be {question.allowed()}")
+    return int(text)
+
+
+def _parse_pattern(pattern: re.Pattern[str]) -> Callable[[Question, Any], str]:
+    def parse(question: Question, raw: Any) -> str:
+        text = str(raw).strip() if isinstance(raw, str | int) and not isinstance(raw, bool) else None
+        if text is None or not pattern.match(text):
+            raise Invalid(f"must be {question.allowed()}")
+        return text
+
+    return parse
+
+
+def _parse_host(question: Question, raw: Any) -> str:
+    text = str(raw).strip() if isinstance(raw, str) else ""
+    if is_ip(text) or _HOSTNAME.match(text):
+        return text
+    raise Invalid(f"must be {question.allowed()}")
+
+
+def _parse_ip_list(question: Question, raw: Any) -> tuple[str, ...]:
+    items = [part.strip() for part in raw.split(",")] if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple) or not items:
+        raise Invalid(f"must be {question.allowed()}")
+    bad = [str(item) for item in items if not isinstance(item, str) or not is_ip(item)]
+    if bad:
+        raise Invalid(f"not an IPv4 or IPv6 address: {', '.join(bad)}")
+    return tuple(str(ipaddress.ip_address(item)) for item in items)
+
+
+def _parse_version(question: Question, raw: Any) -> str:
+    text = str(raw).strip() if isinstance(raw, str | int | float) and not isinstance(raw, bool) else ""
+    if hardware.parse_version(text) is None:
+        raise Invalid(f"must be {question.allowed()}")
+    return text
+
+
+_PARSERS: dict[str, Callable[[Question, Any], Any]] = {
+    "int": _parse_int,
+    "float": _parse_float,
+    "choice": _parse_choice,
+    "slug": _parse_pattern(_SLUG),
+    "nic": _parse_pattern(_NIC),
+    "path": _parse_pattern(_PATH),
+    "relpath": _parse_pattern(_RELPATH),
+    "choice_int": _parse_choice_int,
+    "host": _parse_host,
+    "ip_list": _parse_ip_list,
+    "version": _parse_version,
+}
+
+
+def is_ip(text: str) -> bool:
+    """Whether the text is an IPv4 or IPv6 address."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback(text: str) -> bool:
+    """Whether the text is a loopback address (a node simulated on this host)."""
+    return is_ip(text) and ipaddress.ip_address(text).is_loopback

@@ -1,0 +1,34 @@
+"""Where the project template lives: inside the wheel, or beside the source tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE = Path(__file__).parent
+
+
+def project_template() -> Path:
+    """The cookiecutter template folder of the generated project."""
+    for candidate in (_PACKAGE / "_templates" / "project", _PACKAGE.parent / "templates" / "project"):
+        if (candidate / "cookiecutter.json").is_file():
+            return candidate
+    raise FileNotFoundError("npu-wizard's templates are missing; reinstall npu-wizard")
+
+
+def cookiecutter_json() -> dict[str, object]:
+    """cookiecutter.json for the template: the default answers, choices listed default first."""
+    from wizard.answers import context_key, resolve, to_context
+    from wizard.questions import QUESTIONS
+
+    defaults = to_context(resolve({}))
+    document: dict[str, object] = {}
+    for question in QUESTIONS:
+        key = context_key(question.name)
+        if question.choices:
+            values = [c.value for c in question.choices]
+            values.remove(defaults[key])
+            document[key] = [defaults[key], *values]
+        else:
+            document[key] = defaults[key]
+    document["_copy_without_render"] = ["launch/_node.sh.j2"]
+    return document
