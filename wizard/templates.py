@@ -32,3 +32,11 @@ def cookiecutter_json() -> dict[str, object]:
             document[key] = defaults[key]
     document["_copy_without_render"] = ["launch/_node.sh.j2"]
     return document
+
+
+if __name__ == "__main__":  # regenerate cookiecutter.json after changing the questions
+    import json
+
+    target = project_template() / "cookiecutter.json"
+    target.write_text(json.dumps(cookiecutter_json(), indent=2) + "\n")
+    print(f"wrote {target}")

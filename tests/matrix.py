@@ -1,0 +1,74 @@
+"""The answer sets the snapshot, lint and cookiecutter tests render.
+
+Together they cover every series, launcher and AMP setting, one node and
+several, every model and dataset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wizard.answers import Answers, load_text, resolve
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def _ips(count: int, prefix: str = "10.0.0.") -> list[str]:
+    return [f"{prefix}{10 + node}" for node in range(count)]
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "training-2x4-mp-spawn-fp16": {
+        "project_name": "t910-spawn", "hardware": "atlas-training", "nodes": 2, "devices_per_node": 4,
+        "launcher": "mp-spawn", "amp": "fp16", "network.host_ips": _ips(2),
+        "environment.torch_npu_version": "2.1.0.post10", "environment.torch_version": "2.1.0",
+    },
+    "training-1x1-torchrun-off": {
+        "project_name": "t910-one", "hardware": "atlas-training", "devices_per_node": 1,
+        "launcher": "torchrun", "amp": "off", "network.host_ips": ["192.168.0.5"],
+    },
+    "a2-2x8-torch-launch-off-nic": {
+        "project_name": "a2-launch", "hardware": "atlas-a2", "nodes": 2, "devices_per_node": 8,
+        "launcher": "torch-launch", "amp": "off", "network.host_ips": _ips(2), "network.nic": "eth0",
+        "network.master_port": 29600, "training.lr": 0.2,
+    },
+    "a2-4x8-torch-npu-run-fp16-mnist": {
+        "project_name": "a2-mnist", "hardware": "atlas-a2", "nodes": 4, "devices_per_node": 8,
+        "launcher": "torch-npu-run", "amp": "fp16", "network.host_ips": _ips(4),
+        "training.model": "convnet", "training.dataset": "mnist", "training.data_dir": "data/mnist",
+        "environment.torch_npu_version": "2.6.0.post3", "environment.torch_version": "2.6.0",
+    },
+    "a3-1x16-shell-off": {
+        "project_name": "a3-shell", "hardware": "atlas-a3", "devices_per_node": 16, "launcher": "shell",
+        "amp": "off", "network.host_ips": ["10.1.0.1"], "network.hccl_base_port": 61000,
+    },
+    "a3-2x8-mp-spawn-bf16-imagefolder": {
+        "project_name": "a3-images", "hardware": "atlas-a3", "nodes": 2, "devices_per_node": 8,
+        "launcher": "mp-spawn", "amp": "bf16", "network.host_ips": ["fd00::1", "fd00::2"],
+        "network.master_addr": "fd00::1", "training.model": "resnet18", "training.dataset": "imagefolder",
+        "training.data_dir": "/data/images",
+    },
+    "a3-8x16-torch-npu-run-bf16-cluster": {
+        "project_name": "a3-big", "hardware": "atlas-a3", "nodes": 8, "devices_per_node": 16,
+        "launcher": "torch-npu-run", "amp": "bf16", "network.host_ips": _ips(8),
+        "network.connect_timeout": 1200, "network.exec_timeout": 3600,
+    },
+    "cpu-1x2-shell-fp16": {
+        "project_name": "cpu-shell", "device": "cpu", "devices_per_node": 2, "launcher": "shell", "amp": "fp16",
+    },
+    "auto-2x2-torch-launch-bf16": {
+        "project_name": "auto-launch", "device": "auto", "nodes": 2, "devices_per_node": 2,
+        "launcher": "torch-launch", "amp": "bf16", "network.host_ips": ["127.0.0.1", "127.0.0.1"],
+    },
+}
+
+
+def case_answers(name: str) -> Answers:
+    """The answers of a matrix case or of an example file (`example:<stem>`)."""
+    if name.startswith("example:"):
+        return load_text((EXAMPLES / f"{name.split(':', 1)[1]}.yaml").read_text())
+    return resolve(CASES[name])
+
+
+ALL: list[str] = [*CASES, *(f"example:{p.stem}" for p in sorted(EXAMPLES.glob("*.yaml")))]

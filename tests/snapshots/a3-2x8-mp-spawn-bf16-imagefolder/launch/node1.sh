@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+echo "node 1 fd00::2"

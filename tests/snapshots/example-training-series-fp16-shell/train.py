@@ -1,0 +1,1 @@
+print("atlas910-shell")

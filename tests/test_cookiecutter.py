@@ -1,0 +1,71 @@
+"""The template works with plain cookiecutter and gives the very same files as npu-wizard."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.matrix import ALL, case_answers
+from wizard.answers import to_context
+from wizard.render import render
+from wizard.templates import cookiecutter_json, project_template
+
+
+def plain_cookiecutter(context: dict[str, str], out: Path) -> subprocess.CompletedProcess[str]:
+    """Run the cookiecutter command line with --no-input and these variables."""
+    pairs = [f"{key}={value}" for key, value in context.items()]
+    return subprocess.run(
+        [sys.executable, "-m", "cookiecutter", str(project_template()), "--no-input", "-o", str(out), *pairs],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def same_tree(left: Path, right: Path) -> list[str]:
+    """Differences between two folders (names and bytes), empty when identical."""
+    diffs: list[str] = []
+
+    def walk(compare: filecmp.dircmp) -> None:
+        diffs.extend(compare.left_only + compare.right_only + compare.funny_files)
+        _, mismatch, errors = filecmp.cmpfiles(compare.left, compare.right, compare.common_files, shallow=False)
+        diffs.extend(mismatch + errors)
+        for sub in compare.subdirs.values():
+            walk(sub)
+
+    walk(filecmp.dircmp(left, right, ignore=["__pycache__"]))
+    return diffs
+
+
+@pytest.mark.parametrize("case", [c for c in ALL if "torch-launch" in c or "example" in c or "mp-spawn" in c])
+def test_plain_cookiecutter_gives_the_same_files(case: str, tmp_path: Path) -> None:
+    answers = case_answers(case)
+    ours = render(answers, tmp_path / "ours").project_dir
+    result = plain_cookiecutter(to_context(answers), tmp_path / "plain")
+    assert result.returncode == 0, result.stderr
+    assert same_tree(ours, tmp_path / "plain" / answers["project_name"]) == []
+
+
+def test_plain_cookiecutter_hook_rejects_bad_values_and_writes_nothing(tmp_path: Path) -> None:
+    result = plain_cookiecutter({"hardware": "atlas-training", "amp": "bf16", "nodes": "0"}, tmp_path)
+    assert result.returncode != 0
+    assert "amp: 'bf16': refused" in result.stderr + result.stdout
+    assert "nodes: '0': must be at least 1" in result.stderr + result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plain_cookiecutter_defaults_render(tmp_path: Path) -> None:
+    result = plain_cookiecutter({}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "ddp-npu" / "launch" / "node0.sh").is_file()
+
+
+def test_cookiecutter_json_follows_the_question_spec() -> None:
+    import json
+
+    recorded = json.loads((project_template() / "cookiecutter.json").read_text())
+    assert recorded == cookiecutter_json(), "regenerate: python -m wizard.templates"
