@@ -25,7 +25,11 @@ scalars = st.one_of(
     st.text(max_size=30),
     st.sampled_from(["off", "fp16", "bf16", "cpu", "npu", "torchrun", "shell", "127.0.0.1", "::1", "{{ 7*7 }}", "-"]),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=4), max_leaves=12)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=4),
+    max_leaves=12,
+)
 documents = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=10), values, max_size=10)
 
 
@@ -70,9 +74,9 @@ def test_corrupted_example_files(data: st.DataObject) -> None:
         action = data.draw(st.sampled_from(["delete", "insert", "replace"]))
         chunk = data.draw(st.text(min_size=1, max_size=4))
         if action == "delete":
-            text = text[:position] + text[position + len(chunk):]
+            text = text[:position] + text[position + len(chunk) :]
         elif action == "insert":
             text = text[:position] + chunk + text[position:]
         else:
-            text = text[:position] + chunk + text[position + len(chunk):]
+            text = text[:position] + chunk + text[position + len(chunk) :]
     check_answers_text(text)

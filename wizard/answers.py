@@ -82,7 +82,9 @@ def load_text(text: str) -> Answers:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise AnswersError([Problem("(file)", MISSING, f"not valid YAML{where}: {getattr(error, 'problem', error)}")]) from None
+        raise AnswersError(
+            [Problem("(file)", MISSING, f"not valid YAML{where}: {getattr(error, 'problem', error)}")]
+        ) from None
     if document is None:
         document = {}
     if not isinstance(document, dict):

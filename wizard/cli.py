@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from wizard import __version__
@@ -31,27 +31,60 @@ def build_parser() -> argparse.ArgumentParser:
         "--answers", metavar="FILE", help="answers file (YAML) to render from without questions; '-' reads stdin"
     )
     parser.add_argument(
-        "-o", "--output", metavar="DIR", default=".", help="folder to create the project in (default: the current folder)"
+        "-o",
+        "--output",
+        metavar="DIR",
+        default=".",
+        help="folder to create the project in (default: the current folder)",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing project folder whole")
     parser.add_argument("--dry-run", action="store_true", help="list the files and warnings; write nothing")
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")
+    parser.epilog += " Run a rendered project: npu-wizard run PROJECT (see npu-wizard run --help)."
+    return parser
+
+
+def build_run_parser() -> argparse.ArgumentParser:
+    """The argument parser of `npu-wizard run`."""
+    parser = argparse.ArgumentParser(
+        prog="npu-wizard run",
+        description="Start a rendered project's launch scripts and follow every rank; "
+        "on a failure, stop the job and name the rank that failed first.",
+    )
+    parser.add_argument("project", help="the rendered project folder")
+    parser.add_argument("--node", type=int, help="start only this node's script (default: every node simulated here)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines (default 2)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run npu-wizard with `argv`; return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        return _guarded(lambda: _run(build_run_parser().parse_args(argv[1:])))
     args = build_parser().parse_args(argv)
+    return _guarded(
+        lambda: _render_from_file(args) if args.answers is not None and not args.edit else _interactive(args)
+    )
+
+
+def _guarded(command: Callable[[], int]) -> int:
+    """Run a command, turning npu-wizard's errors and Ctrl-C into exit codes."""
     try:
-        if args.answers is not None and not args.edit:
-            return _render_from_file(args)
-        return _interactive(args)
+        return command()
     except WizardError as error:
         print(f"npu-wizard: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("npu-wizard: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
+    from wizard.run import run_project
+
+    run_project(Path(args.project), node=args.node, interval=args.interval)
+    return EXIT_OK
 
 
 def _read_answers_text(source: str) -> str:

@@ -48,10 +48,7 @@ SERIES: dict[str, Series] = {
     ),
 }
 
-BF16_REFUSAL = (
-    "the Atlas training series (Ascend 910) has no bf16 all_reduce and no bf16 autocast; "
-    "use fp16"
-)
+BF16_REFUSAL = "the Atlas training series (Ascend 910) has no bf16 all_reduce and no bf16 autocast; use fp16"
 
 # torch_npu release -> CANN release it was built for (ASCEND.md).
 TORCH_NPU_CANN: dict[str, str] = {

@@ -28,9 +28,7 @@ def node_script_name(node: int) -> str:
 
 def render_node_script(template_text: str, context: Mapping[str, str], node: int) -> str:
     """One node's launch script from the node template."""
-    environment = jinja2.Environment(
-        keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False
-    )
+    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
     template = environment.from_string(template_text)
     host_ips = context["host_ips"].split(",")
     return template.render(cookiecutter=context, node_rank=node, host_ip=host_ips[node])

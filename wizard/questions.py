@@ -162,11 +162,28 @@ QUESTIONS: tuple[Question, ...] = (
         kind="choice",
         default="torchrun",
         choices=(
-            Choice("torchrun", "torchrun", "PyTorch's launcher: one command per node, ranks from the environment, elastic restarts."),
-            Choice("torch-npu-run", "torch_npu_run", "torch_npu's launcher for clusters: torchrun's flags with a parallel rendezvous; recommended for many nodes. Falls back to torchrun where torch_npu is absent."),
-            Choice("shell", "Shell loop", "The launch script starts one process per device itself and stops them all when one fails."),
+            Choice(
+                "torchrun",
+                "torchrun",
+                "PyTorch's launcher: one command per node, ranks from the environment, elastic restarts.",
+            ),
+            Choice(
+                "torch-npu-run",
+                "torch_npu_run",
+                "torch_npu's launcher for clusters: torchrun's flags with a parallel rendezvous; "
+                "recommended for many nodes. Falls back to torchrun where torch_npu is absent.",
+            ),
+            Choice(
+                "shell",
+                "Shell loop",
+                "The launch script starts one process per device itself and stops them all when one fails.",
+            ),
             Choice("mp-spawn", "mp.spawn", "train.py spawns one process per device with torch.multiprocessing."),
-            Choice("torch-launch", "torch.distributed.launch", "Deprecated upstream in favour of torchrun; kept for old scripts."),
+            Choice(
+                "torch-launch",
+                "torch.distributed.launch",
+                "Deprecated upstream in favour of torchrun; kept for old scripts.",
+            ),
         ),
         step="launcher",
         help="How each node starts its processes. Every method gives the same ranks.",

@@ -43,9 +43,7 @@ def amp_fits_series(v: Values) -> Iterator[Problem]:
     if v["amp"] == "bf16" and not series.bf16:
         yield _error("amp", "bf16", f"refused: {hardware.BF16_REFUSAL}")
     if v["amp"] == "off" and not series.bf16:
-        yield _warning(
-            "amp", "off", "Huawei's migration guide trains this series with fp16 mixed precision"
-        )
+        yield _warning("amp", "off", "Huawei's migration guide trains this series with fp16 mixed precision")
 
 
 def one_ip_per_node(v: Values) -> Iterator[Problem]:
@@ -59,7 +57,8 @@ def one_ip_per_node(v: Values) -> Iterator[Problem]:
         yield _error("network.host_ips", ips, f"each node needs its own address; repeated: {', '.join(repeated)}")
     if nodes > 1 and v["device"] != "cpu" and all(is_loopback(ip) for ip in ips):
         yield _warning(
-            "network.host_ips", ips,
+            "network.host_ips",
+            ips,
             "loopback addresses only simulate nodes on one host; HCCL across servers needs their real IPs",
         )
 
@@ -69,7 +68,8 @@ def master_is_a_node(v: Values) -> Iterator[Problem]:
     addr, ips = v["network.master_addr"], v["network.host_ips"]
     if not is_ip(addr):
         yield _warning(
-            "network.master_addr", addr,
+            "network.master_addr",
+            addr,
             "a host name: every node must resolve it to node 0's address; an IP is safer",
         )
         return
@@ -90,8 +90,10 @@ def ports_apart(v: Values) -> Iterator[Problem]:
         yield _error("network.master_port", port, f"inside the HCCL port range {base}-{last}; choose a port outside it")
     elif EPHEMERAL[0] <= port <= EPHEMERAL[1]:
         yield _warning(
-            "network.master_port", port,
-            f"inside the usual ephemeral range {EPHEMERAL[0]}-{EPHEMERAL[1]}: the kernel may hand it to another program",
+            "network.master_port",
+            port,
+            f"inside the usual ephemeral range {EPHEMERAL[0]}-{EPHEMERAL[1]}: "
+            "the kernel may hand it to another program",
         )
 
 
@@ -101,14 +103,13 @@ def timeouts_ordered(v: Values) -> Iterator[Problem]:
     if v["hardware"] == "atlas-training":
         if execute == 0 or execute % 68:
             yield _error(
-                "network.exec_timeout", execute,
+                "network.exec_timeout",
+                execute,
                 "on the Atlas training series it must be a multiple of 68 in (0, 17340], e.g. 1836",
             )
             return
     if execute != 0 and connect >= execute:
-        yield _error(
-            "network.connect_timeout", connect, f"must be below network.exec_timeout ({execute})"
-        )
+        yield _error("network.connect_timeout", connect, f"must be below network.exec_timeout ({execute})")
 
 
 def launcher_available(v: Values) -> Iterator[Problem]:
@@ -116,12 +117,15 @@ def launcher_available(v: Values) -> Iterator[Problem]:
     version = v["environment.torch_npu_version"]
     if v["launcher"] == "torch-npu-run" and not hardware.has_torch_npu_run(version):
         yield _error(
-            "launcher", "torch-npu-run",
+            "launcher",
+            "torch-npu-run",
             f"torch_npu {version} has no torch_npu_run; it needs 2.1.0.post8+, 2.3.1.post2+ or 2.4.0+ "
             "(CANN 8.0.RC3); pick torchrun or a newer torch_npu",
         )
     if v["launcher"] == "torch-launch":
-        yield _warning("launcher", "torch-launch", "torch.distributed.launch is deprecated upstream; torchrun replaces it")
+        yield _warning(
+            "launcher", "torch-launch", "torch.distributed.launch is deprecated upstream; torchrun replaces it"
+        )
 
 
 def versions_pair(v: Values) -> Iterator[Problem]:
@@ -129,12 +133,14 @@ def versions_pair(v: Values) -> Iterator[Problem]:
     npu, torch = v["environment.torch_npu_version"], v["environment.torch_version"]
     if hardware.base_version(npu) != hardware.base_version(torch):
         yield _error(
-            "environment.torch_version", torch,
+            "environment.torch_version",
+            torch,
             f"torch_npu {npu} needs torch {hardware.base_version(npu)}",
         )
     elif hardware.cann_for(npu) is None:
         yield _warning(
-            "environment.torch_npu_version", npu,
+            "environment.torch_npu_version",
+            npu,
             "not a release npu-wizard knows the CANN pairing of; check Ascend's version table",
         )
 

@@ -95,7 +95,9 @@ _ALLOWED_TEXT = {
 }
 
 _SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$")
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
+)
 _NIC = re.compile(r"^[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
 _PATH = re.compile(r"^/[A-Za-z0-9_./+@:-]*$")
 _RELPATH = re.compile(r"^[A-Za-z0-9_./+@:-]+$")

@@ -1,0 +1,29 @@
+# npu-wizard developer commands. `make demo` and `make test` need nothing but python3.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test snapshots bench clean
+
+$(BIN)/npu-wizard: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and run it on CPU with the monitor
+	$(BIN)/npu-wizard --answers examples/cpu-demo.yaml -o out --force
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/npu-wizard run out/cpu-demo
+
+test: $(BIN)/npu-wizard  ## the whole test suite
+	$(BIN)/python -m pytest -n 2 -q
+
+snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
+	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py
+
+bench: $(BIN)/npu-wizard  ## the benchmarks, each against its baseline in the same run
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python benchmarks/render_vs_accelerate.py
+
+clean:
+	rm -rf out .pytest_cache

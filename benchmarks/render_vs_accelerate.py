@@ -1,0 +1,60 @@
+"""Time `npu-wizard --answers` against `accelerate config default`, in one run.
+
+Both are run as a user runs them: a fresh process each time, writing into a
+fresh temporary folder. Prints the median of each, the ratio, and the target
+(npu-wizard at least 6x faster).
+
+    python benchmarks/render_vs_accelerate.py [--repeat 7] [--example examples/cpu-demo.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 6.0
+
+
+def time_command(command: list[str], repeat: int) -> list[float]:
+    """Wall-clock seconds of `repeat` fresh runs of `command` (an extra first run warms the disk cache)."""
+    timings = []
+    for attempt in range(repeat + 1):
+        with tempfile.TemporaryDirectory() as scratch:
+            filled = [part.replace("{tmp}", scratch) for part in command]
+            start = time.perf_counter()
+            subprocess.run(filled, check=True, capture_output=True)
+            if attempt:
+                timings.append(time.perf_counter() - start)
+    return timings
+
+
+def main() -> int:
+    """Run the comparison and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--example", default=str(ROOT / "examples" / "cpu-demo.yaml"))
+    args = parser.parse_args()
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    if accelerate is None:
+        print("accelerate is not installed: pip install -e '.[bench]'", file=sys.stderr)
+        return 1
+    ours = time_command([sys.executable, "-m", "wizard", "--answers", args.example, "-o", "{tmp}"], args.repeat)
+    theirs = time_command([accelerate, "config", "default", "--config_file", "{tmp}/config.yaml"], args.repeat)
+    ours_median, theirs_median = statistics.median(ours), statistics.median(theirs)
+    ratio = theirs_median / ours_median
+    print(f"npu-wizard --answers {Path(args.example).name}: median {ours_median * 1000:7.1f} ms over {len(ours)} runs")
+    print(f"accelerate config default:            median {theirs_median * 1000:7.1f} ms over {len(theirs)} runs")
+    verdict = "meets" if ratio >= TARGET_RATIO else "MISSES"
+    print(f"ratio: npu-wizard is {ratio:.1f}x faster ({verdict} the {TARGET_RATIO:g}x target)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
