@@ -1,0 +1,192 @@
+"""Who this rank is, whatever launched it, and the process group it joins.
+
+Every launcher ends in the same `RankInfo`: the shell loop, torchrun and
+torch_npu_run set the environment; torch.distributed.launch passes
+`--local-rank`; under mp.spawn the worker's first argument is its local rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.distributed as dist
+
+from runtime.errors import LaunchError
+
+LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
+SIOCGIFADDR = 0x8915
+IF_INET6 = Path("/proc/net/if_inet6")
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """A rank's place in the job: global and local rank, sizes and node."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    launcher: str
+
+    @property
+    def is_main(self) -> bool:
+        """True on global rank 0, the rank that saves and prints."""
+        return self.rank == 0
+
+
+def rank_info(
+    launcher: str,
+    *,
+    local_rank: int | None = None,
+    nnodes: int = 1,
+    node_rank: int | None = None,
+    nproc_per_node: int = 1,
+    env: Mapping[str, str] = os.environ,
+) -> RankInfo:
+    """This rank's RankInfo from the launcher's environment and arguments."""
+    if launcher not in LAUNCHERS:
+        raise LaunchError(f"unknown launcher {launcher!r}: use {', '.join(LAUNCHERS)}")
+    if node_rank is None:
+        node_rank = _optional_int_env(env, "NODE_RANK", None)
+    if node_rank is None:
+        node_rank = _optional_int_env(env, "GROUP_RANK", 0) or 0
+    if launcher == "mp-spawn":
+        if local_rank is None:
+            raise LaunchError("mp-spawn: the worker got no local rank from mp.spawn")
+        _require(env, ("MASTER_ADDR", "MASTER_PORT"), launcher)
+        return RankInfo(
+            rank=node_rank * nproc_per_node + local_rank,
+            local_rank=local_rank,
+            world_size=nnodes * nproc_per_node,
+            local_world_size=nproc_per_node,
+            node_rank=node_rank,
+            launcher=launcher,
+        )
+    _require(env, ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"), launcher)
+    if launcher != "torch-launch" or local_rank is None:
+        local_rank = _int_env(env, "LOCAL_RANK", launcher)
+    local_world_size = _optional_int_env(env, "LOCAL_WORLD_SIZE", nproc_per_node)
+    return RankInfo(
+        rank=_int_env(env, "RANK", launcher),
+        local_rank=local_rank,
+        world_size=_int_env(env, "WORLD_SIZE", launcher),
+        local_world_size=local_world_size,
+        node_rank=node_rank,
+        launcher=launcher,
+    )
+
+
+def export_rank_env(info: RankInfo, env: MutableMapping[str, str] = os.environ) -> None:
+    """Publish the rank in the environment, as torchrun would, for code that reads it."""
+    env["RANK"] = str(info.rank)
+    env["LOCAL_RANK"] = str(info.local_rank)
+    env["WORLD_SIZE"] = str(info.world_size)
+    env["LOCAL_WORLD_SIZE"] = str(info.local_world_size)
+    env["NODE_RANK"] = str(info.node_rank)
+
+
+def init_process_group(info: RankInfo, backend: str, timeout_s: float) -> None:
+    """Join the job's process group through env:// (the only method HCCL supports)."""
+    if backend == "gloo":
+        configure_gloo_interface()
+    export_rank_env(info)
+    dist.init_process_group(
+        backend=backend,
+        init_method="env://",
+        rank=info.rank,
+        world_size=info.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def destroy_process_group() -> None:
+    """Leave the process group if this rank joined one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def configure_gloo_interface(env: MutableMapping[str, str] = os.environ) -> str | None:
+    """Point gloo at the NIC holding HCCL_IF_IP (as HCCL uses it); return its name."""
+    if env.get("GLOO_SOCKET_IFNAME"):
+        return env["GLOO_SOCKET_IFNAME"]
+    address = env.get("HCCL_IF_IP")
+    if not address:
+        return None
+    name = interface_for_address(address)
+    if name is None:
+        raise LaunchError(
+            f"HCCL_IF_IP={address} is not an address of any network interface on "
+            f"{socket.gethostname()}: set it to this node's host IP (ip -brief addr)"
+        )
+    env["GLOO_SOCKET_IFNAME"] = name
+    return name
+
+
+def interface_for_address(address: str) -> str | None:
+    """The name of the local network interface holding `address`, or None."""
+    ip = ipaddress.ip_address(address)
+    if ip.is_loopback:
+        return "lo"
+    if ip.version == 6:
+        return _ipv6_interface(ip)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _index, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:  # the interface has no IPv4 address
+                continue
+            if socket.inet_ntoa(reply[20:24]) == str(ip):
+                return name
+    return None
+
+
+def _ipv6_interface(ip: ipaddress.IPv6Address) -> str | None:
+    try:
+        lines = IF_INET6.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and ipaddress.IPv6Address(int(fields[0], 16)) == ip:
+            return fields[5]
+    return None
+
+
+def _require(env: Mapping[str, str], names: tuple[str, ...], launcher: str) -> None:
+    missing = [name for name in names if not env.get(name)]
+    if missing:
+        raise LaunchError(
+            f"{launcher}: {', '.join(missing)} not set; start train.py through its "
+            "launch script (launch/node<N>.sh) or set them as the launcher would"
+        )
+
+
+def _int_env(env: Mapping[str, str], name: str, launcher: str) -> int:
+    value = _optional_int_env(env, name, None)
+    if value is None:
+        raise LaunchError(f"{launcher}: {name} not set; the launcher should set it")
+    return value
+
+
+def _optional_int_env(
+    env: Mapping[str, str],
+    name: str,
+    default: int | None,
+) -> int | None:
+    value = env.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"{name}={value!r} is not an integer") from None

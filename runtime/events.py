@@ -1,0 +1,294 @@
+"""Structured progress events: one JSON line per event, one file per rank.
+
+Each rank appends to `<run dir>/events/rank-<R>.jsonl`; the monitor reads them
+with `read_events` (or follows them live with `EventFollower`). Every event
+carries `schema`, `event`, `time` (unix seconds) and `rank`. Writing costs a
+small file write and flush, never a host-device synchronisation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+ENV_RUN_DIR = "NPU_WIZARD_RUN_DIR"
+ENV_HEARTBEAT = "NPU_WIZARD_HEARTBEAT_S"
+ENV_TEE = "NPU_WIZARD_TEE_LOGS"
+DEFAULT_HEARTBEAT_S = 5.0
+RANK_FILE = re.compile(r"rank-(\d+)\.jsonl")
+
+Event = dict[str, Any]
+
+
+def resolve_run_dir(
+    flag: str | None,
+    project_dir: Path,
+    env: Mapping[str, str] = os.environ,
+) -> Path:
+    """The run folder: --run-dir, else NPU_WIZARD_RUN_DIR, else <project>/runs/latest."""
+    chosen = flag or env.get(ENV_RUN_DIR)
+    return Path(chosen) if chosen else project_dir / "runs" / "latest"
+
+
+def heartbeat_interval(env: Mapping[str, str] = os.environ) -> float:
+    """Seconds between heartbeats: NPU_WIZARD_HEARTBEAT_S, default 5 (0 turns them off)."""
+    value = env.get(ENV_HEARTBEAT)
+    return float(value) if value else DEFAULT_HEARTBEAT_S
+
+
+def events_path(run_dir: Path, rank: int) -> Path:
+    """The events file of `rank` in `run_dir`."""
+    return Path(run_dir) / "events" / f"rank-{rank}.jsonl"
+
+
+class EventWriter:
+    """Appends one rank's events to its JSON-lines file, flushing each line."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.rank = rank
+        self.path = events_path(run_dir, rank)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self.step = 0
+        self.epoch = 0
+        # a rank killed mid-line leaves a torn line; start ours on a fresh one
+        if self._file.tell() > 0 and not self.path.read_bytes().endswith(b"\n"):
+            self._file.write("\n")
+
+    def emit(self, event: str, **fields: Any) -> Event:
+        """Write one event line now and return it."""
+        record = {"schema": SCHEMA_VERSION, "event": event, "time": time.time()}
+        record.update(rank=self.rank, **fields)
+        line = json.dumps(record, default=str) + "\n"
+        with self._lock:
+            if not self._file.closed:
+                self._file.write(line)
+                self._file.flush()
+        return record
+
+    def started(
+        self,
+        *,
+        local_rank: int,
+        node: int,
+        device: str,
+        world_size: int,
+        **extra: Any,
+    ) -> Event:
+        """The rank is set up: where it runs and on what."""
+        return self.emit(
+            "started",
+            local_rank=local_rank,
+            node=node,
+            host=socket.gethostname(),
+            device=device,
+            pid=os.getpid(),
+            world_size=world_size,
+            **extra,
+        )
+
+    def progress(self, step: int, epoch: int) -> None:
+        """Note the current step for heartbeats (no write, no synchronisation)."""
+        self.step = step
+        self.epoch = epoch
+
+    def step_done(
+        self,
+        *,
+        step: int,
+        epoch: int,
+        loss: float,
+        samples_per_s: float,
+        lr: float,
+    ) -> Event:
+        """A logging-interval step: loss, throughput and learning rate."""
+        self.progress(step, epoch)
+        return self.emit(
+            "step",
+            step=step,
+            epoch=epoch,
+            loss=loss,
+            samples_per_s=samples_per_s,
+            lr=lr,
+        )
+
+    def checkpoint(self, *, step: int, path: Path) -> Event:
+        """A checkpoint was written."""
+        return self.emit("checkpoint", step=step, path=str(path))
+
+    def finished(self, **extra: Any) -> Event:
+        """The rank finished training."""
+        return self.emit("finished", step=self.step, epoch=self.epoch, **extra)
+
+    def error(self, error: BaseException) -> Event:
+        """The rank failed: exception type, message and traceback."""
+        return self.emit(
+            "error",
+            type=type(error).__name__,
+            message=str(error),
+            traceback="".join(traceback.format_exception(error)),
+            step=self.step,
+        )
+
+    def start_heartbeat(self, interval_s: float) -> None:
+        """Write a heartbeat every `interval_s` seconds from a daemon thread."""
+        if interval_s <= 0 or self._heartbeat is not None:
+            return
+        self._heartbeat = threading.Thread(
+            target=self._beat,
+            args=(interval_s,),
+            name="heartbeat",
+            daemon=True,
+        )
+        self._heartbeat.start()
+
+    def _beat(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self.emit("heartbeat", step=self.step, epoch=self.epoch)
+
+    @contextmanager
+    def recording(self) -> Iterator[EventWriter]:
+        """Record any exception escaping the block as an error event, then re-raise."""
+        try:
+            yield self
+        except BaseException as error:
+            if not isinstance(error, SystemExit) or error.code not in (0, None):
+                self.error(error)
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the heartbeat and close the file."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        with self._lock:
+            self._file.close()
+
+
+def read_rank_events(path: Path, *, strict: bool = False) -> list[Event]:
+    """The events in one rank's file; a torn last line (still being written) is skipped.
+
+    A complete line that is not JSON is skipped too, unless `strict`.
+    """
+    lines = Path(path).read_bytes().split(b"\n")
+    events: list[Event] = []
+    for number, line in enumerate(lines[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            if strict:
+                raise ValueError(f"{path}:{number}: not a JSON event line") from None
+    return events
+
+
+def read_events(run_dir: Path, *, strict: bool = False) -> dict[int, list[Event]]:
+    """Every rank's events in `run_dir`, keyed by rank, in file order."""
+    found: dict[int, list[Event]] = {}
+    for path in sorted((Path(run_dir) / "events").glob("rank-*.jsonl")):
+        match = RANK_FILE.fullmatch(path.name)
+        if match:
+            found[int(match.group(1))] = read_rank_events(path, strict=strict)
+    return dict(sorted(found.items()))
+
+
+class EventFollower:
+    """Reads the events appended since the last poll, for a live monitor."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.folder = Path(run_dir) / "events"
+        self._offsets: dict[Path, int] = {}
+
+    def poll(self) -> dict[int, list[Event]]:
+        """New complete events per rank since the previous poll."""
+        fresh: dict[int, list[Event]] = {}
+        for path in sorted(self.folder.glob("rank-*.jsonl")):
+            match = RANK_FILE.fullmatch(path.name)
+            if not match:
+                continue
+            with path.open("rb") as handle:
+                handle.seek(self._offsets.get(path, 0))
+                chunk = handle.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self._offsets[path] = self._offsets.get(path, 0) + len(complete)
+            events = []
+            for line in complete.split(b"\n"):
+                if not line.strip():
+                    continue
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    continue  # a line torn by a killed rank; the next one is whole
+            if events:
+                fresh[int(match.group(1))] = events
+        return fresh
+
+
+def tee_output(
+    run_dir: Path,
+    rank: int,
+    env: Mapping[str, str] = os.environ,
+) -> Path | None:
+    """Copy this process's stdout and stderr into <run dir>/logs/rank-<R>.log.
+
+    A `tee -a` child reads a pipe that replaces file descriptors 1 and 2, so
+    output from Python and from native libraries alike still reaches the
+    console. Off when NPU_WIZARD_TEE_LOGS=0 or where `tee` is missing.
+    """
+    tee = shutil.which("tee")
+    if env.get(ENV_TEE, "1") == "0" or tee is None:
+        return None
+    log = Path(run_dir) / "logs" / f"rank-{rank}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    # its own session: Ctrl-C must not kill tee before the rank's last words
+    child = subprocess.Popen(
+        [tee, "-a", str(log)],
+        stdin=read_end,
+        start_new_session=True,
+    )
+    os.close(read_end)
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
+    atexit.register(_drain_tee, child)
+    return log
+
+
+def _drain_tee(child: subprocess.Popen[bytes]) -> None:
+    # close our ends of the pipe so tee sees EOF, and let it write the last lines
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    try:
+        child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # a child process still holds the pipe; tee ends when it does
