@@ -1,0 +1,109 @@
+"""Helpers for tests that render a CPU project and run its launch scripts for real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from runtime.events import read_events
+from wizard.answers import resolve
+from wizard.render import render
+
+BIN = str(Path(sys.executable).parent)
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (outside the HCCL default range)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def render_cpu(tmp_path: Path, launcher: str, *, nodes: int = 1, amp: str = "off", **training: Any) -> Path:
+    """Render a small CPU project: `nodes` x 2 processes on loopback, a few hundred steps at most."""
+    raw: dict[str, Any] = {
+        "project_name": f"{launcher}-{nodes}n-{amp}",
+        "device": "cpu",
+        "nodes": nodes,
+        "devices_per_node": 2,
+        "launcher": launcher,
+        "amp": amp,
+        "network.host_ips": ["127.0.0.1"] * nodes,
+        "network.master_port": free_port(),
+        "training.samples": 1024,
+        "training.batch_size": 16,
+        "training.epochs": 2,
+        "training.log_every": 4,
+        "training.checkpoint_every": 8,
+    }
+    raw.update({f"training.{key}": value for key, value in training.items()})
+    return render(resolve(raw), tmp_path).project_dir
+
+
+def node_env(run_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment a user's shell would give the launch scripts, with this venv first on PATH."""
+    return {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "PYTHON": sys.executable,
+        "NPU_WIZARD_RUN_DIR": str(run_dir),
+        "NPU_WIZARD_HEARTBEAT_S": "1",
+        **extra,
+    }
+
+
+def start_nodes(project: Path, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    """Start every node's launch script at once, each in its own process group."""
+    scripts = sorted((project / "launch").glob("node*.sh"))
+    return [
+        subprocess.Popen(
+            ["bash", str(script)], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for script in scripts
+    ]
+
+
+def wait_nodes(processes: list[subprocess.Popen[bytes]], timeout: float) -> list[tuple[int, str]]:
+    """Wait for every node (killing all on timeout); return exit codes and output."""
+    deadline = time.monotonic() + timeout
+    results = []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_groups(processes)
+            raise
+        results.append((process.returncode, output.decode(errors="replace")))
+    return results
+
+
+def kill_groups(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every node's whole process group, as a crash or an OOM killer would."""
+    for process in processes:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for process in processes:
+        process.wait()
+
+
+def run_project(project: Path, run_dir: Path, timeout: float = 240, **extra: str) -> list[tuple[int, str]]:
+    """Run every node of the project to the end."""
+    return wait_nodes(start_nodes(project, node_env(run_dir, **extra)), timeout)
+
+
+def events_of(run_dir: Path) -> dict[int, list[dict]]:
+    """Every rank's events."""
+    return read_events(run_dir)
+
+
+def kinds(events: list[dict], kind: str) -> list[dict]:
+    """The events of one kind."""
+    return [event for event in events if event.get("event") == kind]

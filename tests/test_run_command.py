@@ -1,0 +1,63 @@
+"""`npu-wizard run` on a rendered CPU project: progress, a summary, and the root cause of a failure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.factories import answers
+from tests.runs import node_env, render_cpu
+from wizard.errors import TargetError
+from wizard.run import nodes_to_start
+
+
+def npu_wizard_run(project: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run the real command the way a user does, with this venv on PATH."""
+    return subprocess.run(
+        [sys.executable, "-m", "wizard", "run", str(project), "--interval", "1"],
+        env=node_env(tmp_path / "unused"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_run_starts_every_simulated_node_and_reports_the_finish(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2)
+    result = npu_wizard_run(project, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "starting nodes 0, 1 of 2" in result.stdout
+    assert "ranks started 4/4, finished 4/4" in result.stdout
+    assert "finished in" in result.stdout
+    (run_dir,) = (project / "runs").iterdir()
+    assert sorted(p.name for p in (run_dir / "events").iterdir()) == [f"rank-{r}.jsonl" for r in range(4)]
+
+
+@pytest.mark.slow
+def test_a_failing_job_exits_3_and_names_the_first_failing_rank(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "shell", nodes=1, dataset="mnist", data_dir="no-such-folder", model="convnet")
+    result = npu_wizard_run(project, tmp_path)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "failed first:" in result.stderr
+    assert "no-such-folder" in result.stderr
+
+
+def test_separate_hosts_need_a_node_number() -> None:
+    cluster = answers(nodes=2, network__host_ips=["10.0.0.1", "10.0.0.2"], network__master_addr="10.0.0.1")
+    with pytest.raises(TargetError, match="--node N"):
+        nodes_to_start(cluster, None)
+    assert nodes_to_start(cluster, 1) == [1]
+    with pytest.raises(TargetError, match="nodes 0 to 1"):
+        nodes_to_start(cluster, 2)
+
+
+def test_run_refuses_a_folder_that_is_no_project(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "run", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert "not an npu-wizard project" in result.stderr

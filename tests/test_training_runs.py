@@ -1,0 +1,81 @@
+"""The rendered projects train for real: every launcher, one node and two, every AMP setting.
+
+CPU and gloo, real processes, nodes simulated on 127.0.0.1. Each run is
+bounded in time; the ranks must end with identical weights and a falling loss.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.runs import events_of, kill_groups, kinds, node_env, render_cpu, run_project, start_nodes, wait_nodes
+
+pytestmark = pytest.mark.slow
+
+DIGEST = "weights_sha256"
+
+# (launcher, nodes, amp): every launcher on one node and on two, every AMP setting more than once.
+RUNS = [
+    ("shell", 1, "fp16"),
+    ("mp-spawn", 1, "bf16"),
+    ("torch-launch", 1, "off"),
+    ("torchrun", 1, "bf16"),
+    ("torch-npu-run", 1, "fp16"),
+    ("shell", 2, "off"),
+    ("mp-spawn", 2, "fp16"),
+    ("torch-launch", 2, "bf16"),
+    ("torchrun", 2, "fp16"),
+    ("torch-npu-run", 2, "off"),
+]
+
+
+def assert_trained(project: Path, run_dir: Path, world_size: int) -> None:
+    """Every rank started and finished, agrees on the weights, the loss fell, a checkpoint exists."""
+    events = events_of(run_dir)
+    assert sorted(events) == list(range(world_size))
+    for rank, rank_events in events.items():
+        assert kinds(rank_events, "started"), f"rank {rank} never started"
+        assert kinds(rank_events, "finished"), f"rank {rank} never finished"
+    digests = {rank: kinds(rank_events, "finished")[-1][DIGEST] for rank, rank_events in events.items()}
+    assert len(set(digests.values())) == 1, digests
+    losses = [event["loss"] for event in kinds(events[0], "step")]
+    assert len(losses) >= 4
+    assert sum(losses[-2:]) < sum(losses[:2]), losses
+    assert list((project / "checkpoints").glob("*.pt")), "no checkpoint written"
+
+
+@pytest.mark.parametrize(("launcher", "nodes", "amp"), RUNS, ids=[f"{name}-{n}node-{a}" for name, n, a in RUNS])
+def test_launch_scripts_train_to_the_end(launcher: str, nodes: int, amp: str, tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, launcher, nodes=nodes, amp=amp)
+    results = run_project(project, tmp_path / "run")
+    for node, (code, output) in enumerate(results):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+    assert_trained(project, tmp_path / "run", world_size=2 * nodes)
+
+
+def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    # Enough steps (512 an epoch) that the job is still running when its first checkpoint lands.
+    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=32768, epochs=2, checkpoint_every=64)
+    first_run = tmp_path / "first"
+    nodes = start_nodes(project, node_env(first_run))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        first_run.exists() and kinds(events_of(first_run).get(0, []), "checkpoint")
+    ):
+        time.sleep(0.05)
+    kill_groups(nodes)
+    saved = kinds(events_of(first_run)[0], "checkpoint")
+    assert saved, "no checkpoint before the deadline"
+    assert not kinds(events_of(first_run)[0], "finished")
+
+    second_run = tmp_path / "second"
+    for node, (code, output) in enumerate(wait_nodes(start_nodes(project, node_env(second_run)), 240)):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+    resumed = kinds(events_of(second_run)[0], "started")[0]
+    assert resumed["resumed_step"] >= saved[0]["step"]
+    first_step = kinds(events_of(second_run)[0], "step")[0]["step"]
+    assert first_step > resumed["resumed_step"]
+    assert_trained(project, second_run, world_size=4)
