@@ -37,7 +37,7 @@ def synthetic_tensors(
     input_shape: tuple[int, ...],
     num_classes: int,
     seed: int,
-    noise: float = 1.0,
+    noise: float = 3.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A learnable dataset: noisy samples around one fixed random centroid per class."""
     generator = torch.Generator().manual_seed(seed)

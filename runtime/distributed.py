@@ -85,6 +85,12 @@ def rank_info(
     )
 
 
+def env_int(name: str, default: int, env: Mapping[str, str] = os.environ) -> int:
+    """An integer from the environment (a launch script's NNODES, ...), else `default`."""
+    value = _optional_int_env(env, name, default)
+    return default if value is None else value
+
+
 def export_rank_env(info: RankInfo, env: MutableMapping[str, str] = os.environ) -> None:
     """Publish the rank in the environment, as torchrun would, for code that reads it."""
     env["RANK"] = str(info.rank)
