@@ -1,0 +1,98 @@
+"""Each rank's batches follow DistributedSampler's order exactly, with fixed shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from runtime import data
+from runtime.errors import SetupError
+
+SEED = 1234
+
+
+def reference_batches(
+    features: torch.Tensor, labels: torch.Tensor, batch: int, rank: int, world: int, epoch: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """What the textbook DataLoader + DistributedSampler would hand this rank."""
+    dataset = TensorDataset(features, labels)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=SEED, drop_last=True)
+    sampler.set_epoch(epoch)
+    return list(DataLoader(dataset, batch_size=batch, sampler=sampler, shuffle=False, drop_last=True))
+
+
+@pytest.mark.parametrize(("samples", "world", "batch"), [(1000, 4, 16), (97, 3, 8), (64, 2, 32)])
+def test_tensor_batches_equal_distributed_sampler_batches(samples: int, world: int, batch: int) -> None:
+    features, labels = data.synthetic_tensors(samples, (5,), 10, SEED)
+    for epoch in (0, 1, 7):
+        for rank in range(world):
+            ours = data.TensorBatches(features, labels, batch, rank=rank, world_size=world, seed=SEED)
+            ours.set_epoch(epoch)
+            got = list(ours.batches())
+            expected = reference_batches(features, labels, batch, rank, world, epoch)
+            assert len(got) == len(expected) == len(ours)
+            for (x, y), (ex, ey) in zip(got, expected, strict=True):
+                assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+def test_ranks_get_disjoint_samples_and_epochs_reshuffle() -> None:
+    features = torch.arange(256, dtype=torch.float32).unsqueeze(1)
+    labels = torch.zeros(256, dtype=torch.long)
+    seen: list[set[int]] = []
+    for rank in range(4):
+        batches = data.TensorBatches(features, labels, 8, rank=rank, world_size=4, seed=SEED)
+        seen.append({int(v) for x, _y in batches.batches() for v in x.flatten()})
+    assert all(len(s) == 64 for s in seen) and len(set().union(*seen)) == 256
+    batches = data.TensorBatches(features, labels, 8, rank=0, world_size=4, seed=SEED)
+    first = torch.cat([x for x, _y in batches.batches()])
+    batches.set_epoch(1)
+    assert not torch.equal(first, torch.cat([x for x, _y in batches.batches()]))
+
+
+def test_a_resumed_epoch_starts_at_the_saved_batch() -> None:
+    features, labels = data.synthetic_tensors(200, (3,), 4, SEED)
+    batches = data.TensorBatches(features, labels, 10, rank=1, world_size=2, seed=SEED)
+    batches.set_epoch(2)
+    whole = list(batches.batches())
+    rest = list(batches.batches(start=4))
+    assert len(rest) == len(whole) - 4
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(whole[4:], rest, strict=True))
+
+
+def test_loader_batches_follow_the_same_order_and_resume() -> None:
+    features, labels = data.synthetic_tensors(120, (1, 4, 4), 3, SEED)
+    dataset = TensorDataset(features, labels)
+    loader = data.LoaderBatches(dataset, 8, rank=2, world_size=3, seed=SEED, workers=0)
+    loader.set_epoch(3)
+    got = list(loader.batches())
+    expected = reference_batches(features, labels, 8, 2, 3, 3)
+    assert len(got) == len(expected) == len(loader) == 5
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(got, expected, strict=True))
+    resumed = list(loader.batches(start=2))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(got[2:], resumed, strict=True))
+    assert len(list(loader.batches())) == 5  # the skip applied to one epoch only
+
+
+def test_synthetic_data_is_seeded_and_learnable() -> None:
+    features, labels = data.synthetic_tensors(2000, (16,), 4, SEED)
+    again, _ = data.synthetic_tensors(2000, (16,), 4, SEED)
+    assert torch.equal(features, again)
+    assert features.shape == (2000, 16) and labels.shape == (2000,)
+    # nearest class mean beats chance by far: there is something to learn
+    means = torch.stack([features[labels == c].mean(0) for c in range(4)])
+    predicted = torch.cdist(features, means).argmin(1)
+    assert (predicted == labels).float().mean() > 0.6
+
+
+def test_too_few_samples_for_one_batch_per_rank_is_a_clear_error() -> None:
+    features, labels = data.synthetic_tensors(30, (2,), 2, SEED)
+    with pytest.raises(SetupError, match=r"30 samples make no full batch of 16 on each of 2 ranks"):
+        data.TensorBatches(features, labels, 16, rank=0, world_size=2, seed=SEED)
+
+
+def test_missing_mnist_says_how_to_get_it(tmp_path: Path) -> None:
+    with pytest.raises(SetupError, match=r"MNIST is not under .*--download-data"):
+        data.mnist_tensors(tmp_path)

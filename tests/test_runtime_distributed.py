@@ -1,0 +1,139 @@
+"""Rank, local rank and world size come out the same whichever launcher started the rank."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from runtime import distributed
+from runtime.distributed import RankInfo
+from runtime.errors import LaunchError
+
+MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def torchrun_env(rank: int, local_rank: int, world: int = 4, local_world: int = 2) -> dict[str, str]:
+    """The environment torchrun (and torch_npu_run, and our shell loop) gives a rank."""
+    return {
+        **MASTER,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "NODE_RANK": str(rank // local_world),
+    }
+
+
+EXPECTED = RankInfo(rank=3, local_rank=1, world_size=4, local_world_size=2, node_rank=1, launcher="")
+
+
+@pytest.mark.parametrize("launcher", ["shell", "torchrun", "torch-npu-run"])
+def test_env_launchers_read_the_rank_from_the_environment(launcher: str) -> None:
+    info = distributed.rank_info(launcher, env=torchrun_env(3, 1), nnodes=2, nproc_per_node=2)
+    assert info == RankInfo(**{**EXPECTED.__dict__, "launcher": launcher})
+
+
+@pytest.mark.parametrize("flag_value", [1, None], ids=["--local-rank", "LOCAL_RANK-only"])
+def test_torch_launch_takes_the_local_rank_argument_or_the_environment(flag_value: int | None) -> None:
+    env = torchrun_env(3, 1)
+    if flag_value is not None:
+        env["LOCAL_RANK"] = "0"  # the argument wins over a stale environment
+    info = distributed.rank_info("torch-launch", local_rank=flag_value, env=env, nnodes=2, nproc_per_node=2)
+    assert info == RankInfo(**{**EXPECTED.__dict__, "launcher": "torch-launch"})
+
+
+def test_mp_spawn_derives_the_global_rank_from_node_and_local_rank() -> None:
+    info = distributed.rank_info("mp-spawn", local_rank=1, nnodes=2, node_rank=1, nproc_per_node=2, env=MASTER)
+    assert info == RankInfo(**{**EXPECTED.__dict__, "launcher": "mp-spawn"})
+
+
+def test_mp_spawn_takes_the_node_rank_from_the_environment_when_not_given() -> None:
+    info = distributed.rank_info("mp-spawn", local_rank=0, nnodes=2, nproc_per_node=2, env={**MASTER, "NODE_RANK": "1"})
+    assert (info.rank, info.node_rank) == (2, 1)
+
+
+def test_torchrun_without_node_rank_falls_back_to_group_rank() -> None:
+    env = torchrun_env(3, 1)
+    del env["NODE_RANK"]
+    env["GROUP_RANK"] = "1"
+    assert distributed.rank_info("torchrun", env=env).node_rank == 1
+
+
+def test_a_missing_launcher_variable_is_named() -> None:
+    env = torchrun_env(0, 0)
+    del env["WORLD_SIZE"], env["MASTER_PORT"]
+    with pytest.raises(LaunchError, match=r"^torchrun: WORLD_SIZE, MASTER_PORT not set; start train.py through"):
+        distributed.rank_info("torchrun", env=env)
+
+
+def test_mp_spawn_needs_the_master_address() -> None:
+    with pytest.raises(LaunchError, match=r"^mp-spawn: MASTER_ADDR, MASTER_PORT not set"):
+        distributed.rank_info("mp-spawn", local_rank=0, env={})
+
+
+def test_a_non_integer_rank_is_refused() -> None:
+    with pytest.raises(LaunchError, match=r"RANK='one' is not an integer"):
+        distributed.rank_info("shell", env={**torchrun_env(0, 0), "RANK": "one"})
+
+
+def test_env_int_reads_the_launch_scripts_counts() -> None:
+    assert distributed.env_int("NNODES", 1, {"NNODES": "4"}) == 4
+    assert distributed.env_int("NNODES", 1, {}) == 1
+
+
+def test_loopback_maps_to_lo() -> None:
+    assert distributed.interface_for_address("127.0.0.1") == "lo"
+    assert distributed.interface_for_address("::1") == "lo"
+
+
+def test_an_ipv4_address_maps_to_the_interface_holding_it() -> None:
+    # whatever interface routes outward here holds the address a UDP socket is bound to
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.254", 9))
+        except OSError:
+            pytest.skip("no IPv4 route on this machine")
+        address = probe.getsockname()[0]
+    name = distributed.interface_for_address(address)
+    assert name is not None and name in {n for _i, n in socket.if_nameindex()}
+
+
+def test_an_ipv6_address_maps_through_proc_net_if_inet6(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tmp_path / "if_inet6"
+    table.write_text(
+        "fe80000000000000000000fffe000001 02 40 20 80     eth0\n"
+        "fd000000000000000000000000000002 02 40 00 80     eth0\n"
+        "fd000000000000000000000000000009 03 40 00 80     ib0\n"
+    )
+    monkeypatch.setattr(distributed, "IF_INET6", table)
+    assert distributed.interface_for_address("fd00::9") == "ib0"
+    assert distributed.interface_for_address("fd00::2") == "eth0"
+    assert distributed.interface_for_address("fd00::7") is None
+
+
+def test_an_address_no_interface_holds_is_none() -> None:
+    assert distributed.interface_for_address("203.0.113.77") is None
+
+
+def test_gloo_uses_the_interface_of_hccl_if_ip() -> None:
+    env = {"HCCL_IF_IP": "127.0.0.1"}
+    assert distributed.configure_gloo_interface(env) == "lo"
+    assert env["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+def test_an_explicit_gloo_interface_is_kept() -> None:
+    env = {"HCCL_IF_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "eth7"}
+    assert distributed.configure_gloo_interface(env) == "eth7"
+
+
+def test_without_hccl_if_ip_gloo_is_left_alone() -> None:
+    env: dict[str, str] = {}
+    assert distributed.configure_gloo_interface(env) is None
+    assert env == {}
+
+
+def test_an_hccl_if_ip_foreign_to_this_host_is_a_clear_error() -> None:
+    with pytest.raises(LaunchError, match=r"^HCCL_IF_IP=203.0.113.77 is not an address of any network interface"):
+        distributed.configure_gloo_interface({"HCCL_IF_IP": "203.0.113.77"})
