@@ -1,0 +1,159 @@
+"""Per-rank JSON-lines events: written cheaply, read back tolerantly, errors recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime import events
+from runtime.events import EventWriter
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_events_round_trip_with_schema_time_and_rank(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path, rank=3)
+    writer.started(local_rank=1, node=1, device="cpu", world_size=4)
+    writer.step_done(step=10, epoch=0, loss=2.5, samples_per_s=100.0, lr=0.1)
+    writer.checkpoint(step=10, path=tmp_path / "step-000000010.pt")
+    writer.finished(weights_sha256="abc")
+    writer.close()
+    found = events.read_events(tmp_path)
+    assert list(found) == [3]
+    kinds = [e["event"] for e in found[3]]
+    assert kinds == ["started", "step", "checkpoint", "finished"]
+    for event in found[3]:
+        assert event["schema"] == events.SCHEMA_VERSION and event["rank"] == 3
+        assert isinstance(event["time"], float) and abs(event["time"] - time.time()) < 60
+    started, step = found[3][0], found[3][1]
+    assert {"local_rank", "node", "host", "device", "pid", "world_size"} <= started.keys()
+    assert (step["step"], step["epoch"], step["loss"], step["lr"]) == (10, 0, 2.5, 0.1)
+    assert found[3][3]["weights_sha256"] == "abc" and found[3][3]["step"] == 10
+
+
+def test_each_rank_has_its_own_file(tmp_path: Path) -> None:
+    for rank in (0, 1, 10, 2):
+        EventWriter(tmp_path, rank).finished()
+    assert sorted(p.name for p in (tmp_path / "events").iterdir()) == [
+        "rank-0.jsonl",
+        "rank-1.jsonl",
+        "rank-10.jsonl",
+        "rank-2.jsonl",
+    ]
+    assert list(events.read_events(tmp_path)) == [0, 1, 2, 10]
+
+
+def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path, 0)
+    writer.finished()
+    writer.close()
+    with writer.path.open("a") as file:
+        file.write('{"schema": 1, "event": "step", "ti')
+    assert [e["event"] for e in events.read_events(tmp_path)[0]] == ["finished"]
+
+
+def test_a_restarted_rank_starts_a_fresh_line_after_a_torn_one(tmp_path: Path) -> None:
+    path = events.events_path(tmp_path, 0)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"schema": 1, "event": "started"}\n{"schema": 1, "ev')
+    EventWriter(tmp_path, 0).finished()
+    found = events.read_events(tmp_path)[0]
+    assert [e["event"] for e in found] == ["started", "finished"]
+    with pytest.raises(ValueError, match="rank-0.jsonl:2: not a JSON event line"):
+        events.read_events(tmp_path, strict=True)
+
+
+def test_recording_writes_the_error_and_reraises(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path, 1)
+    with pytest.raises(ZeroDivisionError), writer.recording():
+        writer.progress(step=42, epoch=1)
+        _ = 1 / 0
+    (error,) = [e for e in events.read_events(tmp_path)[1] if e["event"] == "error"]
+    assert error["type"] == "ZeroDivisionError"
+    assert error["message"] == "division by zero"
+    assert "1 / 0" in error["traceback"] and error["step"] == 42
+
+
+def test_a_clean_exit_records_no_error(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path, 0)
+    with pytest.raises(SystemExit), writer.recording():
+        sys.exit(0)
+    assert events.read_events(tmp_path)[0] == []
+
+
+def test_heartbeats_come_from_a_background_thread(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path, 0)
+    writer.progress(step=7, epoch=0)
+    writer.start_heartbeat(0.05)
+    time.sleep(0.4)
+    writer.close()
+    beats = [e for e in events.read_events(tmp_path)[0] if e["event"] == "heartbeat"]
+    assert len(beats) >= 2 and all(b["step"] == 7 for b in beats)
+
+
+def test_the_heartbeat_interval_is_configurable() -> None:
+    assert events.heartbeat_interval({}) == 5.0
+    assert events.heartbeat_interval({"NPU_WIZARD_HEARTBEAT_S": "0.5"}) == 0.5
+
+
+def test_the_follower_returns_only_new_complete_events(tmp_path: Path) -> None:
+    follower = events.EventFollower(tmp_path)
+    assert follower.poll() == {}
+    writer = EventWriter(tmp_path, 0)
+    writer.emit("step", step=1)
+    assert [e["step"] for e in follower.poll()[0]] == [1]
+    with writer.path.open("a") as file:
+        file.write('{"schema": 1, "event": "step", "step": 2')
+    assert follower.poll() == {}
+    with writer.path.open("a") as file:
+        file.write("}\n")
+    assert [e["step"] for e in follower.poll()[0]] == [2]
+
+
+def test_the_run_folder_follows_flag_then_environment_then_project(tmp_path: Path) -> None:
+    env = {"NPU_WIZARD_RUN_DIR": "/env/run"}
+    assert events.resolve_run_dir("/flag", tmp_path, env) == Path("/flag")
+    assert events.resolve_run_dir(None, tmp_path, env) == Path("/env/run")
+    assert events.resolve_run_dir(None, tmp_path, {}) == tmp_path / "runs" / "latest"
+
+
+TEE = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from runtime import events
+    print(events.tee_output(Path(sys.argv[1]), 5))
+    print("from python")
+    sys.stderr.write("to stderr\\n")
+    os.write(1, b"from the file descriptor\\n")
+    """
+)
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["tee", "NPU_WIZARD_TEE_LOGS=0"])
+def test_a_rank_tees_its_output_into_its_log(tmp_path: Path, enabled: bool) -> None:
+    env = {"PATH": "/usr/bin:/bin", "NPU_WIZARD_TEE_LOGS": "1" if enabled else "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", TEE, str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    log = tmp_path / "logs" / "rank-5.log"
+    console = result.stdout + result.stderr
+    for line in ("from python", "to stderr", "from the file descriptor"):
+        assert line in console
+        if enabled:
+            assert line in log.read_text()
+    assert log.exists() == enabled
+
+
+def test_events_are_json_per_line(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path, 0)
+    writer.emit("step", path=tmp_path)  # a Path becomes its text
+    line = writer.path.read_text().splitlines()[0]
+    assert json.loads(line)["path"] == str(tmp_path)
