@@ -54,6 +54,9 @@ def build_run_parser() -> argparse.ArgumentParser:
     parser.add_argument("project", help="the rendered project folder")
     parser.add_argument("--node", type=int, help="start only this node's script (default: every node simulated here)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines (default 2)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="only check the topology: one all_reduce and one barrier on every rank"
+    )
     return parser
 
 
@@ -83,7 +86,8 @@ def _guarded(command: Callable[[], int]) -> int:
 def _run(args: argparse.Namespace) -> int:
     from wizard.run import run_project
 
-    run_project(Path(args.project), node=args.node, interval=args.interval)
+    train_args = ["--smoke"] if args.smoke else []
+    run_project(Path(args.project), node=args.node, interval=args.interval, train_args=train_args)
     return EXIT_OK
 
 

@@ -121,6 +121,7 @@ def run_project(
     interval: float = 2.0,
     out: TextIO = sys.stdout,
     env: dict[str, str] | None = None,
+    train_args: Sequence[str] = (),
     clock: Callable[[], float] = time.monotonic,
 ) -> Path:
     """Run the project's launch scripts to the end; return the run folder or raise RunFailed."""
