@@ -136,7 +136,9 @@ def run_project(
     started = [
         NodeProcess(
             n,
-            subprocess.Popen(["bash", str(project / "launch" / f"node{n}.sh")], env=child_env, start_new_session=True),
+            subprocess.Popen(
+                ["bash", str(project / "launch" / f"node{n}.sh"), *train_args], env=child_env, start_new_session=True
+            ),
         )
         for n in nodes
     ]
