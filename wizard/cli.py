@@ -130,9 +130,28 @@ def _render_from_file(args: argparse.Namespace) -> int:
 
 
 def _interactive(args: argparse.Namespace) -> int:
-    print(
-        "npu-wizard: the interactive wizard is not available yet; "
-        "render from an answers file: npu-wizard --answers examples/cpu-demo.yaml",
-        file=sys.stderr,
-    )
-    return EXIT_USAGE
+    from wizard.tui import create_app
+
+    raw, problems, path = _edit_source(args) if args.edit else ({}, [], None)
+    app = create_app(raw, Path(args.output), file_problems=problems, answers_path=path)
+    app.run()
+    return EXIT_OK
+
+
+def _edit_source(args: argparse.Namespace) -> tuple[dict[str, object], list[Problem], Path]:
+    """Raw answers to pre-fill from; problems in them are shown in the wizard, not refused."""
+    import yaml
+
+    from wizard.answers import flatten
+    from wizard.errors import MISSING, AnswersError, TargetError
+
+    if args.answers in (None, "-"):
+        raise TargetError("--edit needs an answers file to start from: npu-wizard --answers FILE --edit")
+    try:
+        document = yaml.safe_load(_read_answers_text(args.answers)) or {}
+    except yaml.YAMLError as error:
+        raise AnswersError([Problem("(file)", MISSING, f"not valid YAML: {error}")]) from None
+    if not isinstance(document, dict):
+        raise AnswersError([Problem("(file)", MISSING, "must be a mapping of answers (key: value)")])
+    raw, problems = flatten(document)
+    return raw, problems, Path(args.answers)

@@ -1,0 +1,27 @@
+"""The interactive wizard; the one place the CLI and the tests build it from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wizard.errors import Problem
+    from wizard.tui.app import WizardApp
+
+
+def create_app(
+    raw: Mapping[str, Any] | None = None,
+    output_dir: Path = Path("."),
+    *,
+    file_problems: Iterable[Problem] = (),
+    answers_path: Path | None = None,
+    blink: bool = True,
+) -> WizardApp:
+    """Build the wizard, pre-filled with raw answers (dotted names) when editing a file."""
+    from wizard.tui.app import WizardApp
+    from wizard.tui.state import WizardState
+
+    state = WizardState(raw, file_problems)
+    return WizardApp(state, Path(output_dir), answers_path=answers_path, blink=blink)

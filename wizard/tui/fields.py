@@ -1,0 +1,212 @@
+"""The thin adapter from a spec Question to a widget: text, choice, or one address per node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.events import DescendantFocus
+from textual.message import Message
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from wizard.spec import Question
+from wizard.tui.state import WizardState, as_rows, as_text
+
+MAX_ROWS = 256
+
+
+class Field(Vertical):
+    """One question: its prompt, its input and the shared checks' verdict."""
+
+    class Edited(Message):
+        """The person changed a question's raw answer."""
+
+        def __init__(self, name: str, raw: Any) -> None:
+            self.name = name
+            self.raw = raw
+            super().__init__()
+
+    class Focused(Message):
+        """A question got the focus; its help should show."""
+
+        def __init__(self, question: Question) -> None:
+            self.question = question
+            super().__init__()
+
+    def __init__(self, question: Question, state: WizardState, *, blink: bool = True) -> None:
+        super().__init__(id="field-" + question.name.replace(".", "-"), classes="field")
+        self.question = question
+        self.state = state
+        self.blink = blink
+
+    def compose(self) -> ComposeResult:
+        """The prompt, the input widget and the problem line."""
+        yield Label(self.question.prompt, classes="prompt")
+        yield from self.compose_input()
+        yield Static("", classes="problem")
+
+    def compose_input(self) -> ComposeResult:
+        """The widget that takes the answer; each kind of field yields its own."""
+        raise NotImplementedError
+
+    def on_mount(self) -> None:
+        """Show the current answer once the widgets exist."""
+        self.show()
+
+    def show(self) -> None:
+        """Bring the field in line with the state: value, visibility, problems."""
+        self.display = self.state.applies(self.question.name)
+        self.show_value()
+        problems = self.state.problems_at(self.question.name)
+        line = self.query_one(".problem", Static)
+        line.set_classes("problem " + (problems[0].severity if problems else "none"))
+        mark = {"error": "x ", "warning": "! "}
+        line.update(Text("\n".join(mark[p.severity] + p.message for p in problems)))
+
+    def show_value(self) -> None:
+        """Show the entered answer, or the default while nothing was entered."""
+
+    def edited(self, raw: Any) -> None:
+        """Tell the screen the person changed the answer."""
+        self.post_message(self.Edited(self.question.name, raw))
+
+    def on_descendant_focus(self, event: DescendantFocus) -> None:
+        """Ask for this question's help to be shown."""
+        self.post_message(self.Focused(self.question))
+
+
+class TextField(Field):
+    """A question answered by typing: numbers, names, paths, versions."""
+
+    def compose_input(self) -> ComposeResult:
+        """One text input."""
+        yield Input(placeholder=self.question.allowed(), select_on_focus=False, classes="answer")
+
+    def show_value(self) -> None:
+        """Fill the input from the state unless the person is typing in it."""
+        name = self.question.name
+        entry = self.query_one(Input)
+        entry.cursor_blink = self.blink
+        if name in self.state.raw and entry.value == as_text(self.question, self.state.raw[name]):
+            return
+        with entry.prevent(Input.Changed):
+            entry.value = as_text(self.question, self.state.shown(name))
+
+    @on(Input.Changed)
+    def typed(self, event: Input.Changed) -> None:
+        """Record what was typed."""
+        event.stop()
+        self.edited(event.value)
+
+
+class ChoiceField(Field):
+    """A question answered by picking one option; options the checks refuse are disabled."""
+
+    def compose_input(self) -> ComposeResult:
+        """A list of the options."""
+        yield OptionList(classes="answer")
+
+    def show_value(self) -> None:
+        """Rebuild the options when what they say has changed."""
+        options = self.query_one(OptionList)
+        chosen = as_text(self.question, self.state.shown(self.question.name))
+        states = self.state.choices(self.question.name)
+        key = (chosen, tuple(states))
+        if getattr(self, "_shown_key", None) == key:
+            return
+        self._shown_key = key
+        highlighted = options.highlighted
+        options.clear_options()
+        options.add_options(
+            Option(
+                _option_text(s.choice.label, s.choice.help, s.choice.value == chosen, s.refusal, s.note),
+                id=s.choice.value,
+                disabled=s.refusal is not None,
+            )
+            for s in states
+        )
+        values = [s.choice.value for s in states]
+        if highlighted is None and chosen in values and states[values.index(chosen)].refusal is None:
+            highlighted = values.index(chosen)
+        options.highlighted = highlighted
+
+    @on(OptionList.OptionSelected)
+    def picked(self, event: OptionList.OptionSelected) -> None:
+        """Record the picked option and move on to the next field."""
+        event.stop()
+        self.edited(event.option.id)
+        self.screen.focus_next()
+
+
+def _option_text(label: str, help: str, chosen: bool, refusal: str | None, note: str | None) -> Table:
+    body = Text(label, style="bold" if chosen else "")
+    if help:
+        body.append("\n" + help, style="dim" if refusal else "")
+    if refusal:
+        body.append("\nnot available: " + refusal.removeprefix("refused: "), style="italic")
+    elif note:
+        body.append("\nnote: " + note, style="italic")
+    grid = Table.grid()
+    grid.add_column(width=4, no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row(Text("(*)" if chosen else "( )", style="bold" if chosen else ""), body)
+    return grid
+
+
+class ListField(Field):
+    """A list question with one row per node: it grows and shrinks with the node count."""
+
+    def compose_input(self) -> ComposeResult:
+        """The rows' container; rows are added in show_value."""
+        yield Vertical(classes="rows")
+
+    def show_value(self) -> None:
+        """Show one row per node, keeping rows typed earlier."""
+        rows = as_rows(self.state.shown(self.question.name))
+        count = self.state.values.get("nodes") or len(self.query(".row")) or len(rows) or 1
+        count = min(count, MAX_ROWS)
+        container = self.query_one(".rows", Vertical)
+        existing = list(self.query(".row").results(Horizontal))
+        for row in existing[count:]:
+            row.remove()
+        for index in range(len(existing), count):
+            entry = Input(placeholder="IP address", select_on_focus=False, classes="answer row-input")
+            entry.cursor_blink = self.blink
+            container.mount(Horizontal(Label(f"node {index}", classes="row-label"), entry, classes="row"))
+            with entry.prevent(Input.Changed):
+                entry.value = rows[index] if index < len(rows) else self._new_row(rows)
+        if self.question.name not in self.state.raw:
+            for index, row in enumerate(existing[:count]):
+                entry = row.query_one(Input)
+                with entry.prevent(Input.Changed):
+                    entry.value = rows[index] if index < len(rows) else ""
+        elif len(existing) != count and existing:
+            self.call_after_refresh(self._report)
+
+    def _new_row(self, rows: list[str]) -> str:
+        """A new node's row: loopback while every node is simulated here, else empty to fill in."""
+        return "127.0.0.1" if rows and all(r == "127.0.0.1" for r in rows) else ""
+
+    def _report(self) -> None:
+        """Record the rows as the answer."""
+        self.edited(tuple(entry.value.strip() for entry in self.query(".row-input").results(Input)))
+
+    @on(Input.Changed)
+    def typed(self, event: Input.Changed) -> None:
+        """Record the rows after any of them changed."""
+        event.stop()
+        self._report()
+
+
+def field_for(question: Question, state: WizardState, *, blink: bool = True) -> Field:
+    """The widget for a question, chosen by its kind."""
+    if question.choices:
+        return ChoiceField(question, state, blink=blink)
+    if question.kind == "ip_list":
+        return ListField(question, state, blink=blink)
+    return TextField(question, state, blink=blink)

@@ -1,0 +1,59 @@
+"""What the review page shows before anything is written: files, node 0's script, the sysctl line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from wizard.answers import Answers, to_context
+
+SYSCTL_TEMPLATE = Path("sysctl") / "reserve-ports.conf"
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The files a render would write and the texts worth reading first."""
+
+    target: Path
+    exists: bool
+    files: tuple[str, ...]
+    node0_script: str
+    sysctl_snippet: str
+
+
+def build_preview(answers: Answers, output_dir: Path) -> Preview:
+    """Dry-run the very render `--answers` uses, and render node 0's script and the sysctl snippet."""
+    import jinja2
+
+    from wizard.project import NODE_TEMPLATE, render_node_script
+    from wizard.render import render
+    from wizard.templates import project_template
+
+    result = render(answers, output_dir, force=True, dry_run=True)
+    context = to_context(answers)
+    folder = project_template() / "{{cookiecutter.project_name}}"
+    node0 = render_node_script((folder / NODE_TEMPLATE).read_text(encoding="utf-8"), context, 0)
+    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    sysctl = environment.from_string((folder / SYSCTL_TEMPLATE).read_text(encoding="utf-8"))
+    return Preview(
+        target=result.project_dir,
+        exists=result.replaced,
+        files=result.files,
+        node0_script=node0,
+        sysctl_snippet=sysctl.render(cookiecutter=context),
+    )
+
+
+def file_tree(root: str, files: tuple[str, ...]) -> str:
+    """The files as an indented tree, folders before their files."""
+    lines = [f"{root}/"]
+    shown: set[str] = set()
+    for name in sorted(files, key=lambda f: (f.count("/") == 0, f)):
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder not in shown:
+                shown.add(folder)
+                lines.append("  " * depth + parts[depth - 1] + "/")
+        lines.append("  " * len(parts) + parts[-1])
+    return "\n".join(lines)

@@ -1,0 +1,241 @@
+"""The review page (answers, warnings, files, previews, output folder) and the page after rendering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
+
+from wizard.errors import Problem, WizardError
+from wizard.questions import QUESTIONS, STEP_TITLES
+from wizard.tui.preview import Preview, build_preview, file_tree
+from wizard.tui.screens import ConfirmScreen
+from wizard.tui.state import as_text
+
+if TYPE_CHECKING:
+    from wizard.render import RenderResult
+    from wizard.tui.app import WizardApp
+
+
+def answers_text(values: dict[str, object], problems: list[Problem]) -> Text:
+    """The answers step by step, then every error and warning."""
+    text = Text()
+    errors = [p for p in problems if p.severity == "error"]
+    warnings = [p for p in problems if p.severity != "error"]
+    for problem in errors:
+        text.append(f"x {problem}\n", style="bold red")
+    for problem in warnings:
+        text.append(f"! {problem}\n", style="yellow")
+    if problems:
+        text.append("\n")
+    step = None
+    for question in QUESTIONS:
+        if question.name not in values:
+            continue
+        if question.step != step:
+            step = question.step
+            text.append(f"{STEP_TITLES[step]}\n", style="bold")
+        text.append(f"  {question.prompt}: ", style="dim")
+        text.append(as_text(question, values[question.name]) or "(empty)")
+        text.append("\n")
+    return text
+
+
+class ReviewScreen(Screen[None]):
+    """Everything that will be written, before it is; Render writes it."""
+
+    BINDINGS = [
+        Binding("ctrl+r", "render", "Render"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    app: WizardApp
+
+    def compose(self) -> ComposeResult:
+        """The output folder, then tabs of answers, files and previews."""
+        yield Header()
+        with Horizontal(id="output-row"):
+            yield Label("Output folder", classes="prompt")
+            yield Input(str(self.app.output_dir), id="output", select_on_focus=False)
+        yield Static("", id="target")
+        with TabbedContent(id="tabs"):
+            with TabPane("Answers", id="tab-answers"), VerticalScroll():
+                yield Static("", id="answers")
+            with TabPane("Files", id="tab-files"), VerticalScroll():
+                yield Static("working out the files...", id="files")
+            with TabPane("node0.sh", id="tab-node0"), VerticalScroll():
+                yield Static("", id="node0")
+            with TabPane("sysctl", id="tab-sysctl"), VerticalScroll():
+                yield Static("", id="sysctl")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Show the answers and start working out the previews."""
+        self.sub_title = "Review: nothing is written until you render (ctrl+r)"
+        self.query_one("#output", Input).cursor_blink = self.app.blink
+        state = self.app.state
+        self.query_one("#answers", Static).update(answers_text(state.values, [*state.file_problems, *state.problems]))
+        self.preview()
+
+    @on(Input.Changed, "#output")
+    def output_changed(self, event: Input.Changed) -> None:
+        """A new folder: work out the files again."""
+        self.app.output_dir = Path(event.value.strip() or ".")
+        self.preview()
+
+    @on(Input.Submitted, "#output")
+    def output_submitted(self) -> None:
+        """Enter in the folder field renders."""
+        self.action_render()
+
+    @work(thread=True, exclusive=True, group="preview")
+    def preview(self) -> None:
+        """Dry-run the render in a thread and show what it would write."""
+        state = self.app.state
+        if state.errors():
+            step = STEP_TITLES[state.first_step_with_errors() or "project"]
+            self.app.call_from_thread(self.show_blocked, f"fix the errors first (step {step}); esc goes back")
+            return
+        try:
+            result = build_preview(state.answers(), self.app.output_dir)
+        except WizardError as error:
+            self.app.call_from_thread(self.show_blocked, str(error))
+            return
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self.show_preview, result)
+
+    def show_blocked(self, message: str) -> None:
+        """Say why nothing can be previewed or rendered."""
+        self.query_one("#target", Static).update(Text("x " + message, style="bold red"))
+        for name in ("files", "node0", "sysctl"):
+            self.query_one("#" + name, Static).update(Text(message))
+
+    def show_preview(self, preview: Preview) -> None:
+        """Show the target, the file tree and the previews."""
+        verb = "replaces (asks first)" if preview.exists else "creates"
+        line = Text(f"{verb} {preview.target}  ({len(preview.files)} files)")
+        if preview.exists:
+            line.stylize("yellow")
+        self.query_one("#target", Static).update(line)
+        self.query_one("#files", Static).update(Text(file_tree(preview.target.name, preview.files)))
+        self.query_one("#node0", Static).update(Text(preview.node0_script))
+        self.query_one("#sysctl", Static).update(Text(preview.sysctl_snippet))
+
+    def action_back(self) -> None:
+        """Back to the last step."""
+        self.app.pop_screen()
+
+    def action_render(self) -> None:
+        """Render, asking first when the project folder exists."""
+        state = self.app.state
+        if state.errors():
+            first = state.errors()[0]
+            self.notify(f"{first.field}: {first.message}", title="Cannot render yet", severity="error")
+            return
+        target = self.app.output_dir / state.answers()["project_name"]
+        if target.exists():
+            question = f"{target} already exists.\nReplace it whole with the new project?"
+            self.app.push_screen(ConfirmScreen(question), self.confirmed)
+        else:
+            self.write(force=False)
+
+    def confirmed(self, replace: bool | None) -> None:
+        """Render over the folder only on an explicit yes."""
+        if replace:
+            self.write(force=True)
+        else:
+            self.notify("Nothing was written; choose another output folder or project name.")
+
+    @work(thread=True, exclusive=True, group="render")
+    def write(self, force: bool) -> None:
+        """Render with the same function as --answers, in a thread."""
+        from wizard.render import render
+
+        try:
+            result = render(self.app.state.answers(), self.app.output_dir, force=force)
+        except WizardError as error:
+            self.app.call_from_thread(self.notify, str(error), title="Not rendered", severity="error")
+            return
+        self.app.call_from_thread(self.app.rendered, result)
+
+
+class DoneScreen(Screen[None]):
+    """What was written, the command to run it, and saving the answers file."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save answers"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    app: WizardApp
+
+    def __init__(self, result: RenderResult) -> None:
+        super().__init__()
+        self.result = result
+
+    def compose(self) -> ComposeResult:
+        """The outcome, the next commands and the answers file field."""
+        project = self.result.project_dir
+        yield Header()
+        with VerticalScroll(id="done"):
+            action = "Replaced" if self.result.replaced else "Created"
+            yield Static(Text(f"{action} {project} ({len(self.result.files)} files).", style="bold"))
+            yield Static(Text(done_text(self.result)), id="next")
+            yield Label("Save the answers to render again later (ctrl+s):", classes="prompt")
+            yield Input(str(self.app.answers_path or Path(f"{project.name}-answers.yaml")), id="save-path")
+            yield Static("", id="saved")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Title the page."""
+        self.sub_title = "Done"
+        self.query_one("#save-path", Input).cursor_blink = self.app.blink
+
+    @on(Input.Submitted, "#save-path")
+    def action_save(self) -> None:
+        """Save the answers file, asking before replacing one."""
+        path = Path(self.query_one("#save-path", Input).value.strip())
+        if path.exists():
+            self.app.push_screen(ConfirmScreen(f"{path} exists.\nReplace it?"), lambda yes: self.save(path, yes))
+        else:
+            self.save(path, True)
+
+    def save(self, path: Path, yes: bool | None) -> None:
+        """Write the canonical answers file when asked to."""
+        from wizard.answers import dump
+
+        saved = self.query_one("#saved", Static)
+        if not yes:
+            saved.update("Not saved.")
+            return
+        try:
+            path.write_text(dump(self.app.state.answers()), encoding="utf-8")
+        except OSError as error:
+            saved.update(Text(f"x cannot write {path}: {error.strerror}", style="bold red"))
+            return
+        saved.update(Text(f"Saved {path}. Render again: npu-wizard --answers {path}", style="green"))
+
+    def action_back(self) -> None:
+        """Back to the review page."""
+        self.app.pop_screen()
+
+
+def done_text(result: RenderResult) -> str:
+    """The warnings and what to do next with the rendered project."""
+    lines = [f"! {warning}" for warning in result.warnings]
+    if lines:
+        lines.append("")
+    lines += [
+        "Run it (every node simulated here, or --node N on each server):",
+        f"  npu-wizard run {result.project_dir}",
+        f"What runs on which node: {result.project_dir / 'README.md'}",
+    ]
+    return "\n".join(lines)

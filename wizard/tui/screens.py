@@ -1,0 +1,159 @@
+"""The question steps and the replace-confirmation dialog."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Header, Input, Label, Static
+
+from wizard.questions import STEPS
+from wizard.spec import Question
+from wizard.tui.fields import Field, field_for
+from wizard.tui.state import questions_of, step_title
+
+if TYPE_CHECKING:
+    from wizard.tui.app import WizardApp
+
+
+def help_text(question: Question) -> Text:
+    """A question's help panel: its prompt, the spec's help and what it accepts."""
+    text = Text(question.prompt, style="bold")
+    text.append("  (" + question.allowed() + ("; may be left empty" if question.optional else "") + ")", style="dim")
+    text.append("\n" + question.help)
+    return text
+
+
+class StepScreen(Screen[None]):
+    """One step of questions; Next is refused while the step has errors."""
+
+    BINDINGS = [
+        Binding("ctrl+n", "next", "Next"),
+        Binding("escape", "back", "Back"),
+        Binding("f1", "toggle_help", "Help"),
+    ]
+
+    app: WizardApp
+
+    def __init__(self, step: str) -> None:
+        super().__init__(name=step)
+        self.step = step
+
+    def compose(self) -> ComposeResult:
+        """Header, the step's fields, the help panel and the footer."""
+        yield Header()
+        with VerticalScroll(id="fields"):
+            for question in questions_of(self.step):
+                yield field_for(question, self.app.state, blink=self.app.blink)
+                if question.name == "training.lr":
+                    yield Static("", id="lr-hint")
+        yield Static("", id="help")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Title the step and show the first question's help."""
+        self.sub_title = step_title(self.step)
+        self.query_one("#help", Static).display = self.app.show_help
+        self.show_help(questions_of(self.step)[0])
+        self.refresh_fields()
+        self.query(".answer").first().focus()
+
+    def on_screen_resume(self) -> None:
+        """Answers on later steps may have changed defaults here; show them again."""
+        self.query_one("#help", Static).display = self.app.show_help
+        if self.is_mounted:
+            self.refresh_fields()
+
+    def refresh_fields(self) -> None:
+        """Show every field's value and problems as the state has them now."""
+        for field in self.query(Field).results(Field):
+            field.show()
+        if self.step == "training":
+            self.query_one("#lr-hint", Static).update(Text(self.app.state.lr_hint()))
+
+    @on(Field.Edited)
+    def record(self, event: Field.Edited) -> None:
+        """Store the new raw answer and check the step again."""
+        self.app.state.set(event.name, event.raw)
+        self.refresh_fields()
+
+    @on(Field.Focused)
+    def field_focused(self, event: Field.Focused) -> None:
+        """Show the focused question's help."""
+        self.show_help(event.question)
+
+    def show_help(self, question: Question) -> None:
+        """Put a question's help in the help panel."""
+        self.query_one("#help", Static).update(help_text(question))
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        """Enter moves to the next field, and past the last one to the next step."""
+        event.stop()
+        inputs = [w for w in self.focus_chain if w.display]
+        if inputs and self.focused is inputs[-1]:
+            self.action_next()
+        else:
+            self.focus_next()
+
+    def action_next(self) -> None:
+        """Go to the next step, or to the review, when this step has no errors."""
+        errors = self.app.state.step_errors(self.step)
+        if errors:
+            first = errors[0]
+            self.notify(f"{first.field}: {first.message}", title="Fix this step first", severity="error")
+            field = self.query_one("#field-" + first.field.replace(".", "-"), Field)
+            field.query(".answer").first().focus()
+            return
+        self.app.go_forward(self.step)
+
+    def action_back(self) -> None:
+        """Go to the previous step; what was entered stays."""
+        if STEPS.index(self.step) > 0:
+            self.app.pop_screen()
+
+    def action_toggle_help(self) -> None:
+        """Show or hide the help panel."""
+        self.app.show_help = not self.app.show_help
+        self.query_one("#help", Static).display = self.app.show_help
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask a yes/no question; dismisses with True only on an explicit yes."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n", "answer(False)", "No"),
+        Binding("escape", "answer(False)", "Cancel"),
+    ]
+
+    def __init__(self, question: str, yes: str = "Replace") -> None:
+        super().__init__()
+        self.question = question
+        self.yes = yes
+
+    def compose(self) -> ComposeResult:
+        """The question and two buttons, No focused."""
+        with Vertical(id="dialog"):
+            yield Label(Text(self.question), id="question")
+            with Horizontal(id="buttons"):
+                yield Button(f"{self.yes} (y)", variant="error", id="yes")
+                yield Button("Cancel (n)", variant="primary", id="no")
+
+    def on_mount(self) -> None:
+        """Focus the safe answer."""
+        self.query_one("#no", Button).focus()
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        """Answer with the button pressed."""
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        """Answer from the keyboard."""
+        self.dismiss(yes)

@@ -1,0 +1,158 @@
+"""What the wizard has been told so far, and what the spec says about it; no Textual here.
+
+The screens keep only the raw answers a person typed or a file pre-filled.
+Everything else (defaults, problems, which questions apply, which choices are
+open) is asked of the question spec and `wizard.answers.evaluate`, so the
+interactive path accepts and refuses exactly what `--answers` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wizard.answers import Answers, evaluate, resolve
+from wizard.errors import Problem
+from wizard.questions import BY_NAME, QUESTIONS, STEP_TITLES, STEPS
+from wizard.spec import Choice, Invalid, Question
+
+
+@dataclass(frozen=True)
+class ChoiceState:
+    """One option of a choice question as the screen shows it now."""
+
+    choice: Choice
+    refusal: str | None
+    note: str | None
+
+
+def questions_of(step: str) -> tuple[Question, ...]:
+    """The questions a step asks, in spec order."""
+    return tuple(q for q in QUESTIONS if q.step == step)
+
+
+def step_title(step: str) -> str:
+    """The title of a step with its position, e.g. 'Topology (3 of 7)'."""
+    return f"{STEP_TITLES[step]} ({STEPS.index(step) + 1} of {len(STEPS)})"
+
+
+def as_text(question: Question, value: Any) -> str:
+    """A raw or parsed value as the text a field shows."""
+    if value is None:
+        return ""
+    if question.kind == "choice" and isinstance(value, bool):
+        return "off" if value is False else "on"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(item) for item in value)
+    return str(value)
+
+
+def as_rows(value: Any) -> list[str]:
+    """A raw or parsed list value (or comma-separated text) as one text per row."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",")]
+    if isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    return [str(value)]
+
+
+class WizardState:
+    """The raw answers given so far, with the spec's verdict on them."""
+
+    def __init__(self, raw: Mapping[str, Any] | None = None, file_problems: Iterable[Problem] = ()) -> None:
+        self.raw: dict[str, Any] = dict(raw or {})
+        self.file_problems: tuple[Problem, ...] = tuple(file_problems)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Evaluate the current raw answers again."""
+        self.values, self.problems = evaluate(self.effective_raw())
+
+    def set(self, name: str, raw: Any) -> None:
+        """Record what the person entered for a question."""
+        self.raw[name] = raw
+        self.refresh()
+
+    def effective_raw(self) -> dict[str, Any]:
+        """The raw answers of the questions that apply (kept answers of hidden ones are left out)."""
+        values, _ = evaluate(self.raw)
+        return {name: raw for name, raw in self.raw.items() if BY_NAME[name].applies(values)}
+
+    def applies(self, name: str) -> bool:
+        """Whether a question is asked, given the answers before it."""
+        return BY_NAME[name].applies(self.values)
+
+    def shown(self, name: str) -> Any:
+        """The value a field shows: what was entered, else the spec's default for these answers."""
+        if name in self.raw:
+            return self.raw[name]
+        return BY_NAME[name].default_for(self.values)
+
+    def problems_at(self, name: str) -> list[Problem]:
+        """The errors and warnings at one question, errors first."""
+        found = [p for p in self.problems if p.field == name]
+        return sorted(found, key=lambda p: p.severity != "error")
+
+    def step_errors(self, step: str) -> list[Problem]:
+        """The errors on a step's questions that apply."""
+        names = {q.name for q in questions_of(step) if self.applies(q.name)}
+        return [p for p in self.problems if p.severity == "error" and p.field in names]
+
+    def errors(self) -> list[Problem]:
+        """Every error in the answers."""
+        return [p for p in self.problems if p.severity == "error"]
+
+    def warnings(self) -> list[Problem]:
+        """Every warning in the answers, those about the loaded file first."""
+        return [*self.file_problems, *(p for p in self.problems if p.severity == "warning")]
+
+    def choices(self, name: str) -> list[ChoiceState]:
+        """Each option of a choice question, refused or noted as the shared checks would say if chosen."""
+        states = []
+        for choice in BY_NAME[name].choices:
+            _, problems = evaluate({**self.effective_raw(), name: choice.value})
+            here = [p for p in problems if p.field == name]
+            refusal = next((p.message for p in here if p.severity == "error"), None)
+            note = next((p.message for p in here if p.severity == "warning"), None)
+            states.append(ChoiceState(choice, refusal, note))
+        return states
+
+    def answers(self) -> Answers:
+        """The checked answers; raises AnswersError while any error remains."""
+        return resolve(self.effective_raw())
+
+    def first_step_with_errors(self) -> str | None:
+        """The first step that still has an error, if any."""
+        return next((step for step in STEPS if self.step_errors(step)), None)
+
+    def lr_hint(self) -> str:
+        """The learning rate train.py will use, worked out as the README explains it."""
+        v = self.values
+        try:
+            world = v["nodes"] * v["devices_per_node"]
+            global_batch = v["training.batch_size"] * world
+        except KeyError:
+            return "fix the batch size and topology to see the learning rate"
+        if v.get("training.lr") is not None:
+            return f"lr {v['training.lr']:g} as given, for a global batch of {global_batch}"
+        try:
+            base_lr, base_batch = v["training.base_lr"], v["training.base_batch_size"]
+        except KeyError:
+            return "fix the single-card values to see the scaled learning rate"
+        lr = base_lr * global_batch / base_batch
+        return (
+            f"lr = {base_lr:g} x {global_batch} / {base_batch} = {lr:g}  "
+            f"(global batch {global_batch} = {v['training.batch_size']} x {world} devices)"
+        )
+
+
+def check_text(question: Question, text: str) -> str | None:
+    """The spec's message for one typed value, or None when it parses."""
+    try:
+        question.parse(text)
+    except Invalid as invalid:
+        return str(invalid)
+    return None
