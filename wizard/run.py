@@ -153,6 +153,10 @@ def run_project(
     view = read_view(run_dir)
     print(view.progress_line(answers.world_size, clock() - start), file=out)
     print(f"finished in {clock() - start:.1f}s; events and logs in {run_dir}", file=out)
+    if "--smoke" in train_args:  # the per-rank smoke report: wizard/smoke.py
+        from wizard.smoke import print_smoke_report
+
+        print_smoke_report(run_dir, answers.world_size, out)
     return run_dir
 
 

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from runtime import amp, checkpoint, data, device, distributed, events
+from runtime import amp, checkpoint, data, device, distributed, events, smoke
 
 PROJECT_DIR = Path(__file__).resolve().parent
 DEVICE = "{{ cookiecutter.device }}"
@@ -328,6 +328,9 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
     with recorder.recording():
         target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
         try:
+            if args.smoke:
+                smoke.run_smoke(rank, target, recorder)  # one all_reduce, one barrier
+                return
             torch.manual_seed(SEED)
 {%- if cookiecutter.dataset == "mnist" %}
             if args.download_data:
@@ -372,6 +375,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--run-dir", help="default: $NPU_WIZARD_RUN_DIR")
     parser.add_argument("--checkpoint-dir", help="default: $NPU_WIZARD_CHECKPOINT_DIR")
+    parser.add_argument("--smoke", action="store_true", help="test the topology only")
 {%- if cookiecutter.dataset == "mnist" %}
     parser.add_argument("--download-data", action="store_true", help="fetch MNIST")
 {%- endif %}

@@ -1,0 +1,350 @@
+"""Fast checks of this node before any rank starts (standard library only).
+
+A launch script runs `python -m runtime.preflight` first, so that a node with
+a wrong HCCL_IF_IP, a taken port or an unreachable master fails in seconds,
+with the reason, instead of hanging at process-group init. `npu-wizard doctor`
+builds its network checks on the same probes. Every check reads only: it binds
+a socket and closes it, or opens a TCP connection to the master and closes it.
+Skip the launch-time checks with NPU_WIZARD_SKIP_PREFLIGHT=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
+EXIT_FAILED = 3  # a check failed; any other non-zero exit means the preflight itself could not run
+ENV_WAIT = "NPU_WIZARD_PREFLIGHT_WAIT"
+DEFAULT_WAIT_S = 15.0
+NONLOCAL_BIND = Path("/proc/sys/net/ipv4/ip_nonlocal_bind")
+CANN_VARIABLES = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
+
+
+@dataclass(frozen=True)
+class Result:
+    """One check's outcome: PASS, WARN, FAIL or SKIP, what was found, and the fix."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+# ---- probes ---------------------------------------------------------------------
+
+
+def address_is_local(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> bool | None:
+    """Whether `address` is assigned to this host (a bind test); None when the kernel cannot tell."""
+    ip = ipaddress.ip_address(address)
+    if ip.is_loopback:
+        return True
+    if ip.version == 4 and _read(nonlocal_bind).strip() == "1":
+        # ip_nonlocal_bind lets any address bind: the test would prove nothing
+        return None
+    family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(ip), 0))
+        except OSError as error:
+            if error.errno == errno.EADDRNOTAVAIL:
+                return False
+            raise
+    return True
+
+
+def port_error(host: str, port: int) -> OSError | None:
+    """Why a server could not listen on host:port now, or None when it could ('' = every address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # as servers do: a port left in TIME_WAIT by an earlier run is no obstacle
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            return error
+    return None
+
+
+def connect_error(host: str, port: int, timeout_s: float) -> OSError | None:
+    """Why a TCP connection to host:port failed, or None when it opened (it is closed at once)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as error:
+        return error
+
+
+def parse_port_list(text: str) -> list[tuple[int, int]]:
+    """ip_local_reserved_ports ('60000-60015,61000') as inclusive (first, last) ranges."""
+    ranges = []
+    for item in text.replace("\n", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        first, _, last = item.partition("-")
+        ranges.append((int(first), int(last or first)))
+    return ranges
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    """ip_local_port_range ('32768\\t60999') as (first, last)."""
+    first, last = text.split()
+    return int(first), int(last)
+
+
+def parse_visible_devices(value: str) -> tuple[int, ...]:
+    """ASCEND_RT_VISIBLE_DEVICES as the runtime reads it: comma-separated ascending device ids."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(item.isdigit() for item in items):
+        hint = "give comma-separated device ids, e.g. 0,1,2,3"
+        raise ValueError(f"ASCEND_RT_VISIBLE_DEVICES={value!r}: {hint}")
+    ids = tuple(int(item) for item in items)
+    if list(ids) != sorted(set(ids)):
+        hint = "the ids must be ascending, each once"
+        raise ValueError(f"ASCEND_RT_VISIBLE_DEVICES={value!r}: {hint}")
+    return ids
+
+
+def compress_numbers(numbers: Sequence[int]) -> str:
+    """Numbers (ports, ranks) as short text: 60000-60002, 60007."""
+    spans: list[list[int]] = []
+    for number in sorted(numbers):
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` is a loopback IP (nodes simulated on one host)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+# ---- checks ---------------------------------------------------------------------
+
+
+def check_hccl_if_ip(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> Result:
+    """HCCL_IF_IP must be an address of this host, or HCCL and gloo bind a NIC that is not there."""
+    name = "HCCL_IF_IP"
+    try:
+        local = address_is_local(address, nonlocal_bind)
+    except ValueError:
+        return Result(
+            name,
+            FAIL,
+            f"{address!r} is not an IP address",
+            "set it to this node's host IP",
+        )
+    if local is None:
+        return Result(
+            name,
+            WARN,
+            f"{address}: cannot tell (ip_nonlocal_bind=1)",
+            "check it with: ip -brief addr",
+        )
+    if not local:
+        return Result(
+            name,
+            FAIL,
+            f"{address} is not an address of this host ({socket.gethostname()})",
+            "set this node's host IP in the answers (see: ip -brief addr) and render again, or use this node's script",
+        )
+    return Result(name, PASS, f"{address} is on this host")
+
+
+def check_port_free(name: str, host: str, port: int) -> Result:
+    """A server port (the master's) must be free to listen on."""
+    error = port_error(host, port)
+    if error is None:
+        return Result(name, PASS, f"{port} is free")
+    return Result(
+        name,
+        FAIL,
+        f"{port} is taken ({error.strerror or error})",
+        f"stop what holds it (see: ss -ltnp 'sport = :{port}'), often an earlier run, or pick another port",
+    )
+
+
+def check_ports_free(name: str, host: str, first: int, count: int) -> Result:
+    """HCCL's host ports on HCCL_IF_IP must all be free (else EJ0003 / EI0020 'listen ... fail')."""
+    last = first + count - 1
+    ports = range(first, last + 1)
+    taken = [port for port in ports if port_error(host, port) is not None]
+    if not taken:
+        return Result(name, PASS, f"{first}-{last} free on {host}")
+    return Result(
+        name,
+        FAIL,
+        f"{compress_numbers(taken)} taken on {host} (HCCL needs {first}-{last})",
+        f"stop what holds them (see: ss -tanp 'sport = :{taken[0]}'), often an earlier run; "
+        "reserve the range (sysctl/reserve-ports.sh) or move the HCCL base port",
+    )
+
+
+def check_master_local(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> Result:
+    """On node 0 the master address must be this host's: rank 0 listens there."""
+    name = "master address"
+    try:
+        resolved = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0][4][0]
+    except OSError as error:
+        return Result(
+            name,
+            FAIL,
+            f"{address} does not resolve ({error})",
+            "use node 0's IP address",
+        )
+    local = address_is_local(resolved, nonlocal_bind)
+    if local is False:
+        return Result(
+            name,
+            FAIL,
+            f"{address} is not an address of this host, but node 0 runs rank 0, which listens there",
+            "make the master address node 0's host IP, or run node 0's script on the master host",
+        )
+    return Result(name, PASS, f"{address} is this host (node 0 listens there)")
+
+
+def check_master_reachable(
+    address: str,
+    port: int,
+    *,
+    wait_s: float = 0.0,
+    timeout_s: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Result:
+    """From nodes > 0: the master must answer; try for `wait_s`, since node 0 may start later."""
+    name = "master reachable"
+    deadline = clock() + wait_s
+    while True:
+        error = connect_error(address, port, timeout_s)
+        if error is None:
+            return Result(name, PASS, f"{address}:{port} accepts connections")
+        if clock() + 0.5 > deadline:
+            break
+        sleep(0.5)
+    waited = f" after {wait_s:.0f}s" if wait_s >= 1 else ""
+    if isinstance(error, ConnectionRefusedError):
+        return Result(
+            name,
+            WARN,
+            f"{address} answers but nothing listens on {port}{waited}: node 0 may not have started yet",
+            "fine before node 0 starts; if the job then hangs at start-up, check node 0 and its master port",
+        )
+    reason = str(error.strerror or error)
+    if isinstance(error, TimeoutError):
+        reason = "no answer (timed out)"
+    return Result(
+        name,
+        FAIL,
+        f"cannot reach {address}:{port}{waited}: {reason}",
+        "check the master address, the route (ping), and firewalls between the nodes for this port",
+    )
+
+
+def check_cann(device: str, set_env: str, env: Mapping[str, str]) -> Result:
+    """On NPUs, torch_npu needs the CANN environment: set_env.sh sourced, or already set up."""
+    name = "CANN"
+    if device == "cpu":
+        return Result(name, SKIP, "not needed for device cpu")
+    if Path(set_env).is_file():
+        return Result(name, PASS, f"{set_env} exists")
+    found = [variable for variable in CANN_VARIABLES if env.get(variable)]
+    if found:
+        return Result(name, PASS, f"set up in this shell ({found[0]}={env[found[0]]})")
+    status = WARN if device == "npu" else SKIP
+    return Result(
+        name,
+        status,
+        f"{set_env or 'set_env.sh'} is missing and {CANN_VARIABLES[0]} is unset: torch_npu will not load",
+        "install CANN, or set CANN_SET_ENV to its set_env.sh (the answers' environment.cann_set_env)",
+    )
+
+
+# ---- the launch-time preflight ------------------------------------------------------
+
+
+def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Result]:
+    """The fast checks of this node for its launch script."""
+    node = int(env.get("NODE_RANK", "0"))
+    master_addr, master_port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    if_ip = env.get("HCCL_IF_IP", "")
+    results = [check_hccl_if_ip(if_ip)] if if_ip else []
+    if node == 0:
+        results.append(check_master_local(master_addr))
+        every_address = "::" if ":" in master_addr else ""
+        results.append(check_port_free("master port", every_address, master_port))
+    elif not is_loopback(master_addr):
+        # (simulated nodes start together on loopback: node 0 may not be up yet)
+        wait = args.wait
+        results.append(check_master_reachable(master_addr, master_port, wait_s=wait))
+    results.append(check_cann(args.device, args.cann_set_env, env))
+    if args.device == "npu" and if_ip and results[0].status == PASS:
+        base = int(env.get("HCCL_IF_BASE_PORT", "60000"))
+        count = args.hccl_port_count
+        results.append(check_ports_free("HCCL ports", if_ip, base, count))
+    return results
+
+
+def report_lines(node: str, results: Sequence[Result]) -> list[str]:
+    """The launch script's lines: one per check that did not pass, then the ones that did."""
+    lines = []
+    for r in results:
+        if r.status in (WARN, FAIL):
+            fix = f"; fix: {r.fix}" if r.fix else ""
+            line = f"node {node}: preflight {r.status}: {r.name}: {r.detail}{fix}"
+            lines.append(line)
+    passed = [r.name for r in results if r.status == PASS]
+    if passed:
+        lines.append(f"node {node}: preflight ok: {', '.join(passed)}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ) -> int:
+    """Run the launch-time checks; exit 0, or EXIT_FAILED when one failed."""
+    summary = __doc__.splitlines()[0]
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime.preflight",
+        description=summary,
+    )
+    parser.add_argument("--device", default="npu", help="npu, auto or cpu")
+    parser.add_argument("--cann-set-env", default="", help="the set_env.sh looked for")
+    parser.add_argument("--hccl-port-count", type=int, default=16)
+    wait = float(env.get(ENV_WAIT) or DEFAULT_WAIT_S)
+    parser.add_argument("--wait", type=float, default=wait, help="master wait (s)")
+    args = parser.parse_args(argv)
+    try:
+        results = launch_checks(args, env)
+    except KeyboardInterrupt:
+        # die of SIGINT, so that the launch script stops too instead of going on
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        raise
+    for line in report_lines(env.get("NODE_RANK", "0"), results):
+        print(line, flush=True)
+    return EXIT_FAILED if any(r.status == FAIL for r in results) else 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
