@@ -63,6 +63,10 @@ def build_run_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run npu-wizard with `argv`; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:
+        from wizard.doctor import command as doctor
+
+        return _guarded(lambda: doctor(argv[1:]))
     if argv[:1] == ["run"]:
         return _guarded(lambda: _run(build_run_parser().parse_args(argv[1:])))
     args = build_parser().parse_args(argv)

@@ -1,0 +1,196 @@
+"""Doctor's network checks: which node this is, HCCL_IF_IP, ports, the master, HCCL timeouts.
+
+The probes (bind, connect, the address test) are runtime/preflight.py's, the
+ones the launch scripts run; here they are judged against the answers, and
+the kernel's port reservation and ephemeral range are read too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from runtime import preflight
+from runtime.preflight import FAIL, PASS, SKIP, WARN, Result, compress_numbers
+from wizard.answers import Answers
+from wizard.errors import TargetError
+
+RESERVED_PORTS = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LARGE_JOB_RANKS = 128  # beyond this, Huawei's guides raise HCCL_CONNECT_TIMEOUT
+LARGE_JOB_CONNECT_S = 1200
+RESERVE_FIX = "reserve them on every node: sudo bash sysctl/reserve-ports.sh --apply (merges into the current list)"
+
+
+@dataclass(frozen=True)
+class Node:
+    """The node doctor checks: its index and host IP, and how that was decided."""
+
+    index: int
+    address: str
+    how: str  # "--node", "simulated" (every node on loopback), "found" (its IP is here), "guessed"
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    """The kernel's ephemeral port range and reserved ports; None where unreadable."""
+
+    ephemeral: tuple[int, int] | None
+    reserved: tuple[tuple[int, int], ...] | None
+    problems: tuple[str, ...] = ()
+
+    def in_ephemeral(self, ports: range) -> list[int]:
+        """The ports the kernel may hand out as ephemeral ones (in the range, not reserved)."""
+        if self.ephemeral is None:
+            return []
+        first, last = self.ephemeral
+        reserved = self.reserved or ()
+        return [p for p in ports if first <= p <= last and not any(a <= p <= b for a, b in reserved)]
+
+
+def which_node(answers: Answers, requested: int | None, nonlocal_bind: Path) -> Node:
+    """This host's node: --node, else node 0 when simulated, else the node whose host IP is here."""
+    ips = answers["network.host_ips"]
+    if requested is not None:
+        if not 0 <= requested < len(ips):
+            raise TargetError(f"--node {requested}: this project has nodes 0 to {len(ips) - 1}")
+        return Node(requested, ips[requested], "--node")
+    if all(preflight.is_loopback(ip) for ip in ips):
+        return Node(0, ips[0], "simulated")
+    for index, ip in enumerate(ips):
+        if preflight.address_is_local(ip, nonlocal_bind):
+            return Node(index, ip, "found")
+    return Node(0, ips[0], "guessed")
+
+
+def read_port_facts(reserved_path: Path, range_path: Path) -> PortFacts:
+    """Read ip_local_port_range and ip_local_reserved_ports; note what could not be read."""
+    problems = []
+    ephemeral = reserved = None
+    try:
+        ephemeral = preflight.parse_port_range(range_path.read_text())
+    except (OSError, ValueError) as error:
+        problems.append(f"cannot read the ephemeral range from {range_path}: {error}")
+    try:
+        reserved = tuple(preflight.parse_port_list(reserved_path.read_text()))
+    except (OSError, ValueError) as error:
+        problems.append(f"cannot read the reserved ports from {reserved_path}: {error}")
+    return PortFacts(ephemeral, reserved, tuple(problems))
+
+
+def check_if_ip(node: Node, nonlocal_bind: Path) -> Result:
+    """This node's host IP (its HCCL_IF_IP) is an address of this host."""
+    result = preflight.check_hccl_if_ip(node.address, nonlocal_bind)
+    if result.status == FAIL and node.how == "guessed":
+        return replace(
+            result,
+            detail=f"no host IP of the project is on this host (node 0's: {result.detail})",
+            fix="run doctor on a node of the project with --node N, or fix network.host_ips and render again",
+        )
+    return replace(result, detail=f"node {node.index}: {result.detail}")
+
+
+def check_hccl_reserved(answers: Answers, facts: PortFacts) -> Result:
+    """HCCL's host ports are outside the ephemeral range, or reserved."""
+    if answers["device"] == "cpu":
+        return Result("HCCL ports reserved", SKIP, "device cpu: gloo uses no HCCL ports")
+    if facts.problems:
+        return Result("HCCL ports reserved", WARN, "; ".join(facts.problems), "check /proc/sys/net/ipv4 by hand")
+    base, count = answers["network.hccl_base_port"], answers["network.hccl_port_count"]
+    ports = range(base, base + count)
+    exposed = facts.in_ephemeral(ports)
+    first, last = facts.ephemeral or (0, 0)
+    if exposed:
+        return Result(
+            "HCCL ports reserved",
+            FAIL,
+            f"{compress_numbers(exposed)} lie in the ephemeral range {first}-{last} and are not reserved: "
+            "the kernel may hand them out (EJ0003, 'Recv unmatched ack')",
+            RESERVE_FIX,
+        )
+    if facts.ephemeral and not (ports.stop <= first or ports.start > last):
+        return Result("HCCL ports reserved", PASS, f"{ports.start}-{ports.stop - 1} reserved")
+    return Result("HCCL ports reserved", PASS, f"{ports.start}-{ports.stop - 1} outside the ephemeral range")
+
+
+def check_hccl_free(answers: Answers, node: Node, if_ip: Result) -> Result:
+    """HCCL's host ports are free on this node's HCCL_IF_IP."""
+    if answers["device"] == "cpu":
+        return Result("HCCL ports free", SKIP, "device cpu: gloo uses no HCCL ports")
+    if if_ip.status != PASS:
+        return Result("HCCL ports free", SKIP, f"{node.address} is not on this host")
+    base, count = answers["network.hccl_base_port"], answers["network.hccl_port_count"]
+    return preflight.check_ports_free("HCCL ports free", node.address, base, count)
+
+
+def check_master_port(answers: Answers, node: Node, facts: PortFacts) -> Result:
+    """On node 0: the master port is free to listen on, and not an ephemeral port."""
+    port = answers["network.master_port"]
+    if node.index != 0:
+        return Result("master port", SKIP, f"node 0 listens on {port}, not this one")
+    every_address = "::" if ":" in answers["network.master_addr"] else ""
+    result = preflight.check_port_free("master port", every_address, port)
+    if result.status != PASS:
+        return result
+    if facts.in_ephemeral(range(port, port + 1)):
+        first, last = facts.ephemeral or (0, 0)
+        return Result(
+            "master port",
+            WARN,
+            f"{port} is free but in the ephemeral range {first}-{last}, not reserved",
+            RESERVE_FIX,
+        )
+    return Result("master port", PASS, f"{port} is free")
+
+
+def check_master(answers: Answers, node: Node, timeout_s: float, nonlocal_bind: Path) -> Result:
+    """Node 0 is the master host; other nodes reach the master's address and port."""
+    address, port = answers["network.master_addr"], answers["network.master_port"]
+    if node.index == 0:
+        return preflight.check_master_local(address, nonlocal_bind)
+    result = preflight.check_master_reachable(address, port, wait_s=0.0, timeout_s=timeout_s)
+    if result.status == WARN:
+        return replace(result, fix="start node 0 (or its job) and run doctor again to prove the path")
+    return result
+
+
+def check_timeouts(answers: Answers, script: Path | None) -> Result:
+    """HCCL_CONNECT_TIMEOUT < HCCL_EXEC_TIMEOUT, within range, and the launch script agrees with the answers."""
+    name = "HCCL timeouts"
+    if answers["device"] == "cpu":
+        return Result(name, SKIP, "device cpu: HCCL unused")
+    connect, execute = answers["network.connect_timeout"], answers["network.exec_timeout"]
+    source = "the answers"
+    if script is not None and script.is_file():
+        text = script.read_text()
+        found = {key: _exported_int(text, f"HCCL_{key}_TIMEOUT") for key in ("CONNECT", "EXEC")}
+        if found["CONNECT"] is not None and found["EXEC"] is not None:
+            if (found["CONNECT"], found["EXEC"]) != (connect, execute):
+                return Result(
+                    name,
+                    WARN,
+                    f"{script.name} sets connect {found['CONNECT']}s, exec {found['EXEC']}s; the answers say "
+                    f"{connect}s, {execute}s (edited by hand?)",
+                    "render the project again, or set network.connect_timeout/exec_timeout to match",
+                )
+            source = f"launch/{script.name}"
+    if not 120 <= connect <= 7200:
+        return Result(name, FAIL, f"connect {connect}s is outside 120-7200", "set network.connect_timeout")
+    if execute != 0 and connect >= execute:
+        return Result(
+            name, FAIL, f"connect {connect}s >= exec {execute}s", "raise network.exec_timeout above the connect one"
+        )
+    if answers.world_size >= LARGE_JOB_RANKS and connect < LARGE_JOB_CONNECT_S:
+        return Result(
+            name,
+            WARN,
+            f"connect {connect}s for {answers.world_size} ranks: large jobs connect slowly",
+            f"raise network.connect_timeout to {LARGE_JOB_CONNECT_S}+",
+        )
+    return Result(name, PASS, f"connect {connect}s < exec {execute}s ({source})")
+
+
+def _exported_int(text: str, variable: str) -> int | None:
+    match = re.search(rf"^export {variable}=\"?(\d+)\"?$", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
