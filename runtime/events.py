@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from runtime import status
+
 SCHEMA_VERSION = 1
 ENV_RUN_DIR = "NPU_WIZARD_RUN_DIR"
 ENV_HEARTBEAT = "NPU_WIZARD_HEARTBEAT_S"
@@ -68,6 +70,7 @@ class EventWriter:
         self._heartbeat: threading.Thread | None = None
         self.step = 0
         self.epoch = 0
+        self._publisher = status.publisher_from_env(rank)
         # a rank killed mid-line leaves a torn line; start ours on a fresh one
         if self._file.tell() > 0 and not self.path.read_bytes().endswith(b"\n"):
             self._file.write("\n")
@@ -81,6 +84,8 @@ class EventWriter:
             if not self._file.closed:
                 self._file.write(line)
                 self._file.flush()
+        if self._publisher is not None:
+            self._publisher.publish(record)
         return record
 
     def started(
@@ -182,6 +187,9 @@ class EventWriter:
             self._heartbeat.join(timeout=5)
         with self._lock:
             self._file.close()
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
 
 
 def read_rank_events(path: Path, *, strict: bool = False) -> list[Event]:

@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="replace an existing project folder whole")
     parser.add_argument("--dry-run", action="store_true", help="list the files and warnings; write nothing")
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")
-    parser.epilog += " Run a rendered project: npu-wizard run PROJECT (see npu-wizard run --help)."
+    parser.epilog += (
+        " Run a rendered project: npu-wizard run PROJECT; watch a run: npu-wizard monitor RUN (see their --help)."
+    )
     return parser
 
 
@@ -48,16 +50,65 @@ def build_run_parser() -> argparse.ArgumentParser:
     """The argument parser of `npu-wizard run`."""
     parser = argparse.ArgumentParser(
         prog="npu-wizard run",
-        description="Start a rendered project's launch scripts and follow every rank; "
-        "on a failure, stop the job and name the rank that failed first.",
+        description="Start a rendered project's launch scripts and watch every rank (a live view on a terminal); "
+        "on a failure, stop the whole job and name the rank that failed first.",
+        epilog="Exit codes: 0 the job finished, 1 bad project or options, 3 the job failed or hung "
+        "(root cause printed), 130 interrupted (every process of the job stopped).",
     )
     parser.add_argument("project", help="the rendered project folder")
-    parser.add_argument("--node", type=int, help="start only this node's script (default: every node simulated here)")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines (default 2)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--node", type=int, help="start only this node's script (on node N of a real cluster)")
+    where.add_argument(
+        "--all-nodes",
+        action="store_true",
+        help="start every node's script on this host (the default when all host IPs are loopback)",
+    )
+    _add_watch_arguments(parser)
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="let torchrun/torch-npu-run restart failed workers N times, resuming from the last checkpoint "
+        "(other launchers have no restart mechanism)",
+    )
+    parser.add_argument(
+        "--abort-on-hang", action="store_true", help="stop the job when a rank is hung (see --hang-after)"
+    )
+    parser.add_argument(
+        "--status-port",
+        type=int,
+        metavar="PORT",
+        help="port on the master where node 0's runner hears every rank (default: master_port + 1)",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="only check the topology: one all_reduce and one barrier on every rank"
     )
     return parser
+
+
+def build_monitor_parser() -> argparse.ArgumentParser:
+    """The argument parser of `npu-wizard monitor`."""
+    parser = argparse.ArgumentParser(
+        prog="npu-wizard monitor",
+        description="Attach to a run folder (runs/<stamp> of a project), live or finished: "
+        "the same views as npu-wizard run; a summary for a finished run.",
+    )
+    parser.add_argument("run", help="the run folder (or a project folder: its newest run)")
+    _add_watch_arguments(parser)
+    return parser
+
+
+def _add_watch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plain", action="store_true", help="plain progress lines, no live view (default off a TTY)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines (default 2)")
+    parser.add_argument(
+        "--hang-after",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="flag a rank as hung after S seconds without a heartbeat or a step (default 30)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guarded(lambda: doctor(argv[1:]))
     if argv[:1] == ["run"]:
         return _guarded(lambda: _run(build_run_parser().parse_args(argv[1:])))
+    if argv[:1] == ["monitor"]:
+        return _guarded(lambda: _monitor(build_monitor_parser().parse_args(argv[1:])))
     args = build_parser().parse_args(argv)
     return _guarded(
         lambda: _render_from_file(args) if args.answers is not None and not args.edit else _interactive(args)
@@ -88,11 +141,45 @@ def _guarded(command: Callable[[], int]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from wizard.run import run_project
+    from wizard.run import Job, RunOptions, run_plain
 
-    train_args = ["--smoke"] if args.smoke else []
-    run_project(Path(args.project), node=args.node, interval=args.interval, train_args=train_args)
+    options = RunOptions(
+        node=args.node,
+        all_nodes=args.all_nodes,
+        interval=args.interval,
+        hang_after=args.hang_after,
+        abort_on_hang=args.abort_on_hang,
+        max_restarts=args.max_restarts,
+        status_port=args.status_port,
+        train_args=("--smoke",) if args.smoke else (),
+    )
+    job = Job(Path(args.project), options)
+    if _live(args):
+        from wizard.monitor.app import run_live
+
+        run_live(job)
+    else:
+        run_plain(job)
+    job.raise_for_outcome()
     return EXIT_OK
+
+
+def _monitor(args: argparse.Namespace) -> int:
+    from wizard.monitor.attach import RunFolder, watch_plain
+
+    folder = RunFolder.open(Path(args.run), hang_after=args.hang_after)
+    if _live(args):
+        from wizard.monitor.app import monitor_live
+
+        monitor_live(folder)
+    else:
+        watch_plain(folder, interval=args.interval)
+    return EXIT_OK
+
+
+def _live(args: argparse.Namespace) -> bool:
+    """The live view, unless --plain or not on a terminal."""
+    return not args.plain and sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def _read_answers_text(source: str) -> str:

@@ -1,9 +1,12 @@
-"""`npu-wizard run`: start a rendered project's launch scripts and follow its ranks.
+"""`npu-wizard run`: start a rendered project's launch scripts and supervise the job.
 
-This is the plain-text runner: it starts this node's launch script (or every
-node's, when all of them are simulated on this host), prints one progress line
-per interval from the ranks' event files, stops every process of the job when
-one node fails, and names the root cause: the first rank to fail.
+A `Job` starts this node's launch script (or every node's, when all of them are
+simulated on this host) in a run folder of its own, hosts the status stream
+that every rank of every node reports to, and on each `tick` folds the ranks'
+events into a `JobState`. The first failure (a launcher exiting non-zero, a
+rank's error, a rank whose process vanished, or a hang with --abort-on-hang)
+stops every process of the job and names the root cause. The plain loop here
+and the live view (wizard.monitor.app) both drive the same `Job`.
 """
 
 from __future__ import annotations
@@ -18,17 +21,48 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from runtime.events import ENV_HEARTBEAT, EventFollower
+from runtime.status import ENV_STATUS_ADDR
 from wizard.answers import Answers, load_text
 from wizard.errors import TargetError, WizardError
+from wizard.monitor import procs
+from wizard.monitor.attach import REMOTE_DIR, RUN_FILE
+from wizard.monitor.report import failure_report, format_summary, progress_line, summarize, write_json
+from wizard.monitor.state import DEFAULT_HANG_AFTER, Failure, JobState
+from wizard.monitor.status_server import StatusServer
 from wizard.spec import is_loopback
 
-GRACE_SECONDS = 5.0
+GRACE_SECONDS = 4.0
+RESTARTING_LAUNCHERS = ("torchrun", "torch-npu-run")
 
 
 class RunFailed(WizardError):
     """The training job failed; the message names the root cause."""
 
     exit_code = 3
+
+
+class RunInterrupted(WizardError):
+    """The user stopped the job (Ctrl-C or the stop key); every process is gone."""
+
+    exit_code = 130
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run and watch the job; the defaults suit a first run."""
+
+    node: int | None = None
+    all_nodes: bool = False
+    interval: float = 2.0
+    hang_after: float = DEFAULT_HANG_AFTER
+    abort_on_hang: bool = False
+    max_restarts: int = 0
+    heartbeat: float = 2.0
+    status_port: int | None = None
+    grace: float = GRACE_SECONDS
+    train_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -46,66 +80,6 @@ class NodeProcess:
             pass
 
 
-@dataclass
-class JobView:
-    """What the event files say about the job, summed up for one progress line."""
-
-    events: dict[int, list[dict]] = field(default_factory=dict)
-
-    def last(self, rank: int, kind: str) -> dict | None:
-        """The newest event of `kind` from `rank`."""
-        return next((e for e in reversed(self.events.get(rank, [])) if e.get("event") == kind), None)
-
-    def first_error(self) -> dict | None:
-        """The earliest error event of any rank: the root cause."""
-        errors = [e for rank_events in self.events.values() for e in rank_events if e.get("event") == "error"]
-        return min(errors, key=lambda e: e.get("time", 0.0), default=None)
-
-    def progress_line(self, world_size: int, elapsed: float) -> str:
-        """One line: step, epoch, loss, throughput and how many ranks run or finished."""
-        steps = [s for s in (self.last(r, "step") for r in self.events) if s]
-        finished = sum(1 for r in self.events if self.last(r, "finished"))
-        started = len(self.events)
-        head = f"[{elapsed:6.1f}s] ranks started {started}/{world_size}, finished {finished}/{world_size}"
-        if not steps:
-            return head
-        newest = max(steps, key=lambda s: s.get("step", 0))
-        throughput = sum(s.get("samples_per_s", 0.0) for s in steps)
-        return (
-            f"{head} | step {newest.get('step')} epoch {newest.get('epoch')} "
-            f"loss {newest.get('loss', float('nan')):.4f} | {throughput:,.0f} samples/s"
-        )
-
-
-def read_view(run_dir: Path) -> JobView:
-    """Read every rank's events from the run folder."""
-    from runtime.events import read_events
-
-    return JobView(read_events(run_dir))
-
-
-def nodes_to_start(answers: Answers, node: int | None) -> list[int]:
-    """This node, or every node when all of them are loopback (simulated here)."""
-    if node is not None:
-        if not 0 <= node < answers["nodes"]:
-            raise TargetError(f"--node {node}: this project has nodes 0 to {answers['nodes'] - 1}")
-        return [node]
-    if all(is_loopback(ip) for ip in answers["network.host_ips"]):
-        return list(range(answers["nodes"]))
-    raise TargetError("the nodes are separate hosts: run this on each node with --node N (node 0 on the master)")
-
-
-def new_run_dir(project: Path) -> Path:
-    """A fresh run folder under the project's runs/."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for suffix in range(1000):
-        candidate = project / "runs" / (stamp if suffix == 0 else f"{stamp}-{suffix}")
-        if not candidate.exists():
-            candidate.mkdir(parents=True)
-            return candidate
-    raise TargetError(f"cannot make a run folder under {project / 'runs'}")
-
-
 def load_project(project: Path) -> Answers:
     """The answers a rendered project was made from."""
     answers_file = project / "answers.yaml"
@@ -114,99 +88,306 @@ def load_project(project: Path) -> Answers:
     return load_text(answers_file.read_text())
 
 
+def nodes_to_start(answers: Answers, node: int | None, all_nodes: bool = False) -> list[int]:
+    """This node, or every node when asked or when all of them are loopback (simulated here)."""
+    if node is not None:
+        if not 0 <= node < answers["nodes"]:
+            raise TargetError(f"--node {node}: this project has nodes 0 to {answers['nodes'] - 1}")
+        return [node]
+    if all_nodes or all(is_loopback(ip) for ip in answers["network.host_ips"]):
+        return list(range(answers["nodes"]))
+    raise TargetError("the nodes are separate hosts: run this on each node with --node N (node 0 on the master)")
+
+
+def restart_note(launcher: str, max_restarts: int) -> str | None:
+    """What --max-restarts does with this launcher, when it cannot do what was asked."""
+    if max_restarts > 0 and launcher not in RESTARTING_LAUNCHERS:
+        return (
+            f"note: the {launcher} launcher has no restart mechanism, so --max-restarts {max_restarts} is ignored: "
+            "a failure stops the job; run again to resume from the last checkpoint "
+            "(torchrun and torch-npu-run restart failed workers themselves)"
+        )
+    return None
+
+
+def new_run_dir(project: Path) -> Path:
+    """A fresh run folder under the project's runs/."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for suffix in range(1000):
+        candidate = project / "runs" / (stamp if suffix == 0 else f"{stamp}-{suffix}")
+        try:
+            candidate.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        return candidate
+    raise TargetError(f"cannot make a run folder under {project / 'runs'}")
+
+
+class Job:
+    """One run of a project on this host: its node processes, its state and its end."""
+
+    def __init__(self, project: Path, options: RunOptions, *, clock: Callable[[], float] = time.time) -> None:
+        self.project = project.resolve()
+        self.options = options
+        self.answers = load_project(self.project)
+        self.nodes = nodes_to_start(self.answers, options.node, options.all_nodes)
+        self.clock = clock
+        self.state = JobState(
+            self.answers.world_size, hang_after=options.hang_after, clock=clock, nodes=self.answers["nodes"]
+        )
+        self.run_dir = new_run_dir(self.project)
+        self.notes: list[str] = []
+        self.processes: list[NodeProcess] = []
+        self.server: StatusServer | None = None
+        self.started_at = clock()
+        self.ended_at: float | None = None
+        self.outcome: str | None = None  # finished, failed, hung, interrupted
+        self.failure: Failure | None = None
+        self.summary: dict | None = None
+        self._followers = [EventFollower(self.run_dir), EventFollower(self.run_dir / REMOTE_DIR)]
+        self._local_ranks = {r for n in self.nodes for r in self._ranks_of(n)}
+        note = restart_note(self.answers["launcher"], options.max_restarts)
+        if note:
+            self.notes.append(note)
+
+    # ---- start ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the status stream (on node 0) and start each node's launch script."""
+        status_addr = self._open_status_stream()
+        env = {
+            **os.environ,
+            **self.options.env,
+            "NPU_WIZARD_RUN_DIR": str(self.run_dir),
+            "NPU_WIZARD_MAX_RESTARTS": str(self.options.max_restarts),
+        }
+        env.setdefault(ENV_HEARTBEAT, str(self.options.heartbeat))
+        if status_addr:
+            env[ENV_STATUS_ADDR] = status_addr
+        write_json(
+            self.run_dir / RUN_FILE,
+            {
+                "project": str(self.project),
+                "runner_pid": os.getpid(),
+                "nodes": self.nodes,
+                "world_size": self.answers.world_size,
+                "node_count": self.answers["nodes"],
+                "launcher": self.answers["launcher"],
+                "started_at": self.started_at,
+                "hang_after": self.options.hang_after,
+                "status_addr": status_addr,
+            },
+        )
+        for node in self.nodes:
+            script = self.project / "launch" / f"node{node}.sh"
+            process = subprocess.Popen(
+                ["bash", str(script), *self.options.train_args],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self.processes.append(NodeProcess(node, process))
+
+    def _open_status_stream(self) -> str | None:
+        master = self.answers["network.master_addr"]
+        if 0 not in self.nodes:
+            port = self.options.status_port or self.answers["network.master_port"] + 1
+            return f"{master}:{port}"
+        # every node simulated here: any free port will do, the ranks learn it from the environment
+        port = self.options.status_port or (0 if len(self.nodes) > 1 else self.answers["network.master_port"] + 1)
+        try:
+            self.server = StatusServer(master, port, clock=self.clock)
+        except OSError as error:
+            self.notes.append(
+                f"warning: cannot listen on {master}:{port} for the ranks' status ({error}); "
+                "this monitor sees only this node's ranks (choose another --status-port)"
+            )
+            return None
+        return self.server.address
+
+    def _ranks_of(self, node: int) -> range:
+        per_node = self.answers["devices_per_node"]
+        return range(node * per_node, (node + 1) * per_node)
+
+    # ---- supervise -----------------------------------------------------------------
+
+    def tick(self) -> str | None:
+        """Read what happened since the last tick; return the outcome once the job ended."""
+        if self.outcome is not None:
+            return self.outcome
+        now = self.clock()
+        gone = [rank for rank in self._local_ranks if self._pid_gone(rank)]
+        self._ingest()
+        for rank in gone:
+            self.state.vanished(rank, now)
+        codes = [node.process.poll() for node in self.processes]
+        failed_node = next((n for n, code in zip(self.processes, codes, strict=True) if code not in (None, 0)), None)
+        if failed_node is not None:
+            return self._fail(self.state.root_cause() or self._launcher_failure(failed_node))
+        if self.options.max_restarts == 0 and self.state.root_cause() is not None:
+            return self._fail(self.state.root_cause())
+        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled()):
+            return self._end("hung", self._hang_failure())
+        if all(code == 0 for code in codes):
+            self._ingest()
+            return self._end("finished", None)
+        return None
+
+    def _ingest(self) -> None:
+        local, remote = self._followers
+        self.state.ingest_all(local.poll())
+        self.state.ingest_all(remote.poll())
+        if self.server is None:
+            return
+        for event in self.server.drain():
+            self.state.ingest(event)
+            if event["rank"] not in self._local_ranks:
+                self._record_remote(event)
+
+    def _record_remote(self, event: dict) -> None:
+        path = self.run_dir / REMOTE_DIR / "events" / f"rank-{event['rank']}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as handle:
+            handle.write(_json_line(event))
+
+    def _pid_gone(self, rank: int) -> bool:
+        view = self.state.ranks.get(rank)
+        return view is not None and view.pid is not None and view.outcome is None and not procs.is_alive(view.pid)
+
+    def _launcher_failure(self, node: NodeProcess) -> Failure:
+        code = node.process.returncode
+        log = self.run_dir / "logs" / f"node-{node.node}.log"
+        return Failure(
+            None,
+            node.node,
+            self.clock(),
+            "launcher",
+            f"node {node.node}'s launch script exited with code {code} before any rank reported an error; see {log}",
+        )
+
+    def _hang_failure(self) -> Failure:
+        hung = self.state.hung()
+        rank = hung[0] if hung else None
+        node = self.state.ranks[rank].node if rank is not None else None
+        return Failure(rank, node, self.clock(), "hung", self.state.hang_report() or "the job stalled")
+
+    def _fail(self, failure: Failure | None) -> str:
+        return self._end("failed", failure)
+
+    # ---- stop ----------------------------------------------------------------------
+
+    def stop(self, outcome: str = "interrupted") -> str:
+        """Stop every process of the job now (the user asked); return the outcome."""
+        return self._end(outcome, None)
+
+    def _end(self, outcome: str, failure: Failure | None) -> str:
+        if self.outcome is not None:
+            return self.outcome
+        if outcome != "finished":
+            self.state.stopping()
+            self._stop_processes()
+            self._ingest()
+        self.outcome, self.failure, self.ended_at = outcome, failure, self.clock()
+        if self.server is not None:
+            self.server.close()
+        self.summary = summarize(
+            self.state, started_at=self.started_at, ended_at=self.ended_at, outcome=outcome, failure=failure
+        )
+        write_json(self.run_dir / "summary.json", self.summary)
+        return outcome
+
+    def _stop_processes(self) -> None:
+        """TERM each node's launcher (it stops its ranks), then KILL whatever of the job is left."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        try:
+            for node in self.processes:
+                node.stop(signal.SIGTERM)
+            deadline = time.monotonic() + self.options.grace
+            for node in self.processes:
+                try:
+                    node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            for node in self.processes:
+                node.stop(signal.SIGKILL)
+            procs.kill_job(self.run_dir, grace=1.0)
+            for node in self.processes:
+                node.process.wait()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    # ---- words ---------------------------------------------------------------------
+
+    def report(self) -> str:
+        """The failure report, or the hang report, for the end of a failed run."""
+        if self.failure is None:
+            return "the job was stopped"
+        return failure_report(self.failure, self.run_dir)
+
+    def raise_for_outcome(self) -> None:
+        """Raise RunFailed or RunInterrupted unless the job finished."""
+        if self.outcome in ("failed", "hung"):
+            raise RunFailed(f"the training run failed; {self.report()}\nevents, logs and summary in {self.run_dir}")
+        if self.outcome == "interrupted":
+            raise RunInterrupted(f"interrupted: every process of the job was stopped; logs in {self.run_dir}")
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _json_line(event: dict) -> str:
+    import json
+
+    return json.dumps(event, default=str) + "\n"
+
+
+def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
+    """Start the job, print a progress line per interval and the summary; return the ended job."""
+    print(f"run folder: {job.run_dir}", file=out)
+    print(
+        f"starting node{'s' if len(job.nodes) > 1 else ''} {', '.join(map(str, job.nodes))} of {job.answers['nodes']}",
+        file=out,
+    )
+    for note in job.notes:
+        print(note, file=out)
+    job.start()
+    next_line = job.started_at + job.options.interval
+    reported_hangs: set[int] = set()
+    try:
+        while job.tick() is None:
+            now = job.clock()
+            for rank in set(job.state.hung(now)) - reported_hangs:
+                print(f"HUNG: {job.state.hang_report(now).splitlines()[0]}", file=out, flush=True)
+                reported_hangs.add(rank)
+            if now >= next_line:
+                print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
+                next_line += job.options.interval
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        job.stop("interrupted")
+    print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
+    if job.summary is not None:
+        print(format_summary(job.summary), file=out)
+    print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)
+    return job
+
+
 def run_project(
     project: Path,
+    options: RunOptions | None = None,
     *,
-    node: int | None = None,
-    interval: float = 2.0,
     out: TextIO = sys.stdout,
-    env: dict[str, str] | None = None,
-    train_args: Sequence[str] = (),
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.time,
 ) -> Path:
-    """Run the project's launch scripts to the end; return the run folder or raise RunFailed."""
-    project = project.resolve()
-    answers = load_project(project)
-    nodes = nodes_to_start(answers, node)
-    run_dir = new_run_dir(project)
-    child_env = {**os.environ, **(env or {}), "NPU_WIZARD_RUN_DIR": str(run_dir)}
-    print(f"run folder: {run_dir}", file=out)
-    print(f"starting node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))} of {answers['nodes']}", file=out)
-    start = clock()
-    started = [
-        NodeProcess(
-            n,
-            subprocess.Popen(
-                ["bash", str(project / "launch" / f"node{n}.sh"), *train_args], env=child_env, start_new_session=True
-            ),
-        )
-        for n in nodes
-    ]
-    try:
-        failed = _follow(started, run_dir, answers.world_size, interval, out, start, clock)
-    except KeyboardInterrupt:
-        _stop_all(started)
-        raise
-    if failed is not None:
-        _stop_all(started)
-        raise RunFailed(_root_cause(read_view(run_dir), failed, run_dir))
-    view = read_view(run_dir)
-    print(view.progress_line(answers.world_size, clock() - start), file=out)
-    print(f"finished in {clock() - start:.1f}s; events and logs in {run_dir}", file=out)
-    if "--smoke" in train_args:  # the per-rank smoke report: wizard/smoke.py
-        from wizard.smoke import print_smoke_report
-
-        print_smoke_report(run_dir, answers.world_size, out)
-    return run_dir
+    """Run the project in plain mode to the end; return the run folder or raise RunFailed/RunInterrupted."""
+    job = run_plain(Job(project, options or RunOptions(), clock=clock), out=out)
+    job.raise_for_outcome()
+    return job.run_dir
 
 
-def _follow(
-    started: Sequence[NodeProcess],
-    run_dir: Path,
-    world_size: int,
-    interval: float,
-    out: TextIO,
-    start: float,
-    clock: Callable[[], float],
-) -> NodeProcess | None:
-    next_line = start + interval
-    while True:
-        failed = next((n for n in started if n.process.poll() not in (None, 0)), None)
-        if failed is not None:
-            return failed
-        if all(n.process.poll() == 0 for n in started):
-            return None
-        if clock() >= next_line:
-            print(read_view(run_dir).progress_line(world_size, clock() - start), file=out, flush=True)
-            next_line += interval
-        time.sleep(0.1)
-
-
-def _stop_all(started: Sequence[NodeProcess]) -> None:
-    for node in started:
-        node.stop(signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_SECONDS
-    for node in started:
-        try:
-            node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        node.stop(signal.SIGKILL)
-        node.process.wait()
-
-
-def _root_cause(view: JobView, failed: NodeProcess, run_dir: Path) -> str:
-    code = failed.process.returncode
-    error = view.first_error()
-    if error is None:
-        return (
-            f"node {failed.node}'s launch script exited with code {code} before any rank reported an error; "
-            f"see {run_dir / 'logs' / f'node-{failed.node}.log'}"
-        )
-    rank = error.get("rank")
-    lines = [f"rank {rank} failed first: {error.get('type')}: {error.get('message')}"]
-    log = run_dir / "logs" / f"rank-{rank}.log"
-    if log.is_file():
-        tail = log.read_text(errors="replace").splitlines()[-10:]
-        lines += [f"last lines of {log}:"] + [f"  | {line}" for line in tail]
-    return "\n".join(lines)
+__all__: Sequence[str] = ["Job", "RunFailed", "RunInterrupted", "RunOptions", "run_plain", "run_project"]

@@ -351,6 +351,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 world_size=rank.world_size,
                 launcher=rank.launcher,
                 resumed_step=trainer.step,
+                total_steps=len(train_data) * args.epochs,
             )
             recorder.start_heartbeat(events.heartbeat_interval())
             trainer.train(args.epochs)

@@ -1,0 +1,131 @@
+"""`npu-wizard monitor RUN`: follow a run folder another process is running, or read a finished one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from runtime.events import EventFollower
+from wizard.errors import TargetError
+from wizard.monitor import procs
+from wizard.monitor.report import SUMMARY_FILE, format_summary, progress_line, summarize
+from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
+
+RUN_FILE = "run.json"
+REMOTE_DIR = "remote"  # <run>/remote/events/rank-R.jsonl: what the stream told node 0 about other nodes
+
+
+class RunFolder:
+    """A run folder as a job source: its events, its runner, its summary once written."""
+
+    def __init__(
+        self, run_dir: Path, *, hang_after: float = DEFAULT_HANG_AFTER, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.run_dir = run_dir
+        self.clock = clock
+        self.info = _read_json(run_dir / RUN_FILE) or {}
+        self._followers = [EventFollower(run_dir), EventFollower(run_dir / REMOTE_DIR)]
+        first = [f.poll() for f in self._followers]
+        world_size = self.info.get("world_size") or _world_size(first)
+        self.state = JobState(world_size, hang_after=hang_after, clock=clock, nodes=self.info.get("node_count"))
+        for events in first:
+            self.state.ingest_all(events)
+        self.started_at = self.info.get("started_at") or _first_time(self.state) or clock()
+        self.summary: dict | None = None
+        self.outcome: str | None = None
+        self.ended_at: float | None = None
+        self.notes: list[str] = []
+
+    @classmethod
+    def open(cls, path: Path, *, hang_after: float = DEFAULT_HANG_AFTER) -> RunFolder:
+        """The run folder at `path`, or the newest run of the project at `path`."""
+        path = path.resolve()
+        if (path / "answers.yaml").is_file():
+            runs = sorted(
+                (p for p in (path / "runs").glob("*") if (p / RUN_FILE).is_file() or (p / "events").is_dir()),
+                key=lambda p: p.stat().st_mtime,
+            )
+            if not runs:
+                raise TargetError(f"{path} has no runs yet: start one with npu-wizard run {path}")
+            path = runs[-1]
+        if not (path / "events").is_dir() and not (path / RUN_FILE).is_file():
+            raise TargetError(f"{path} is not a run folder (no events/ and no {RUN_FILE}); pass runs/<stamp>")
+        return cls(path, hang_after=hang_after)
+
+    @property
+    def runner_pid(self) -> int | None:
+        """The pid of the `npu-wizard run` that owns this run, if any."""
+        return self.info.get("runner_pid")
+
+    def tick(self) -> str | None:
+        """Read new events; return the outcome once the run has ended."""
+        if self.outcome is not None:
+            return self.outcome
+        for follower in self._followers:
+            self.state.ingest_all(follower.poll())
+        self.summary = _read_json(self.run_dir / SUMMARY_FILE)
+        if self.summary is not None:
+            self.outcome, self.ended_at = self.summary["outcome"], self.summary["ended_at"]
+        elif self.runner_pid is not None and not procs.is_alive(self.runner_pid):
+            self.outcome, self.ended_at = "abandoned", _last_time(self.state) or self.clock()
+            self.summary = summarize(
+                self.state, started_at=self.started_at, ended_at=self.ended_at, outcome=self.outcome
+            )
+        elif self.runner_pid is None and (self.state.finished() or self.state.root_cause()):
+            self.outcome = "finished" if self.state.finished() else "failed"
+            self.ended_at = _last_time(self.state) or self.clock()
+            self.summary = summarize(
+                self.state,
+                started_at=self.started_at,
+                ended_at=self.ended_at,
+                outcome=self.outcome,
+                failure=self.state.root_cause(),
+            )
+        return self.outcome
+
+    def stop(self, outcome: str = "interrupted") -> str:
+        """Ask the runner to stop the job (as Ctrl-C in its terminal would)."""
+        if self.runner_pid is not None and procs.is_alive(self.runner_pid):
+            os.kill(self.runner_pid, signal.SIGINT)
+        return outcome
+
+
+def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO = sys.stdout, poll: float = 0.5) -> None:
+    """Print a progress line per interval until the run ends, then its summary."""
+    print(f"run folder: {folder.run_dir}", file=out, flush=True)
+    next_line = folder.clock()
+    while folder.tick() is None:
+        now = folder.clock()
+        if now >= next_line:
+            print(progress_line(folder.state, now - folder.started_at, now), file=out, flush=True)
+            next_line = now + interval
+        time.sleep(poll)
+    if folder.summary is not None:
+        print(format_summary(folder.summary), file=out, flush=True)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _world_size(polls: list[dict[int, list[dict]]]) -> int:
+    sizes = [e.get("world_size") for events in polls for rank_events in events.values() for e in rank_events]
+    ranks = [rank for events in polls for rank in events]
+    return max([s for s in sizes if isinstance(s, int)] + [max(ranks, default=-1) + 1, 1])
+
+
+def _first_time(state: JobState) -> float | None:
+    return min((v.started_at for v in state.ranks.values() if v.started_at), default=None)
+
+
+def _last_time(state: JobState) -> float | None:
+    return max((v.last_seen for v in state.ranks.values() if v.last_seen), default=None)

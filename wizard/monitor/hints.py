@@ -1,0 +1,112 @@
+"""What a failed rank's error means and what to do: ASCEND.md's failure table, as data.
+
+`explain(text)` matches an exception message (or a log tail) against the
+known HCCL error codes and messages, and against the messages a rank prints
+when a *peer* died (gloo, c10d). A match on a peer message marks the error as
+a consequence, so the monitor looks further for the rank that failed first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hint:
+    """One known failure: its code, what it means and the usual fix."""
+
+    code: str
+    pattern: re.Pattern[str]
+    meaning: str
+    fix: str
+    caused_by_peer: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.meaning}. {self.fix}"
+
+
+def _hint(code: str, pattern: str, meaning: str, fix: str, *, caused_by_peer: bool = False) -> Hint:
+    return Hint(code, re.compile(pattern, re.IGNORECASE), meaning, fix, caused_by_peer)
+
+
+# Most specific first: the first matching row wins.
+HINTS: tuple[Hint, ...] = (
+    _hint(
+        "EI0006",
+        r"EI0006|Getting socket times? out",
+        "HCCL connection setup timed out",
+        "A rank is slow, dead or unreachable: check HCCL_IF_IP on every node and the firewall, "
+        "or raise HCCL_CONNECT_TIMEOUT.",
+        caused_by_peer=True,
+    ),
+    _hint(
+        "EI0002",
+        r"EI0002|507048|wait execution of the Notify register times? out|Heartbeat Lost",
+        "a collective waited past HCCL_EXEC_TIMEOUT",
+        "Another rank died or stalled (look for it above), or the ranks got uneven batches "
+        "(drop_last=True with a DistributedSampler).",
+        caused_by_peer=True,
+    ),
+    _hint(
+        "EADDRINUSE",
+        r"errno:? ?98|Address already in use",
+        "MASTER_PORT is already taken",
+        "Leftover processes of an earlier run hold it (find them with `ss -ltnp`), or choose another master_port.",
+    ),
+    _hint(
+        "EJ0001",
+        r"EJ0001|Failed to initialize the HCCP process|last training process is running",
+        "a previous job still holds the device",
+        "Kill the previous training process and wait about 10 s before starting again.",
+    ),
+    _hint(
+        "EJ0003",
+        r"EJ0003|EI0020|listen on ip.*port.*fail",
+        "an HCCL host port is taken",
+        "Reserve the HCCL port range (sysctl/reserve-ports.sh) or move HCCL_IF_BASE_PORT.",
+    ),
+    _hint(
+        "EI0019",
+        r"EI0019|port\W*16666",
+        "device port 16666 is bound by two processes on one card",
+        "Run one training process per device (check ASCEND_RT_VISIBLE_DEVICES and nproc_per_node).",
+    ),
+    _hint(
+        "Recv unmatched ack",
+        r"Recv unmatched ack",
+        "HCCL ports were handed to other processes",
+        "Reserve the HCCL port range (sysctl/reserve-ports.sh).",
+    ),
+    _hint(
+        "EI0004",
+        r"EI0004|EJ0004",
+        "the rank table is invalid or its IP differs from the NIC",
+        "Fix RANK_TABLE_FILE so each device's IP is the NIC's address.",
+    ),
+    _hint(
+        "EI0005",
+        r"EI0005",
+        "the ranks disagree on operator arguments or CANN versions",
+        "Install the same CANN and torch_npu on every node.",
+    ),
+    _hint(
+        "peer lost",
+        r"Connection (?:closed|reset) by peer|Broken pipe|ECONNRESET|Connection refused.*(?:store|peer)",
+        "this rank lost its connection to another rank",
+        "That rank failed or was killed first; its report is the root cause.",
+        caused_by_peer=True,
+    ),
+    _hint(
+        "collective timeout",
+        r"Timed out waiting|Socket Timeout|timed out after|DistStoreError|Watchdog caught collective operation timeout",
+        "a collective or the store waited for another rank past its timeout",
+        "Another rank stalled, died or never started: look for a hung or missing rank.",
+        caused_by_peer=True,
+    ),
+)
+
+
+def explain(text: str) -> Hint | None:
+    """The first known failure whose code or message appears in `text`, else None."""
+    return next((hint for hint in HINTS if hint.pattern.search(text)), None)

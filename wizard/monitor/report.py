@@ -1,0 +1,158 @@
+"""Words for a job: the progress line, the failure report and the end-of-run summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from wizard.monitor.state import Failure, JobState
+
+SUMMARY_FILE = "summary.json"
+LOG_TAIL_LINES = 10
+
+
+def duration(seconds: float | None) -> str:
+    """`1h02m03s`, `2m03s` or `4.5s`; `?` when unknown."""
+    if seconds is None or math.isnan(seconds):
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def progress_line(state: JobState, elapsed: float, now: float | None = None) -> str:
+    """One line: ranks by state, newest step and loss, throughput, ETA, hung ranks."""
+    states = [state.state(rank, now) for rank in sorted(state.ranks)]
+    counts = ", ".join(f"{name} {states.count(name)}" for name in dict.fromkeys(states))
+    line = f"[{elapsed:7.1f}s] {len(states)} ranks: {counts}"
+    losses = [view for view in state.ranks.values() if view.loss is not None]
+    if losses:
+        newest = max(losses, key=lambda view: view.step)
+        total = state.total_steps()
+        line += f" | step {state.newest_step()}{f'/{total}' if total else ''} loss {newest.loss:.4f}"
+        line += f" | {state.throughput():,.0f} samples/s | ETA {duration(state.eta())}"
+    hung = state.hung(now)
+    if hung:
+        line += f" | HUNG: rank {', '.join(map(str, hung))}"
+    return line
+
+
+def log_tail(run_dir: Path, rank: int, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of a rank's log in this run folder (none when it is on another node)."""
+    log = run_dir / "logs" / f"rank-{rank}.log"
+    if not log.is_file():
+        return []
+    with log.open("rb") as handle:
+        handle.seek(max(0, log.stat().st_size - 64 * 1024))
+        return handle.read().decode(errors="replace").splitlines()[-lines:]
+
+
+def failure_report(failure: Failure, run_dir: Path) -> str:
+    """The root cause: which rank, what happened, its last log lines and a hint."""
+    lines = [f"root cause: {failure.headline()}"]
+    if failure.traceback:
+        lines += ["traceback (last lines):"] + [f"  {line}" for line in failure.traceback.rstrip().splitlines()[-6:]]
+    tail = log_tail(run_dir, failure.rank) if failure.rank is not None else []
+    if tail:
+        lines += [f"last lines of {run_dir / 'logs' / f'rank-{failure.rank}.log'}:"] + [f"  | {t}" for t in tail]
+    elif failure.rank is not None:
+        lines.append(f"(rank {failure.rank}'s log is on node {failure.node if failure.node is not None else '?'})")
+    if failure.hint is not None:
+        lines.append(f"hint: {failure.hint}")
+    return "\n".join(lines)
+
+
+def summarize(
+    state: JobState,
+    *,
+    started_at: float,
+    ended_at: float,
+    outcome: str,
+    failure: Failure | None = None,
+) -> dict[str, Any]:
+    """The run's figures as a JSON-ready dict (written to summary.json)."""
+    first_steps = [v.first_step_at for v in state.ranks.values() if v.first_step_at is not None]
+    per_rank = {}
+    for rank, view in sorted(state.ranks.items()):
+        per_rank[str(rank)] = {
+            "node": view.node,
+            "state": state.state(rank, ended_at),
+            "step": view.step,
+            "loss": view.loss,
+            "samples_per_s": _overall_rate(view.rates),
+            "restarts": view.restarts,
+        }
+    rates = [r["samples_per_s"] for r in per_rank.values() if r["samples_per_s"] is not None]
+    final = state.ranks.get(0)
+    return {
+        "outcome": outcome,
+        "world_size": state.world_size,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "wall_s": ended_at - started_at,
+        "time_to_first_step_s": (min(first_steps) - started_at) if first_steps else None,
+        "samples_per_s": sum(rates) if rates else None,
+        "final_loss": final.loss if final is not None else None,
+        "steps": state.newest_step(),
+        "restarts": max((view.restarts for view in state.ranks.values()), default=0),
+        "ranks": per_rank,
+        "failure": None if failure is None else _failure_dict(failure),
+    }
+
+
+def _overall_rate(rates: list[float]) -> float | None:
+    # each step event covers the same number of samples, so the overall rate is the harmonic mean
+    positive = [rate for rate in rates if rate > 0]
+    return len(positive) / sum(1 / rate for rate in positive) if positive else None
+
+
+def _failure_dict(failure: Failure) -> dict[str, Any]:
+    return {
+        "rank": failure.rank,
+        "node": failure.node,
+        "kind": failure.kind,
+        "summary": failure.summary,
+        "time": failure.time,
+        "hint": str(failure.hint) if failure.hint else None,
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary as the lines printed at the end of a run."""
+    loss = summary.get("final_loss")
+    rate = summary.get("samples_per_s")
+    lines = [
+        f"outcome: {summary['outcome']}",
+        f"wall time {duration(summary.get('wall_s'))}, first logged step after "
+        f"{duration(summary.get('time_to_first_step_s'))}, {summary.get('steps', 0)} steps, "
+        f"restarts {summary.get('restarts', 0)}",
+        f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
+        f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
+        "per rank:",
+    ]
+    for rank, info in summary.get("ranks", {}).items():
+        rank_rate = info.get("samples_per_s")
+        shown_rate = f"{rank_rate:,.0f} samples/s" if rank_rate else "- samples/s"
+        shown_loss = f"loss {info['loss']:.4f}" if isinstance(info.get("loss"), (int, float)) else "loss -"
+        lines.append(
+            f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}, step {info.get('step')}, "
+            f"{shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}"
+        )
+    failure = summary.get("failure")
+    if failure:
+        lines.append(f"failure: rank {failure['rank']} (node {failure['node']}): {failure['summary']}")
+        if failure.get("hint"):
+            lines.append(f"hint: {failure['hint']}")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` atomically (a reader never sees half a file)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(temporary, path)

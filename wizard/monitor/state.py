@@ -1,0 +1,295 @@
+"""What every rank of a job is doing, folded from its events: the monitor's model.
+
+Events come from the ranks' files on this node and from the status stream
+(every node's ranks); both go through `JobState.ingest`, which drops
+duplicates. States, hangs, throughput, ETA and the root cause of a failure are
+computed here, with no UI and no processes, so tests feed events directly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from runtime.status import LOST
+from wizard.monitor.hints import Hint, explain
+from wizard.monitor.status_server import RECEIVED
+
+STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "stalled", "hung", "finished", "failed"
+DEFAULT_HANG_AFTER = 30.0
+RATE_WINDOW = 5  # step events used for the step rate behind the ETA
+
+
+@dataclass
+class RankView:
+    """One rank, as its events describe it."""
+
+    rank: int
+    node: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    world_size: int | None = None
+    step: int = 0
+    epoch: int = 0
+    loss: float | None = None
+    samples_per_s: float | None = None  # this rank's own samples, not the job's
+    total_steps: int | None = None
+    starts: int = 0
+    resumed_step: int = 0
+    started_at: float | None = None
+    first_step_at: float | None = None
+    last_seen: float | None = None
+    progress_at: float | None = None
+    ended_at: float | None = None
+    outcome: str | None = None  # finished, failed (an error event) or lost (the process vanished)
+    error: dict | None = None
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    step_times: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def restarts(self) -> int:
+        """How often the launcher started this rank again."""
+        return max(0, self.starts - 1)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a rank stopped: its error, or that its process vanished, with a hint."""
+
+    rank: int | None
+    node: int | None
+    time: float
+    kind: str  # error, vanished, hung, launcher
+    summary: str
+    traceback: str = ""
+    hint: Hint | None = None
+
+    @property
+    def secondary(self) -> bool:
+        """True when the error says another rank failed first."""
+        return self.hint is not None and self.hint.caused_by_peer
+
+    def headline(self) -> str:
+        """One line naming the rank (and node) and what happened."""
+        where = f"rank {self.rank}" if self.rank is not None else "the job"
+        if self.node is not None and self.rank is not None:
+            where += f" (node {self.node})"
+        return f"{where}: {self.summary}"
+
+
+class JobState:
+    """Every rank's view, updated by `ingest`, read by the plain and live views."""
+
+    def __init__(
+        self,
+        world_size: int,
+        *,
+        hang_after: float = DEFAULT_HANG_AFTER,
+        clock: Callable[[], float] = time.time,
+        nodes: int | None = None,
+    ) -> None:
+        self.world_size = world_size
+        self.nodes = nodes
+        self.hang_after = hang_after
+        self.clock = clock
+        self.ranks: dict[int, RankView] = {rank: RankView(rank) for rank in range(world_size)}
+        self.stopping_since: float | None = None
+        self._seen: set[tuple[int, str, float]] = set()
+
+    def view(self, rank: int) -> RankView:
+        """The view of `rank`, made on first sight (a rank beyond the world size too)."""
+        return self.ranks.setdefault(rank, RankView(rank))
+
+    def ingest_all(self, events: Mapping[int, Iterable[dict]] | Iterable[dict]) -> None:
+        """Fold many events in: a {rank: events} mapping or a flat sequence."""
+        flat = (e for rank_events in events.values() for e in rank_events) if isinstance(events, Mapping) else events
+        for event in flat:
+            self.ingest(event)
+
+    def ingest(self, event: dict) -> None:
+        """Fold one event in; a duplicate (seen in the file and on the stream) is ignored."""
+        rank, kind, at = event.get("rank"), event.get("event"), event.get("time")
+        if not isinstance(rank, int) or not isinstance(kind, str) or not isinstance(at, (int, float)):
+            return
+        key = (rank, kind, at)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        view = self.view(rank)
+        seen_at = event.get(RECEIVED, at)
+        if kind != LOST:
+            view.last_seen = max(view.last_seen or seen_at, seen_at)
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is not None:
+            handler(view, event, seen_at)
+
+    def _on_hello(self, view: RankView, event: dict, at: float) -> None:
+        view.pid = event.get("pid", view.pid)
+        view.host = event.get("host", view.host)
+
+    def _on_started(self, view: RankView, event: dict, at: float) -> None:
+        view.starts += 1
+        view.node = event.get("node", view.node)
+        view.host = event.get("host", view.host)
+        view.pid = event.get("pid", view.pid)
+        view.world_size = event.get("world_size", view.world_size)
+        view.total_steps = event.get("total_steps", view.total_steps)
+        view.resumed_step = event.get("resumed_step", 0) or 0
+        view.step = view.resumed_step
+        view.started_at = view.started_at or event["time"]
+        view.progress_at = at
+        view.outcome, view.ended_at, view.error = None, None, None
+
+    def _on_step(self, view: RankView, event: dict, at: float) -> None:
+        self._progress(view, event, at)
+        view.first_step_at = view.first_step_at or event["time"]
+        if isinstance(event.get("loss"), (int, float)):
+            view.loss = float(event["loss"])
+            view.losses.append((view.step, view.loss))
+        if isinstance(event.get("samples_per_s"), (int, float)):
+            view.samples_per_s = event["samples_per_s"] / (view.world_size or self.world_size or 1)
+            view.rates.append(view.samples_per_s)
+        view.step_times = [*view.step_times[-RATE_WINDOW:], (event["time"], view.step)]
+
+    def _on_heartbeat(self, view: RankView, event: dict, at: float) -> None:
+        self._progress(view, event, at)
+
+    def _progress(self, view: RankView, event: dict, at: float) -> None:
+        step = event.get("step", view.step)
+        if step != view.step or view.progress_at is None:
+            view.progress_at = at
+        view.step = step
+        view.epoch = event.get("epoch", view.epoch)
+
+    def _on_finished(self, view: RankView, event: dict, at: float) -> None:
+        view.outcome, view.ended_at = FINISHED, event["time"]
+        view.step = event.get("step", view.step)
+
+    def _on_error(self, view: RankView, event: dict, at: float) -> None:
+        view.outcome, view.ended_at, view.error = FAILED, event["time"], event
+
+    def _on_lost(self, view: RankView, event: dict, at: float) -> None:
+        self.vanished(view.rank, at)
+
+    def vanished(self, rank: int, at: float) -> None:
+        """The rank's process is gone without a finished or error event."""
+        view = self.view(rank)
+        if view.outcome is None and (self.stopping_since is None or at < self.stopping_since):
+            view.outcome, view.ended_at = LOST, at
+
+    def stopping(self) -> None:
+        """The monitor is stopping the job: ranks vanishing from now on were stopped, not failed."""
+        self.stopping_since = self.stopping_since or self.clock()
+
+    # ---- reading ---------------------------------------------------------------
+
+    def state(self, rank: int, now: float | None = None) -> str:
+        """starting, running, stalled, hung, finished or failed."""
+        view = self.view(rank)
+        if view.outcome == FINISHED:
+            return FINISHED
+        if view.outcome in (FAILED, LOST):
+            return FAILED
+        if not view.starts:
+            return STARTING
+        now = self.clock() if now is None else now
+        if view.last_seen is not None and now - view.last_seen > self.hang_after:
+            return HUNG
+        if view.progress_at is not None and now - view.progress_at > self.hang_after:
+            return STALLED
+        return RUNNING
+
+    def hung(self, now: float | None = None) -> list[int]:
+        """Ranks silent (no heartbeat, no step) for longer than hang_after."""
+        return [rank for rank in self.ranks if self.state(rank, now) == HUNG]
+
+    def stalled(self, now: float | None = None) -> bool:
+        """True when no running rank made a step for hang_after: the whole job waits."""
+        states = [self.state(rank, now) for rank in self.ranks]
+        live = [s for s in states if s in (RUNNING, STALLED, HUNG)]
+        return bool(live) and all(s == STALLED for s in live)
+
+    def hang_report(self, now: float | None = None) -> str:
+        """Which ranks are hung, and which wait, in words."""
+        now = self.clock() if now is None else now
+        lines = []
+        for rank in self.hung(now):
+            view = self.ranks[rank]
+            silent = now - (view.last_seen or now)
+            lines.append(
+                f"rank {rank}{_on_node(view)} is hung: no heartbeat or step for {silent:.0f}s "
+                f"(at step {view.step}; process {view.pid} stopped, frozen or unreachable?)"
+            )
+        waiting = [rank for rank in self.ranks if self.state(rank, now) == STALLED]
+        if waiting:
+            lines.append(f"ranks {_ranges(waiting)} are alive but made no step for {self.hang_after:.0f}s")
+        return "\n".join(lines)
+
+    def finished(self) -> bool:
+        """True when every rank finished."""
+        return all(view.outcome == FINISHED for view in self.ranks.values())
+
+    def throughput(self) -> float:
+        """Samples per second of the ranks still training, summed."""
+        return sum(v.samples_per_s or 0.0 for v in self.ranks.values() if v.starts and v.outcome is None)
+
+    def newest_step(self) -> int:
+        """The furthest step any rank reached."""
+        return max((view.step for view in self.ranks.values()), default=0)
+
+    def total_steps(self) -> int | None:
+        """Steps of the whole run, when the ranks said."""
+        return next((view.total_steps for view in self.ranks.values() if view.total_steps), None)
+
+    def eta(self) -> float | None:
+        """Seconds to the last step at the recent step rate, or None when unknown."""
+        total = self.total_steps()
+        times = max((view.step_times for view in self.ranks.values()), key=len, default=[])
+        if total is None or len(times) < 2:
+            return None
+        (t0, s0), (t1, s1) = times[0], times[-1]
+        if t1 <= t0 or s1 <= s0:
+            return None
+        return max(0.0, (total - self.newest_step()) * (t1 - t0) / (s1 - s0))
+
+    def failures(self) -> list[Failure]:
+        """Every rank that failed or vanished, earliest first."""
+        found = []
+        for view in self.ranks.values():
+            if view.outcome == FAILED and view.error is not None:
+                summary = f"{view.error.get('type')}: {view.error.get('message')}"
+                text = f"{summary}\n{view.error.get('traceback', '')}"
+                found.append(
+                    Failure(
+                        view.rank,
+                        view.node,
+                        view.ended_at or 0.0,
+                        "error",
+                        summary,
+                        view.error.get("traceback", ""),
+                        explain(text),
+                    )
+                )
+            elif view.outcome == LOST:
+                summary = (
+                    f"its process{f' {view.pid}' if view.pid else ''} vanished without an error "
+                    f"at step {view.step} (killed: kill -9, the OOM killer, or a crash in native code?)"
+                )
+                found.append(Failure(view.rank, view.node, view.ended_at or 0.0, "vanished", summary))
+        return sorted(found, key=lambda failure: failure.time)
+
+    def root_cause(self) -> Failure | None:
+        """The first failure by time that was not caused by another rank's; else the first."""
+        failures = self.failures()
+        primary = [failure for failure in failures if not failure.secondary]
+        return (primary or failures or [None])[0]
+
+
+def _on_node(view: RankView) -> str:
+    return f" (node {view.node})" if view.node is not None else ""
+
+
+def _ranges(ranks: list[int]) -> str:
+    return ", ".join(map(str, sorted(ranks)))
