@@ -8,6 +8,7 @@ the kernel's port reservation and ephemeral range are read too.
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -79,14 +80,15 @@ def read_port_facts(reserved_path: Path, range_path: Path) -> PortFacts:
     return PortFacts(ephemeral, reserved, tuple(problems))
 
 
-def check_if_ip(node: Node, nonlocal_bind: Path) -> Result:
+def check_if_ip(answers: Answers, node: Node, nonlocal_bind: Path) -> Result:
     """This node's host IP (its HCCL_IF_IP) is an address of this host."""
     result = preflight.check_hccl_if_ip(node.address, nonlocal_bind)
     if result.status == FAIL and node.how == "guessed":
+        ips = ", ".join(answers["network.host_ips"])
         return replace(
             result,
-            detail=f"no host IP of the project is on this host (node 0's: {result.detail})",
-            fix="run doctor on a node of the project with --node N, or fix network.host_ips and render again",
+            detail=f"none of the project's host IPs ({ips}) is on this host ({socket.gethostname()})",
+            fix="run doctor on a node of the project (or name it: --node N), or fix network.host_ips and render again",
         )
     return replace(result, detail=f"node {node.index}: {result.detail}")
 
