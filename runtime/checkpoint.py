@@ -1,4 +1,4 @@
-"""Checkpoints written atomically by rank 0, found again after a restart.
+"""Checkpoints written atomically by each node's local rank 0, found again after a restart.
 
 A save goes to a hidden temporary file in the same folder, is fsynced, then
 renamed over its final name, so a crash mid-save leaves the previous
@@ -112,19 +112,27 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def agreed_latest_checkpoint(directory: Path) -> Path | None:
-    """The latest checkpoint, checked to be the same one on every rank."""
-    latest = latest_checkpoint(directory)
+    """The newest checkpoint every rank can load, agreed across the job.
+
+    Each node's local rank 0 saves its own copy (DDP keeps the weights equal),
+    so nodes need no shared storage; after a crash mid-save the nodes may hold
+    different newest steps, and the job takes the newest one they all hold.
+    """
+    steps = [int(NAME.fullmatch(path.name).group(1)) for path in list_checkpoints(directory)]
     if not (dist.is_available() and dist.is_initialized()):
-        return latest
-    names: list[str | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(names, latest.name if latest else None)
-    if len(set(names)) > 1:
-        seen = ", ".join(f"rank {r}: {n or 'none'}" for r, n in enumerate(names))
+        return Path(directory) / checkpoint_name(steps[-1]) if steps else None
+    every_rank: list[list[int] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(every_rank, steps)
+    common = set.intersection(*(set(seen or []) for seen in every_rank))
+    if common:
+        return Path(directory) / checkpoint_name(max(common))
+    if any(every_rank):
+        seen = ", ".join(f"rank {r}: {max(s) if s else 'none'}" for r, s in enumerate(every_rank))
         raise SetupError(
-            f"ranks see different latest checkpoints in {directory} ({seen}): "
-            "put the checkpoint folder on storage every node shares, or copy it"
+            f"no checkpoint in {directory} is held by every rank (newest step per rank: {seen}): "
+            "copy the newest checkpoint to every node's folder, or move the folders away to start afresh"
         )
-    return latest
+    return None
 
 
 def parameters_digest(model: nn.Module) -> str:

@@ -6,6 +6,7 @@ bounded in time; the ranks must end with identical weights and a falling loss.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -79,3 +80,42 @@ def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     first_step = kinds(events_of(second_run)[0], "step")[0]["step"]
     assert first_step > resumed["resumed_step"]
     assert_trained(project, second_run, world_size=4)
+
+
+def test_nodes_without_shared_storage_each_keep_checkpoints_and_resume(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "shell", nodes=2, samples=32768, epochs=2, checkpoint_every=64)
+    folders = [tmp_path / "node0-checkpoints", tmp_path / "node1-checkpoints"]
+
+    def start(run_dir: Path) -> list[subprocess.Popen[bytes]]:
+        return [
+            subprocess.Popen(
+                ["bash", str(project / "launch" / f"node{node}.sh")],
+                env=node_env(run_dir, NPU_WIZARD_CHECKPOINT_DIR=str(folder)),
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for node, folder in enumerate(folders)
+        ]
+
+    first = start(tmp_path / "first")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(list(folder.glob("step-*.pt")) for folder in folders):
+        time.sleep(0.05)
+    kill_groups(first)
+    saved = [{p.name for p in folder.glob("step-*.pt")} for folder in folders]
+    assert all(saved), "each node's first rank saves its own checkpoint"
+
+    for node, (code, output) in enumerate(wait_nodes(start(tmp_path / "second"), 240)):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+    resumed = {rank: kinds(e, "started")[0]["resumed_step"] for rank, e in events_of(tmp_path / "second").items()}
+    assert len(set(resumed.values())) == 1 and min(resumed.values()) > 0, resumed
+    assert_trained_without_checkpoint_folder(tmp_path / "second", world_size=4)
+
+
+def assert_trained_without_checkpoint_folder(run_dir: Path, world_size: int) -> None:
+    """Every rank finished with the same weights (checkpoints live outside the project here)."""
+    events = events_of(run_dir)
+    assert sorted(events) == list(range(world_size))
+    digests = {rank: kinds(rank_events, "finished")[-1][DIGEST] for rank, rank_events in events.items()}
+    assert len(set(digests.values())) == 1, digests

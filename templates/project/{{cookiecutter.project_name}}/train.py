@@ -67,7 +67,7 @@ def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
 
 
 class Trainer:
-    """Trains the DDP-wrapped model on this rank's batches; rank 0 saves checkpoints."""
+    """Trains on this rank's batches; local rank 0 of each node saves checkpoints."""
 
     def __init__(
         self,
@@ -168,7 +168,8 @@ class Trainer:
             )
 
     def _save_checkpoint(self) -> None:
-        if not self.rank.is_main or self.step == self.saved_step:
+        # one copy per node (the weights are equal on every rank): no shared storage needed
+        if self.rank.local_rank != 0 or self.step == self.saved_step:
             return
         state = {
             "model": checkpoint.unwrap(self.model).state_dict(),
