@@ -1,0 +1,176 @@
+"""The live view under Textual's pilot: what it shows, its keys, and a fixed-size snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Log, Sparkline, Static
+
+from wizard.monitor.app import MonitorApp
+from wizard.monitor.state import JobState
+
+NOW = 1_000.0
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Textual runs on asyncio."""
+    return "asyncio"
+
+
+def event(rank: int, kind: str, at: float, **fields: object) -> dict:
+    """One runtime event as a rank writes it."""
+    return {"schema": 1, "event": kind, "time": at, "rank": rank, **fields}
+
+
+def busy_job_state() -> JobState:
+    """Four ranks on two nodes at a fixed time: three training, rank 3 silent since 960 s (40 s)."""
+    state = JobState(4, hang_after=30, clock=lambda: NOW)
+    for rank in range(4):
+        state.ingest(
+            event(
+                rank,
+                "started",
+                900.0,
+                node=rank // 2,
+                host=f"host{rank // 2}",
+                pid=100 + rank,
+                world_size=4,
+                total_steps=400,
+                resumed_step=0,
+            )
+        )
+        for index, step in enumerate(range(10, 110, 10)):
+            at = 950.0 + 5 * index
+            if rank == 3 and at > 960.0:
+                break
+            state.ingest(
+                event(
+                    rank,
+                    "step",
+                    at,
+                    step=step,
+                    epoch=0,
+                    loss=2.0 / (1 + index) + rank / 100,
+                    samples_per_s=4000.0 + 40 * index,
+                    lr=0.1,
+                )
+            )
+    for rank in range(3):
+        state.ingest(event(rank, "heartbeat", 999.0, step=100, epoch=0))
+    return state
+
+
+@dataclass
+class FakeJob:
+    """A job source with no processes behind it (stands in for wizard.run.Job)."""
+
+    state: JobState
+    run_dir: Path
+    started_at: float = 890.0
+    outcome: str | None = None
+    summary: dict | None = None
+    stops: list[str] = field(default_factory=list)
+
+    def clock(self) -> float:
+        """The fixed time of the picture."""
+        return NOW
+
+    def tick(self) -> str | None:
+        """Nothing new happens."""
+        return self.outcome
+
+    def stop(self, outcome: str = "interrupted") -> str:
+        """Record the stop and end the job."""
+        self.stops.append(outcome)
+        self.outcome = outcome
+        return outcome
+
+
+def fake_job(tmp_path: Path) -> FakeJob:
+    """A fake job whose rank 0 log has a few lines."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank-0.log").write_text("".join(f"epoch 1 step {s}: loss ok\n" for s in range(10, 60, 10)))
+    return FakeJob(busy_job_state(), tmp_path)
+
+
+def app_for(job: FakeJob, *, owns_job: bool = True) -> MonitorApp:
+    """The app as `npu-wizard run` builds it, without a timer (the picture must not move)."""
+    return MonitorApp(job, title="cpu-demo  |  torchrun  |  nodes [0, 1]", owns_job=owns_job, tick_s=0)
+
+
+async def test_the_table_shows_every_rank_with_its_state_step_and_loss(tmp_path: Path) -> None:
+    app = app_for(fake_job(tmp_path))
+    async with app.run_test(size=(110, 32)):
+        table = app.query_one(DataTable)
+        assert table.row_count == 4
+        assert [str(cell) for cell in table.get_row("0")][:5] == ["0", "0", "running", "100", "0.2000"]
+        assert "hung" in str(table.get_row("3")[2])
+        assert str(table.get_row("3")[6]) == "40s"
+
+
+async def test_a_hung_rank_is_named_in_the_alert_line(tmp_path: Path) -> None:
+    app = app_for(fake_job(tmp_path))
+    async with app.run_test(size=(110, 32)):
+        alert = str(app.query_one("#alert", Static).render())
+        assert "rank 3 (node 1) is hung: no heartbeat or step for 40s" in alert
+
+
+async def test_the_job_line_has_throughput_and_eta(tmp_path: Path) -> None:
+    app = app_for(fake_job(tmp_path))
+    async with app.run_test(size=(110, 32)):
+        line = str(app.query_one("#job", Static).render())
+        assert "step 100/400" in line
+        assert "samples/s" in line and "ETA" in line
+
+
+async def test_switching_rank_moves_the_plot_and_the_log(tmp_path: Path) -> None:
+    app = app_for(fake_job(tmp_path))
+    async with app.run_test(size=(110, 32)) as pilot:
+        assert "epoch 1 step 50" in "\n".join(app.query_one(Log).lines)
+        await pilot.press("n")
+        assert app.selected == 1
+        assert "rank 1" in str(app.query_one("#loss-label", Static).render())
+        assert "not on this host" in "\n".join(app.query_one(Log).lines)
+        await pilot.press("p", "p")
+        assert app.selected == 3
+        assert len(app.query_one(Sparkline).data) == 3
+
+
+async def test_the_stop_key_stops_the_job_and_the_view_stays(tmp_path: Path) -> None:
+    job = fake_job(tmp_path)
+    app = app_for(job)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.press("s")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert job.stops == ["interrupted"]
+        assert app.is_running
+        assert "INTERRUPTED" in str(app.query_one("#job", Static).render())
+
+
+async def test_quit_stops_a_running_job_it_owns(tmp_path: Path) -> None:
+    job = fake_job(tmp_path)
+    app = app_for(job)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.press("q")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert job.stops == ["interrupted"]
+    assert app.return_value == "interrupted"
+
+
+async def test_quit_only_detaches_from_a_watched_run(tmp_path: Path) -> None:
+    job = fake_job(tmp_path)
+    app = app_for(job, owns_job=False)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.press("q")
+    assert job.stops == []
+
+
+def test_the_live_view_looks_the_same(tmp_path: Path, snap_compare: object) -> None:
+    # the log lines and the time are fixed, so the picture is stable
+    assert snap_compare(app_for(fake_job(tmp_path)), terminal_size=(110, 32))  # type: ignore[operator]

@@ -1,0 +1,276 @@
+"""The live view: every rank's state, the job's throughput and ETA, a loss plot and a rank's log.
+
+The app only shows and routes: a `JobSource` (a running `Job`, or a
+`RunFolder` being watched) does the work. Its `tick` runs on a worker thread,
+since stopping a job waits for processes to end; a lock keeps ticks, stops and
+redraws from overlapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Log, Sparkline, Static
+
+from wizard.monitor.report import duration, format_summary, log_tail
+from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState
+
+COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
+LOG_LINES = 200
+PLOT_POINTS = 120
+
+
+class JobSource(Protocol):
+    """What the view needs from a job: its state, a tick, a stop."""
+
+    state: JobState
+    run_dir: Path
+    started_at: float
+    outcome: str | None
+    summary: dict | None
+    clock: Callable[[], float]
+
+    def tick(self) -> str | None:
+        """Read what happened; the outcome once the job ended."""
+
+    def stop(self, outcome: str = "interrupted") -> str:
+        """Stop the job."""
+
+
+class MonitorApp(App[str | None]):
+    """The live view of one job; returns the job's outcome (None when left while it runs)."""
+
+    CSS_PATH = "monitor.tcss"
+    TITLE = "npu-wizard"
+    BINDINGS = [
+        Binding("s", "stop_job", "Stop job"),
+        Binding("n", "next_rank", "Next rank"),
+        Binding("p", "previous_rank", "Prev rank"),
+        Binding("q", "quit_view", "Quit"),
+        Binding("ctrl+c", "interrupt", "Stop and quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self, source: JobSource, *, title: str, owns_job: bool, tick_s: float = 0.5, catch_sigint: bool = False
+    ) -> None:
+        super().__init__()
+        self.catch_sigint = catch_sigint
+        self.source = source
+        self.job_title = title
+        self.owns_job = owns_job  # `run` stops the job on quit; `monitor` only detaches
+        self.tick_s = tick_s
+        self.selected = 0
+        self._lock = threading.Lock()
+        self._log_rank: int | None = None
+        self._log_offset = 0
+
+    def compose(self) -> ComposeResult:
+        """The job line, the alert line, the rank table, the loss plot and the log pane."""
+        yield Static(id="job")
+        yield Static(id="alert")
+        yield DataTable(id="ranks", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="lower"):
+            with Vertical(id="plot"):
+                yield Static(id="loss-label")
+                yield Sparkline([], id="loss")
+            yield Log(id="log", max_lines=2000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Fill the table, draw once, then tick on a timer."""
+        table = self.query_one(DataTable)
+        for column in COLUMNS:
+            table.add_column(column, key=column)
+        for rank in sorted(self.source.state.ranks):
+            table.add_row(*[""] * len(COLUMNS), key=str(rank))
+        self.redraw()
+        if self.tick_s > 0:
+            self.set_interval(self.tick_s, self._schedule_tick)
+        if self.catch_sigint:
+            # SIGINT from outside (kill -INT) must stop the job as Ctrl-C does, not kill the view
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self.action_interrupt)
+
+    # ---- ticking -------------------------------------------------------------------
+
+    def _schedule_tick(self) -> None:
+        self.run_worker(self._tick, thread=True, group="tick", exclusive=False, exit_on_error=False)
+
+    def _tick(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self.source.tick()
+            self.call_from_thread(self.redraw)
+        finally:
+            self._lock.release()
+
+    def _stop_in_worker(self, outcome: str, then_exit: bool) -> None:
+        def stop() -> None:
+            with self._lock:
+                self.source.stop(outcome)
+                self.source.tick()
+            self.call_from_thread(self.redraw)
+            if then_exit:
+                self.call_from_thread(self.exit, self.source.outcome)
+
+        self.query_one("#alert", Static).update("stopping the job: TERM, then KILL after the grace period ...")
+        self.run_worker(stop, thread=True, group="stop", exclusive=True)
+
+    # ---- drawing -------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        """Show the source's current state."""
+        state, now = self.source.state, self.source.clock()
+        end = now if self.source.outcome is None else (self._ended_at() or now)
+        self.query_one("#job", Static).update(self._job_line(state, end))
+        self.query_one("#alert", Static).update(self._alert(state, now))
+        table = self.query_one(DataTable)
+        for rank, view in sorted(state.ranks.items()):
+            if str(rank) not in table.rows:
+                continue
+            rank_state = state.state(rank, now)
+            beat = f"{now - view.last_seen:.0f}s" if view.last_seen and view.outcome is None else "-"
+            cells = (
+                str(rank),
+                "?" if view.node is None else str(view.node),
+                rank_state,
+                str(view.step),
+                "-" if view.loss is None else f"{view.loss:.4f}",
+                "-" if view.samples_per_s is None or view.outcome else f"{view.samples_per_s:,.0f}",
+                beat,
+                str(view.restarts),
+            )
+            for column, value in zip(COLUMNS, cells, strict=True):
+                table.update_cell(str(rank), column, _styled(column, value))
+        self._draw_plot(state)
+        self._follow_log()
+
+    def _ended_at(self) -> float | None:
+        return (self.source.summary or {}).get("ended_at")
+
+    def _job_line(self, state: JobState, now: float) -> str:
+        total = state.total_steps()
+        step = f"step {state.newest_step()}{f'/{total}' if total else ''}"
+        head = f"{self.job_title}  |  {duration(now - self.source.started_at)}  |  {step}"
+        if self.source.outcome is not None:
+            return f"{head}  |  {self.source.outcome.upper()} (q to quit)"
+        return f"{head}  |  {state.throughput():,.0f} samples/s  |  ETA {duration(state.eta())}"
+
+    def _alert(self, state: JobState, now: float) -> str:
+        summary = self.source.summary or {}
+        failure = summary.get("failure")
+        if failure:
+            hint = f"\nhint: {failure['hint']}" if failure.get("hint") else ""
+            return f"[b red]root cause: rank {failure['rank']} (node {failure['node']}): {failure['summary']}[/]{hint}"
+        report = state.hang_report(now) if self.source.outcome is None else ""
+        return f"[b yellow]{report}[/]" if report else ""
+
+    def _draw_plot(self, state: JobState) -> None:
+        view = state.ranks.get(self.selected)
+        losses = [loss for _step, loss in (view.losses if view else [])][-PLOT_POINTS:]
+        self.query_one(Sparkline).data = losses
+        if losses:
+            label = f"loss, rank {self.selected}: {losses[0]:.4f} -> {losses[-1]:.4f} (min {min(losses):.4f})"
+        else:
+            label = f"loss, rank {self.selected}: no step logged yet"
+        self.query_one("#loss-label", Static).update(label)
+
+    def _follow_log(self) -> None:
+        log = self.query_one(Log)
+        path = self.source.run_dir / "logs" / f"rank-{self.selected}.log"
+        if self._log_rank != self.selected:
+            log.clear()
+            self._log_rank = self.selected
+            self._log_offset = 0
+            if not path.is_file():
+                view = self.source.state.ranks.get(self.selected)
+                where = f"node {view.node} ({view.host})" if view and view.node is not None else "another node"
+                log.write_line(f"rank {self.selected}'s log is not on this host: it is on {where}")
+                return
+            log.write_lines(log_tail(self.source.run_dir, self.selected, LOG_LINES))
+            self._log_offset = path.stat().st_size
+            return
+        if path.is_file() and path.stat().st_size > self._log_offset:
+            with path.open("rb") as handle:
+                handle.seek(self._log_offset)
+                chunk = handle.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self._log_offset += len(complete)
+            log.write_lines(complete.decode(errors="replace").splitlines())
+
+    # ---- keys ----------------------------------------------------------------------
+
+    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
+        """Follow the highlighted rank in the plot and the log pane."""
+        if message.row_key.value is not None:
+            self.selected = int(message.row_key.value)
+            self._draw_plot(self.source.state)
+            self._follow_log()
+
+    def action_next_rank(self) -> None:
+        """Select the next rank."""
+        table = self.query_one(DataTable)
+        table.move_cursor(row=(table.cursor_row + 1) % max(1, table.row_count))
+
+    def action_previous_rank(self) -> None:
+        """Select the previous rank."""
+        table = self.query_one(DataTable)
+        table.move_cursor(row=(table.cursor_row - 1) % max(1, table.row_count))
+
+    def action_stop_job(self) -> None:
+        """Stop every process of the job; the view stays to show the end."""
+        if self.source.outcome is None:
+            self._stop_in_worker("interrupted", then_exit=False)
+
+    def action_quit_view(self) -> None:
+        """Leave the view; in `run`, a job still running is stopped first."""
+        if self.owns_job and self.source.outcome is None:
+            self._stop_in_worker("interrupted", then_exit=True)
+        else:
+            self.exit(self.source.outcome)
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: as quit."""
+        self.action_quit_view()
+
+
+def _styled(column: str, value: str) -> Text:
+    colour = {FAILED: "bold red", HUNG: "bold red", STALLED: "bold yellow", FINISHED: "green"}.get(value)
+    return Text(value, style=colour or "") if column == "state" else Text(value)
+
+
+def run_live(job: object) -> None:
+    """Start the job and show it live until the user quits; the summary is printed after."""
+    from wizard.run import Job
+
+    assert isinstance(job, Job)
+    job.start()
+    title = f"{job.answers['project_name']}  |  {job.answers['launcher']}  |  nodes {job.nodes}"
+    MonitorApp(job, title=title, owns_job=True, catch_sigint=True).run()
+    if job.outcome is None:
+        job.stop("interrupted")
+    for note in job.notes:
+        print(note)
+    if job.summary is not None:
+        print(format_summary(job.summary))
+    print(f"events, logs and summary in {job.run_dir}")
+
+
+def monitor_live(folder: object) -> None:
+    """Watch a run folder live until the user quits; print its summary if it ended."""
+    from wizard.monitor.attach import RunFolder
+
+    assert isinstance(folder, RunFolder)
+    folder.tick()
+    MonitorApp(folder, title=f"{folder.run_dir}", owns_job=False).run()
+    if folder.summary is not None:
+        print(format_summary(folder.summary))
