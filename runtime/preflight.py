@@ -234,9 +234,10 @@ def check_master_reachable(
         error = connect_error(address, port, timeout_s)
         if error is None:
             return Result(name, PASS, f"{address}:{port} accepts connections")
-        if clock() + 0.5 > deadline:
+        remaining = deadline - clock()
+        if remaining <= 0:
             break
-        sleep(0.5)
+        sleep(min(0.5, remaining))
     waited = f" after {wait_s:.0f}s" if wait_s >= 1 else ""
     if isinstance(error, ConnectionRefusedError):
         return Result(
