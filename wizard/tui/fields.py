@@ -175,7 +175,7 @@ class ListField(Field):
         for row in existing[count:]:
             row.remove()
         for index in range(len(existing), count):
-            entry = Input(placeholder="IP address", select_on_focus=False, classes="answer row-input")
+            entry = Input(placeholder="IP address", select_on_focus=False, compact=True, classes="answer row-input")
             entry.cursor_blink = self.blink
             container.mount(Horizontal(Label(f"node {index}", classes="row-label"), entry, classes="row"))
             with entry.prevent(Input.Changed):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from wizard.answers import Answers, to_context
 
 SYSCTL_TEMPLATE = Path("sysctl") / "reserve-ports.conf"
+# cookiecutter changes the working directory while it renders: one render at a time.
+RENDER_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)

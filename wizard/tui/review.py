@@ -12,11 +12,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
-from textual.worker import get_current_worker
 
 from wizard.errors import Problem, WizardError
 from wizard.questions import QUESTIONS, STEP_TITLES
-from wizard.tui.preview import Preview, build_preview, file_tree
+from wizard.tui.preview import RENDER_LOCK, Preview, build_preview, file_tree
 from wizard.tui.screens import ConfirmScreen
 from wizard.tui.state import as_text
 
@@ -83,13 +82,26 @@ class ReviewScreen(Screen[None]):
         self.query_one("#output", Input).cursor_blink = self.app.blink
         state = self.app.state
         self.query_one("#answers", Static).update(answers_text(state.values, [*state.file_problems, *state.problems]))
+        self.show_target()
         self.preview()
 
     @on(Input.Changed, "#output")
     def output_changed(self, event: Input.Changed) -> None:
-        """A new folder: work out the files again."""
+        """A new folder: say again what rendering there would do."""
         self.app.output_dir = Path(event.value.strip() or ".")
-        self.preview()
+        self.show_target()
+
+    def show_target(self) -> None:
+        """Whether rendering creates the project folder or replaces one (after asking)."""
+        state = self.app.state
+        if state.errors():
+            step = STEP_TITLES[state.first_step_with_errors() or "project"]
+            self.show_blocked(f"fix the errors first (step {step}); esc goes back")
+            return
+        target = self.app.output_dir / state.values["project_name"]
+        exists = target.exists()
+        verb = "replaces (asks first)" if exists else "creates"
+        self.query_one("#target", Static).update(Text(f"{verb} {target}", style="yellow" if exists else ""))
 
     @on(Input.Submitted, "#output")
     def output_submitted(self) -> None:
@@ -101,16 +113,14 @@ class ReviewScreen(Screen[None]):
         """Dry-run the render in a thread and show what it would write."""
         state = self.app.state
         if state.errors():
-            step = STEP_TITLES[state.first_step_with_errors() or "project"]
-            self.app.call_from_thread(self.show_blocked, f"fix the errors first (step {step}); esc goes back")
             return
-        try:
-            result = build_preview(state.answers(), self.app.output_dir)
-        except WizardError as error:
-            self.app.call_from_thread(self.show_blocked, str(error))
-            return
-        if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self.show_preview, result)
+        with RENDER_LOCK:
+            try:
+                preview = build_preview(state.answers(), self.app.output_dir)
+            except WizardError as error:
+                self.app.call_from_thread(self.show_blocked, str(error))
+                return
+        self.app.call_from_thread(self.show_preview, preview)
 
     def show_blocked(self, message: str) -> None:
         """Say why nothing can be previewed or rendered."""
@@ -119,12 +129,7 @@ class ReviewScreen(Screen[None]):
             self.query_one("#" + name, Static).update(Text(message))
 
     def show_preview(self, preview: Preview) -> None:
-        """Show the target, the file tree and the previews."""
-        verb = "replaces (asks first)" if preview.exists else "creates"
-        line = Text(f"{verb} {preview.target}  ({len(preview.files)} files)")
-        if preview.exists:
-            line.stylize("yellow")
-        self.query_one("#target", Static).update(line)
+        """Show the file tree and the previews."""
         self.query_one("#files", Static).update(Text(file_tree(preview.target.name, preview.files)))
         self.query_one("#node0", Static).update(Text(preview.node0_script))
         self.query_one("#sysctl", Static).update(Text(preview.sysctl_snippet))
@@ -160,7 +165,8 @@ class ReviewScreen(Screen[None]):
         from wizard.render import render
 
         try:
-            result = render(self.app.state.answers(), self.app.output_dir, force=force)
+            with RENDER_LOCK:
+                result = render(self.app.state.answers(), self.app.output_dir, force=force)
         except WizardError as error:
             self.app.call_from_thread(self.notify, str(error), title="Not rendered", severity="error")
             return
