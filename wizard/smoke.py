@@ -29,9 +29,9 @@ def smoke_lines(events: Mapping[int, Sequence[Mapping[str, Any]]], world_size: i
     silent = [rank for rank in events if rank not in reports]
     elsewhere = [rank for rank in range(world_size) if rank not in events]
     if silent:
-        lines.append(f"  ranks {compress_numbers(silent)}: started but wrote no smoke result (see their logs)")
+        lines.append(f"  {_ranks(silent)}: started but wrote no smoke result (see their logs)")
     if elsewhere:
-        lines.append(f"  ranks {compress_numbers(elsewhere)}: no events here (other nodes keep their own)")
+        lines.append(f"  {_ranks(elsewhere)}: no events here (other nodes keep their own)")
     passed = sum(1 for event in reports.values() if event.get("ok"))
     ok = not silent and passed == len(reports) > 0
     slowest = max((event.get("seconds", 0.0) for event in reports.values()), default=0.0)
@@ -57,3 +57,7 @@ def print_smoke_report(run_dir: Path, world_size: int, out: TextIO = sys.stdout)
 
 def _last(events: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
     return next((event for event in reversed(events) if event.get("event") == kind), None)
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {compress_numbers(ranks)}"
