@@ -242,6 +242,8 @@ def done_text(result: RenderResult) -> str:
     lines += [
         "Run it (every node simulated here, or --node N on each server):",
         f"  npu-wizard run {result.project_dir}",
+        "Check each node first:",
+        f"  npu-wizard doctor {result.project_dir}",
         f"What runs on which node: {result.project_dir / 'README.md'}",
     ]
     return "\n".join(lines)

@@ -1,0 +1,187 @@
+"""The wizard's rules as a person meets them: refused Next, disabled options, Back, replacing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import Input, OptionList
+
+from tests.tui_driver import answer, answer_all, field, next_step, pick, problem_text, render_into, run_wizard
+from wizard.hardware import BF16_REFUSAL
+from wizard.tui.review import DoneScreen, ReviewScreen
+from wizard.tui.screens import ConfirmScreen, StepScreen
+
+
+def step_of(pilot: Pilot[int]) -> str:
+    """The step the wizard shows now."""
+    screen = pilot.app.screen
+    assert isinstance(screen, StepScreen), screen
+    return screen.step
+
+
+async def go_to(pilot: Pilot[int], step: str) -> None:
+    """Press Next with the defaults until the step shows."""
+    while step_of(pilot) != step:
+        await next_step(pilot)
+
+
+def test_a_count_the_series_refuses_blocks_next_with_the_series_message() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await next_step(pilot)
+        await pick(pilot, "hardware", "atlas-training")
+        await next_step(pilot)
+        await answer(pilot, "devices_per_node", 3)
+        message = "Atlas training series (Atlas 800 training server) allows 1, 2, 4, 8"
+        assert message in problem_text(pilot, "devices_per_node")
+        await next_step(pilot)
+        assert step_of(pilot) == "topology"
+        assert pilot.app.focused is field(pilot, "devices_per_node").query_one(Input)
+        await answer(pilot, "devices_per_node", 4)
+        assert problem_text(pilot, "devices_per_node") == ""
+        await next_step(pilot)
+        assert step_of(pilot) == "launcher"
+
+    run_wizard(scenario)
+
+
+def test_text_that_does_not_parse_shows_the_spec_message_as_you_type() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await answer(pilot, "project_name", "My Project")
+        assert "must be lowercase letters, digits" in problem_text(pilot, "project_name")
+        await next_step(pilot)
+        assert step_of(pilot) == "project"
+        await answer(pilot, "project_name", "")
+        assert "a value is required" in problem_text(pilot, "project_name")
+        await answer(pilot, "project_name", "mine")
+        await next_step(pilot)
+        assert step_of(pilot) == "hardware"
+
+    run_wizard(scenario)
+
+
+def test_cross_field_rules_show_at_their_field_and_block_next() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await go_to(pilot, "topology")
+        await answer(pilot, "network.master_port", 60005)
+        assert "inside the HCCL port range 60000-60031" in problem_text(pilot, "network.master_port")
+        await answer(pilot, "nodes", 2)
+        await answer(pilot, "network.host_ips", ["10.0.0.1", "10.0.0.1"])
+        assert "each node needs its own address; repeated: 10.0.0.1" in problem_text(pilot, "network.host_ips")
+        await next_step(pilot)
+        assert step_of(pilot) == "topology"
+
+    run_wizard(scenario)
+
+
+def test_the_host_ip_rows_follow_the_node_count() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await go_to(pilot, "topology")
+        rows = lambda: [i.value for i in field(pilot, "network.host_ips").query(".row-input").results(Input)]  # noqa: E731
+        assert rows() == ["127.0.0.1"]
+        await answer(pilot, "nodes", 3)
+        assert rows() == ["127.0.0.1"] * 3
+        await answer(pilot, "network.host_ips", ["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+        await answer(pilot, "nodes", 4)
+        await pilot.pause()
+        assert rows() == ["10.0.0.1", "10.0.0.2", "10.0.0.3", ""]
+        assert "not an IPv4 or IPv6 address" in problem_text(pilot, "network.host_ips")
+        await answer(pilot, "nodes", 2)
+        await pilot.pause()
+        assert rows() == ["10.0.0.1", "10.0.0.2"]
+        assert pilot.app.state.values["network.host_ips"] == ("10.0.0.1", "10.0.0.2")
+        assert field(pilot, "network.master_addr").query_one(Input).value == "10.0.0.1"
+
+    run_wizard(scenario)
+
+
+def test_bf16_is_shown_disabled_with_the_reason_and_cannot_be_chosen() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await next_step(pilot)
+        await pick(pilot, "hardware", "atlas-training")
+        await go_to(pilot, "precision")
+        options = field(pilot, "amp").query_one(OptionList)
+        bf16 = options.get_option("bf16")
+        assert bf16.disabled
+        assert BF16_REFUSAL in str(options.get_option_at_index(2).prompt.columns[1]._cells[0])
+        options.focus()
+        await pilot.press("home")
+        for _ in range(4):
+            await pilot.press("down")
+            assert options.highlighted != 2
+        await pilot.press("end", "enter")
+        await pilot.pause()
+        assert pilot.app.state.values["amp"] == "fp16"
+        row = next(y for y, (index, line) in enumerate(options._lines) if index == 2 and line == 0)
+        await pilot.click(options, offset=(6, row + 1 - int(options.scroll_y)))
+        await pilot.pause()
+        assert pilot.app.state.values["amp"] == "fp16"
+        assert "amp" not in pilot.app.state.raw or pilot.app.state.raw["amp"] != "bf16"
+
+    run_wizard(scenario)
+
+
+def test_back_and_forward_keep_what_was_entered() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await answer(pilot, "project_name", "kept")
+        await next_step(pilot)
+        await pick(pilot, "hardware", "atlas-a3")
+        await next_step(pilot)
+        await answer(pilot, "nodes", 2)
+        await answer(pilot, "network.host_ips", ["10.1.0.1", "10.1.0.2"])
+        await pilot.press("escape")
+        await pilot.pause()
+        assert step_of(pilot) == "hardware"
+        assert field(pilot, "hardware").query_one(OptionList).get_option("atlas-a3").id == "atlas-a3"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert field(pilot, "project_name").query_one(Input).value == "kept"
+        await next_step(pilot)
+        await next_step(pilot)
+        assert field(pilot, "nodes").query_one(Input).value == "2"
+        rows = [i.value for i in field(pilot, "network.host_ips").query(".row-input").results(Input)]
+        assert rows == ["10.1.0.1", "10.1.0.2"]
+        assert field(pilot, "devices_per_node").query_one(Input).value == "8"
+        assert pilot.app.state.values["hardware"] == "atlas-a3"
+
+    run_wizard(scenario)
+
+
+def test_replacing_an_existing_project_needs_confirmation(tmp_path: Path) -> None:
+    target = tmp_path / "ddp-npu"
+
+    async def scenario(pilot: Pilot[int]) -> None:
+        await answer_all(pilot, {"device": "cpu"})
+        target.mkdir()
+        (target / "mine.txt").write_text("keep me")
+        await render_into(pilot, tmp_path)
+        assert isinstance(pilot.app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, ReviewScreen)
+        assert (target / "mine.txt").read_text() == "keep me"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, DoneScreen)
+
+    run_wizard(scenario)
+    assert not (target / "mine.txt").exists()
+    assert (target / "launch" / "node0.sh").is_file()
+
+
+def test_the_review_refuses_to_render_while_an_error_remains(tmp_path: Path) -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await answer_all(pilot, {})
+        assert isinstance(pilot.app.screen, ReviewScreen)
+        pilot.app.state.set("network.master_port", "60001")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, ReviewScreen)
+
+    run_wizard(scenario)
+    assert list(tmp_path.iterdir()) == []
