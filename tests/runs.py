@@ -107,3 +107,58 @@ def events_of(run_dir: Path) -> dict[int, list[dict]]:
 def kinds(events: list[dict], kind: str) -> list[dict]:
     """The events of one kind."""
     return [event for event in events if event.get("event") == kind]
+
+
+def start_runner(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`npu-wizard run PROJECT ARGS` as a user starts it (plain: no terminal), with this venv on PATH."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "wizard", "run", str(project), "--plain", *args],
+        env=env or node_env(project / "runs" / "unused"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(predicate: Any, timeout: float, what: str, step: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def run_dirs(project: Path) -> list[Path]:
+    """The run folders `npu-wizard run` made in the project, oldest first."""
+    runs = project / "runs"
+    return sorted(p for p in runs.iterdir() if (p / "run.json").is_file()) if runs.is_dir() else []
+
+
+def started_pid(run_dir: Path, rank: int) -> int | None:
+    """The pid of `rank` once it started and logged a step (mid-run), else None."""
+    rank_events = events_of(run_dir).get(rank, [])
+    if not kinds(rank_events, "step"):
+        return None
+    return kinds(rank_events, "started")[-1]["pid"]
+
+
+def leftover_processes(project: Path) -> list[int]:
+    """Live processes of any run of the project (their environment names its run folder)."""
+    from wizard.monitor.procs import job_processes
+
+    return [pid for run_dir in run_dirs(project) for pid in job_processes(run_dir)]
+
+
+def clean_up(project: Path, *runners: subprocess.Popen[str]) -> None:
+    """Kill the runners and whatever of their jobs is left (a failed test must not leak processes)."""
+    from wizard.monitor.procs import kill_job
+
+    for runner in runners:
+        if runner.poll() is None:
+            runner.kill()
+        runner.communicate()
+    for run_dir in run_dirs(project):
+        kill_job(run_dir, grace=0.5)

@@ -267,10 +267,18 @@ class Job:
         )
 
     def _hang_failure(self) -> Failure:
-        hung = self.state.hung()
-        rank = hung[0] if hung else None
-        node = self.state.ranks[rank].node if rank is not None else None
-        return Failure(rank, node, self.clock(), "hung", self.state.hang_report() or "the job stalled")
+        now = self.clock()
+        hung = self.state.hung(now)
+        if not hung:
+            return Failure(None, None, now, "hung", f"the job stalled: {self.state.hang_report(now)}")
+        view = self.state.ranks[hung[0]]
+        silent = now - (view.last_seen or now)
+        others = f"; also hung: ranks {', '.join(map(str, hung[1:]))}" if hung[1:] else ""
+        summary = (
+            f"hung: no heartbeat or step for {silent:.0f}s at step {view.step} "
+            f"(process {view.pid} stopped, frozen or unreachable?){others}"
+        )
+        return Failure(view.rank, view.node, now, "hung", summary)
 
     def _fail(self, failure: Failure | None) -> str:
         return self._end("failed", failure)
@@ -359,11 +367,15 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
     next_line = job.started_at + job.options.interval
     reported_hangs: set[int] = set()
     try:
-        while job.tick() is None:
+        while True:
+            outcome = job.tick()
             now = job.clock()
-            for rank in set(job.state.hung(now)) - reported_hangs:
-                print(f"HUNG: {job.state.hang_report(now).splitlines()[0]}", file=out, flush=True)
-                reported_hangs.add(rank)
+            for rank in job.state.hung(now):
+                if rank not in reported_hangs:
+                    print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
+                    reported_hangs.add(rank)
+            if outcome is not None:
+                break
             if now >= next_line:
                 print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
                 next_line += job.options.interval
@@ -375,6 +387,10 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
         print(format_summary(job.summary), file=out)
     print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)
     return job
+
+
+def _hang_line(state: JobState, rank: int, now: float) -> str:
+    return next((line for line in state.hang_report(now).splitlines() if line.startswith(f"rank {rank} ")), "")
 
 
 def run_project(

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wizard.monitor.state import Failure, JobState
+from wizard.monitor.state import FINISHED, RUNNING, STALLED, Failure, JobState
 
 SUMMARY_FILE = "summary.json"
 LOG_TAIL_LINES = 10
@@ -78,10 +78,12 @@ def summarize(
     """The run's figures as a JSON-ready dict (written to summary.json)."""
     first_steps = [v.first_step_at for v in state.ranks.values() if v.first_step_at is not None]
     per_rank = {}
+    as_of = state.stopping_since or ended_at  # ranks the monitor stopped were fine until then
     for rank, view in sorted(state.ranks.items()):
+        rank_state = state.state(rank, as_of)
         per_rank[str(rank)] = {
             "node": view.node,
-            "state": state.state(rank, ended_at),
+            "state": "stopped" if rank_state in (RUNNING, STALLED) and outcome != FINISHED else rank_state,
             "step": view.step,
             "loss": view.loss,
             "samples_per_s": _overall_rate(view.rates),

@@ -1,0 +1,157 @@
+"""`npu-wizard run` supervising real CPU jobs: kills, hangs, Ctrl-C, a remote node, restarts.
+
+Real processes on 127.0.0.1, gloo on the CPU. Each test bounds every wait and
+kills whatever of its job is left, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.runs import (
+    clean_up,
+    events_of,
+    kinds,
+    leftover_processes,
+    node_env,
+    render_cpu,
+    run_dirs,
+    start_runner,
+    started_pid,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+START_S = 180  # a loaded two-core machine takes a while to start four torch processes
+LONG_RUN = {"samples": 65536, "epochs": 2}  # 2048 steps a rank: still running when the test acts
+
+
+def summary_of(run_dir: Path) -> dict:
+    """The summary.json the runner wrote at the end."""
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_a_normal_run_writes_a_correct_summary(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2)
+    runner = start_runner(project, "--interval", "2")
+    try:
+        output, _ = runner.communicate(timeout=300)
+        assert runner.returncode == 0, output
+    finally:
+        clean_up(project, runner)
+    (run_dir,) = run_dirs(project)
+    summary = summary_of(run_dir)
+    steps = 1024 // 16 // 4 * 2  # samples / batch / world size x epochs
+    assert summary["outcome"] == "finished"
+    assert summary["world_size"] == 4
+    assert summary["steps"] == steps
+    assert {rank: info["state"] for rank, info in summary["ranks"].items()} == dict.fromkeys("0123", "finished")
+    assert [info["node"] for info in summary["ranks"].values()] == [0, 0, 1, 1]
+    assert 0 < summary["time_to_first_step_s"] < summary["wall_s"]
+    assert summary["samples_per_s"] == pytest.approx(sum(i["samples_per_s"] for i in summary["ranks"].values()))
+    first_loss = kinds(events_of(run_dir)[0], "step")[0]["loss"]
+    assert summary["final_loss"] < first_loss
+    assert summary["restarts"] == 0 and summary["failure"] is None
+    assert "outcome: finished" in output and "per rank:" in output
+
+
+def test_kill_9_of_a_rank_stops_the_job_within_10s_and_names_that_rank(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        victim = wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_for(lambda: not leftover_processes(project), 10, "every process of the job to end")
+        assert time.monotonic() - killed_at < 10
+        output, _ = runner.communicate(timeout=30)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    assert f"root cause: rank 3 (node 1): its process {victim} vanished" in output
+    assert summary_of(run_dir)["failure"]["rank"] == 3
+
+
+def test_a_stopped_rank_is_flagged_hung_and_abort_on_hang_ends_the_job(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "shell", nodes=2, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1", "--hang-after", "4", "--abort-on-hang")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        victim = wait_for(lambda: started_pid(run_dir, 2), START_S, "rank 2 to train")
+        os.kill(victim, signal.SIGSTOP)
+        output, _ = runner.communicate(timeout=60)
+        assert not leftover_processes(project)
+    finally:
+        clean_up(project, runner)
+    assert "HUNG: rank 2 (node 1) is hung: no heartbeat or step for" in output
+    assert runner.returncode == 3, output
+    summary = summary_of(run_dir)
+    assert summary["outcome"] == "hung"
+    assert summary["failure"]["rank"] == 2
+
+
+def test_sigint_to_the_runner_stops_every_process_and_exits_130(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 0), START_S, "rank 0 to train")
+        assert leftover_processes(project)
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=30)
+        assert not leftover_processes(project)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 130, output
+    assert summary_of(run_dir)["outcome"] == "interrupted"
+
+
+def test_node_0_sees_a_stopped_rank_of_node_1_through_the_status_stream(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2, **LONG_RUN)
+    env = node_env(tmp_path / "unused")
+    node0 = start_runner(project, "--node", "0", "--interval", "1", "--hang-after", "4", "--abort-on-hang", env=env)
+    wait_for(lambda: run_dirs(project), 60, "node 0's run folder")
+    # node 1 sees its stopped rank too, later: node 0 must tell first
+    node1 = start_runner(project, "--node", "1", "--interval", "1", "--hang-after", "15", "--abort-on-hang", env=env)
+    try:
+        node0_dir = run_dirs(project)[0]
+        node1_dir = wait_for(lambda: run_dirs(project)[1:], 60, "node 1's run folder")[0]
+        victim = wait_for(lambda: started_pid(node1_dir, 3), START_S, "rank 3 to train")
+        assert not (node0_dir / "events" / "rank-3.jsonl").exists()  # node 0 can learn of rank 3 only by the stream
+        os.kill(victim, signal.SIGSTOP)
+        output, _ = node0.communicate(timeout=60)
+        node1.communicate(timeout=60)
+        assert not leftover_processes(project)
+    finally:
+        clean_up(project, node0, node1)
+    assert "HUNG: rank 3 (node 1) is hung" in output
+    assert node0.returncode == 3, output
+    summary = summary_of(node0_dir)
+    assert summary["ranks"]["3"]["node"] == 1
+    assert summary["failure"]["rank"] == 3
+
+
+def test_max_restarts_resumes_from_the_checkpoint_after_a_kill(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=1, samples=16384, epochs=2, checkpoint_every=32)
+    runner = start_runner(project, "--interval", "2", "--max-restarts", "1")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        saved = wait_for(lambda: kinds(events_of(run_dir).get(0, []), "checkpoint"), START_S, "a checkpoint")
+        os.kill(kinds(events_of(run_dir)[1], "started")[-1]["pid"], signal.SIGKILL)
+        output, _ = runner.communicate(timeout=300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    restarted = kinds(events_of(run_dir)[0], "started")
+    assert len(restarted) == 2
+    assert restarted[1]["resumed_step"] >= saved[0]["step"] > 0
+    summary = summary_of(run_dir)
+    assert summary["outcome"] == "finished" and summary["restarts"] == 1
