@@ -385,6 +385,10 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
     print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
     if job.summary is not None:
         print(format_summary(job.summary), file=out)
+    if "--smoke" in job.options.train_args:  # the per-rank smoke report: wizard/smoke.py
+        from wizard.smoke import print_smoke_report
+
+        print_smoke_report(job.run_dir, job.answers.world_size, out)
     print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)
     return job
 
