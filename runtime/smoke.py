@@ -3,7 +3,8 @@
 Each rank contributes rank + 1 to one all_reduce, so the sum must be
 world x (world + 1) / 2 on every rank, then all meet at one barrier. A rank
 that is unreachable, on a wrong address or port hangs or fails here, in
-seconds, instead of in the first training step.
+seconds, instead of in the first training step. Each rank records `started`,
+`smoke` (where it ran, the sum it got and expected, the time) and `finished`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,16 @@ def expected_sum(world_size: int) -> int:
 
 
 def run_smoke(rank: RankInfo, target: torch.device, recorder: EventWriter) -> Event:
-    """One all_reduce and one barrier; record `smoke` (and `finished`), print one line, raise on a wrong sum."""
+    """One all_reduce and one barrier, recorded and printed; a wrong sum raises."""
     expected = expected_sum(rank.world_size)
+    recorder.started(
+        local_rank=rank.local_rank,
+        node=rank.node_rank,
+        device=str(target),
+        world_size=rank.world_size,
+        launcher=rank.launcher,
+        smoke=True,
+    )
     start = time.perf_counter()
     # int32: exact, and every HCCL series reduces it
     value = torch.tensor([rank.rank + 1], dtype=torch.int32, device=target)
@@ -52,15 +61,17 @@ def run_smoke(rank: RankInfo, target: torch.device, recorder: EventWriter) -> Ev
         seconds=round(seconds, 4),
     )
     verdict = "ok" if ok else "WRONG"
+    where = f"node {rank.node_rank}, {socket.gethostname()}, {target}"
     print(
-        f"smoke rank {rank.rank}/{rank.world_size} (node {rank.node_rank}, {socket.gethostname()}, {target}): "
-        f"all_reduce {got} (expected {expected}) {verdict}, barrier passed, {seconds:.3f}s",
+        f"smoke rank {rank.rank}/{rank.world_size} ({where}): all_reduce {got} "
+        f"(expected {expected}) {verdict}, barrier passed, {seconds:.3f}s",
         flush=True,
     )
     if not ok:
         raise SmokeError(
-            f"rank {rank.rank}: all_reduce of rank+1 over {rank.world_size} ranks gave {got}, expected {expected}: "
-            "the ranks disagree about the job (world size, ranks per node); check every node's launch script"
+            f"rank {rank.rank}: all_reduce of rank+1 over {rank.world_size} ranks "
+            f"gave {got}, expected {expected}: the ranks disagree about the job "
+            "(world size, ranks per node); check every node's launch script"
         )
     recorder.finished(smoke=True)  # so that monitors count the rank as done
     return event
