@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
-EXIT_FAILED = 3  # a check failed; any other non-zero exit means the preflight itself could not run
+# a check failed; any other non-zero exit means the preflight itself could not run
+EXIT_FAILED = 3
 ENV_WAIT = "NPU_WIZARD_PREFLIGHT_WAIT"
 DEFAULT_WAIT_S = 15.0
 NONLOCAL_BIND = Path("/proc/sys/net/ipv4/ip_nonlocal_bind")
@@ -44,7 +45,7 @@ class Result:
 
 
 def address_is_local(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> bool | None:
-    """Whether `address` is assigned to this host (a bind test); None when the kernel cannot tell."""
+    """Whether `address` is assigned to this host (a bind test); None: cannot tell."""
     ip = ipaddress.ip_address(address)
     if ip.is_loopback:
         return True
@@ -63,7 +64,7 @@ def address_is_local(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> bool 
 
 
 def port_error(host: str, port: int) -> OSError | None:
-    """Why a server could not listen on host:port now, or None when it could ('' = every address)."""
+    """Why a server cannot listen on host:port now ('' = every address), or None."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # as servers do: a port left in TIME_WAIT by an earlier run is no obstacle
@@ -76,7 +77,7 @@ def port_error(host: str, port: int) -> OSError | None:
 
 
 def connect_error(host: str, port: int, timeout_s: float) -> OSError | None:
-    """Why a TCP connection to host:port failed, or None when it opened (it is closed at once)."""
+    """Why a TCP connection to host:port failed, or None (it is closed at once)."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             return None
@@ -85,7 +86,7 @@ def connect_error(host: str, port: int, timeout_s: float) -> OSError | None:
 
 
 def parse_port_list(text: str) -> list[tuple[int, int]]:
-    """ip_local_reserved_ports ('60000-60015,61000') as inclusive (first, last) ranges."""
+    """ip_local_reserved_ports ('60000-60015,61000') as inclusive ranges."""
     ranges = []
     for item in text.replace("\n", ",").split(","):
         item = item.strip()
@@ -103,7 +104,7 @@ def parse_port_range(text: str) -> tuple[int, int]:
 
 
 def parse_visible_devices(value: str) -> tuple[int, ...]:
-    """ASCEND_RT_VISIBLE_DEVICES as the runtime reads it: comma-separated ascending device ids."""
+    """ASCEND_RT_VISIBLE_DEVICES as the runtime reads it: ascending ids, with commas."""
     items = [item.strip() for item in value.split(",")]
     if not all(item.isdigit() for item in items):
         hint = "give comma-separated device ids, e.g. 0,1,2,3"
@@ -138,7 +139,7 @@ def is_loopback(address: str) -> bool:
 
 
 def check_hccl_if_ip(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> Result:
-    """HCCL_IF_IP must be an address of this host, or HCCL and gloo bind a NIC that is not there."""
+    """HCCL_IF_IP must be an address of this host (HCCL and gloo listen there)."""
     name = "HCCL_IF_IP"
     try:
         local = address_is_local(address, nonlocal_bind)
@@ -161,7 +162,8 @@ def check_hccl_if_ip(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> Resul
             name,
             FAIL,
             f"{address} is not an address of this host ({socket.gethostname()})",
-            "set this node's host IP in the answers (see: ip -brief addr) and render again, or use this node's script",
+            "set this node's host IP in the answers (see: ip -brief addr) and render "
+            "again, or use this node's own launch script",
         )
     return Result(name, PASS, f"{address} is on this host")
 
@@ -175,12 +177,13 @@ def check_port_free(name: str, host: str, port: int) -> Result:
         name,
         FAIL,
         f"{port} is taken ({error.strerror or error})",
-        f"stop what holds it (see: ss -ltnp 'sport = :{port}'), often an earlier run, or pick another port",
+        f"stop what holds it (see: ss -ltnp 'sport = :{port}'), often an earlier run, "
+        "or pick another port",
     )
 
 
 def check_ports_free(name: str, host: str, first: int, count: int) -> Result:
-    """HCCL's host ports on HCCL_IF_IP must all be free (else EJ0003 / EI0020 'listen ... fail')."""
+    """HCCL's host ports on HCCL_IF_IP must be free (else EJ0003 / EI0020)."""
     last = first + count - 1
     ports = range(first, last + 1)
     taken = [port for port in ports if port_error(host, port) is not None]
@@ -190,7 +193,8 @@ def check_ports_free(name: str, host: str, first: int, count: int) -> Result:
         name,
         FAIL,
         f"{compress_numbers(taken)} taken on {host} (HCCL needs {first}-{last})",
-        f"stop what holds them (see: ss -tanp 'sport = :{taken[0]}'), often an earlier run; "
+        f"stop what holds them (see: ss -tanp 'sport = :{taken[0]}'), "
+        "often an earlier run; "
         "reserve the range (sysctl/reserve-ports.sh) or move the HCCL base port",
     )
 
@@ -212,8 +216,10 @@ def check_master_local(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> Res
         return Result(
             name,
             FAIL,
-            f"{address} is not an address of this host, but node 0 runs rank 0, which listens there",
-            "make the master address node 0's host IP, or run node 0's script on the master host",
+            f"{address} is not an address of this host, but node 0 runs rank 0, "
+            "which listens there",
+            "make the master address node 0's host IP, "
+            "or run node 0's script on the master host",
         )
     return Result(name, PASS, f"{address} is this host (node 0 listens there)")
 
@@ -227,7 +233,7 @@ def check_master_reachable(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Result:
-    """From nodes > 0: the master must answer; try for `wait_s`, since node 0 may start later."""
+    """From nodes > 0: the master must answer; try for `wait_s` (node 0 may be late)."""
     name = "master reachable"
     deadline = clock() + wait_s
     while True:
@@ -243,8 +249,10 @@ def check_master_reachable(
         return Result(
             name,
             WARN,
-            f"{address} answers but nothing listens on {port}{waited}: node 0 may not have started yet",
-            "fine before node 0 starts; if the job then hangs at start-up, check node 0 and its master port",
+            f"{address} answers but nothing listens on {port}{waited}: "
+            "node 0 may not have started yet",
+            "fine before node 0 starts; if the job then hangs at start-up, "
+            "check node 0 and its master port",
         )
     reason = str(error.strerror or error)
     if isinstance(error, TimeoutError):
@@ -253,12 +261,13 @@ def check_master_reachable(
         name,
         FAIL,
         f"cannot reach {address}:{port}{waited}: {reason}",
-        "check the master address, the route (ping), and firewalls between the nodes for this port",
+        "check the master address, the route (ping), and firewalls between "
+        "the nodes for this port",
     )
 
 
 def check_cann(device: str, set_env: str, env: Mapping[str, str]) -> Result:
-    """On NPUs, torch_npu needs the CANN environment: set_env.sh sourced, or already set up."""
+    """On NPUs, torch_npu needs CANN: set_env.sh sourced, or already set up."""
     name = "CANN"
     if device == "cpu":
         return Result(name, SKIP, "not needed for device cpu")
@@ -271,8 +280,10 @@ def check_cann(device: str, set_env: str, env: Mapping[str, str]) -> Result:
     return Result(
         name,
         status,
-        f"{set_env or 'set_env.sh'} is missing and {CANN_VARIABLES[0]} is unset: torch_npu will not load",
-        "install CANN, or set CANN_SET_ENV to its set_env.sh (the answers' environment.cann_set_env)",
+        f"{set_env or 'set_env.sh'} is missing and {CANN_VARIABLES[0]} is unset: "
+        "torch_npu will not load",
+        "install CANN, or set CANN_SET_ENV to its set_env.sh "
+        "(the answers' environment.cann_set_env)",
     )
 
 
@@ -302,7 +313,7 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
 
 
 def report_lines(node: str, results: Sequence[Result]) -> list[str]:
-    """The launch script's lines: one per check that did not pass, then the ones that did."""
+    """The launch script's lines: one per check that did not pass, then the rest."""
     lines = []
     for r in results:
         if r.status in (WARN, FAIL):
