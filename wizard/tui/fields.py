@@ -88,12 +88,15 @@ class TextField(Field):
         yield Input(placeholder=self.question.allowed(), select_on_focus=False, classes="answer")
 
     def show_value(self) -> None:
-        """Fill the input from the state unless the person is typing in it."""
+        """Fill the input once, then follow the default only while nothing was typed."""
         name = self.question.name
         entry = self.query_one(Input)
         entry.cursor_blink = self.blink
-        if name in self.state.raw and entry.value == as_text(self.question, self.state.raw[name]):
+        # Once typed in, the input holds the answer: resetting it from the state would drop
+        # keys typed while earlier changes were being checked.
+        if name in self.state.raw and getattr(self, "_filled", False):
             return
+        self._filled = True
         with entry.prevent(Input.Changed):
             entry.value = as_text(self.question, self.state.shown(name))
 

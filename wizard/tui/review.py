@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
@@ -70,15 +70,15 @@ class ReviewScreen(Screen[None]):
                 yield Static("", id="answers")
             with TabPane("Files", id="tab-files"), VerticalScroll():
                 yield Static("working out the files...", id="files")
-            with TabPane("node0.sh", id="tab-node0"), VerticalScroll():
-                yield Static("", id="node0")
-            with TabPane("sysctl", id="tab-sysctl"), VerticalScroll():
-                yield Static("", id="sysctl")
+            with TabPane("launch/node0.sh", id="tab-node0"), ScrollableContainer():
+                yield Static("", id="node0", classes="source")
+            with TabPane("sysctl snippet", id="tab-sysctl"), ScrollableContainer():
+                yield Static("", id="sysctl", classes="source")
         yield Footer()
 
     def on_mount(self) -> None:
         """Show the answers and start working out the previews."""
-        self.sub_title = "Review: nothing is written until you render (ctrl+r)"
+        self.sub_title = "Review: nothing is written before ^r"
         self.query_one("#output", Input).cursor_blink = self.app.blink
         state = self.app.state
         self.query_one("#answers", Static).update(answers_text(state.values, [*state.file_problems, *state.problems]))
