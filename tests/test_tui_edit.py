@@ -1,0 +1,36 @@
+"""`npu-wizard --answers FILE --edit`: a file, even one with problems, opens pre-filled."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from wizard.cli import _edit_source, main
+from wizard.tui.state import WizardState
+
+
+def edit_args(answers: str) -> argparse.Namespace:
+    """The parsed arguments of an --edit call."""
+    return argparse.Namespace(answers=answers, edit=True, output=".")
+
+
+def test_a_file_with_problems_opens_with_every_problem_at_its_field(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text("schema: 1\nhardware: atlas-training\namp: bf16\nepochz: 3\n")
+    raw, problems, source = _edit_source(edit_args(str(path)))
+    assert raw == {"hardware": "atlas-training", "amp": "bf16"}
+    assert [(p.field, p.message) for p in problems] == [("epochz", "unknown key")]
+    assert source == path
+    state = WizardState(raw, problems)
+    assert "bf16" in str(state.problems_at("amp")[0])
+    assert next(c for c in state.choices("amp") if c.choice.value == "bf16").refusal is not None
+
+
+def test_edit_needs_a_file_not_stdin(capsys) -> None:  # noqa: ANN001
+    assert main(["--answers", "-", "--edit"]) == 1
+    assert "--edit needs an answers file" in capsys.readouterr().err
+
+
+def test_edit_of_a_missing_file_says_so(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    assert main(["--answers", str(tmp_path / "nope.yaml"), "--edit"]) == 1
+    assert "does not exist" in capsys.readouterr().err
