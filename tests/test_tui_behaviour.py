@@ -185,3 +185,21 @@ def test_the_review_refuses_to_render_while_an_error_remains(tmp_path: Path) -> 
 
     run_wizard(scenario)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_mouse_picks_an_option_and_the_help_follows_the_focus() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await next_step(pilot)
+        options = field(pilot, "hardware").query_one(OptionList)
+        row = next(y for y, (index, line) in enumerate(options._lines) if index == 2 and line == 0)
+        await pilot.click(options, offset=(6, row + 1 - int(options.scroll_y)))
+        await pilot.pause()
+        assert pilot.app.state.values["hardware"] == "atlas-a3"
+        help_panel = pilot.app.screen.query_one("#help")
+        assert "Where the ranks run." in str(help_panel.render())
+        await pilot.press("f1")
+        assert not help_panel.display
+        await pilot.press("f1")
+        assert help_panel.display
+
+    run_wizard(scenario)
