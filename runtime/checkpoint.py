@@ -118,7 +118,9 @@ def agreed_latest_checkpoint(directory: Path) -> Path | None:
     so nodes need no shared storage; after a crash mid-save the nodes may hold
     different newest steps, and the job takes the newest one they all hold.
     """
-    steps = [int(NAME.fullmatch(path.name).group(1)) for path in list_checkpoints(directory)]
+    steps = [
+        int(NAME.fullmatch(path.name).group(1)) for path in list_checkpoints(directory)
+    ]
     if not (dist.is_available() and dist.is_initialized()):
         return Path(directory) / checkpoint_name(steps[-1]) if steps else None
     every_rank: list[list[int] | None] = [None] * dist.get_world_size()
@@ -127,7 +129,9 @@ def agreed_latest_checkpoint(directory: Path) -> Path | None:
     if common:
         return Path(directory) / checkpoint_name(max(common))
     if any(every_rank):
-        seen = ", ".join(f"rank {r}: {max(s) if s else 'none'}" for r, s in enumerate(every_rank))
+        seen = ", ".join(
+            f"rank {r}: {max(s) if s else 'none'}" for r, s in enumerate(every_rank)
+        )
         raise SetupError(
             f"no checkpoint in {directory} is held by every rank (newest step per rank: {seen}): "
             "copy the newest checkpoint to every node's folder, or move the folders away to start afresh"
