@@ -250,3 +250,11 @@ def test_context_round_trip_gives_the_same_answers() -> None:
 def test_answers_are_immutable() -> None:
     with pytest.raises(TypeError):
         answers().values["nodes"] = 3  # type: ignore[index]
+
+
+def test_a_misplaced_or_misspelt_key_points_to_its_full_name() -> None:
+    with pytest.raises(AnswersError) as caught:
+        load_text(answers_yaml({"epochz": 3, "network": {"batch_size": 8}}))
+    lines = [str(p) for p in caught.value.problems]
+    assert "epochz: 3: unknown key; did you mean 'training.epochs'?" in lines
+    assert "network.batch_size: 8: unknown key; did you mean 'training.batch_size'?" in lines

@@ -125,11 +125,18 @@ def _take(name: str, value: Any, raw: dict[str, Any], problems: list[Problem]) -
     if name in BY_NAME:
         raw[name] = value
         return
-    known = [*BY_NAME, "schema", *SECTIONS]
-    leaf = name.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(name, known, n=1) or [q for q in BY_NAME if q.rsplit(".", 1)[-1] == leaf]
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    problems.append(Problem(name, value, f"unknown key{hint}"))
+    hint = _closest_key(name)
+    problems.append(Problem(name, value, f"unknown key; did you mean '{hint}'?" if hint else "unknown key"))
+
+
+def _closest_key(name: str) -> str | None:
+    """The known key a misspelt one most likely meant, matching whole names, then their last part."""
+    close = difflib.get_close_matches(name, [*BY_NAME, "schema", *SECTIONS], n=1)
+    if close:
+        return close[0]
+    by_leaf = {question.rsplit(".", 1)[-1]: question for question in BY_NAME}
+    close = difflib.get_close_matches(name.rsplit(".", 1)[-1], list(by_leaf), n=1)
+    return by_leaf[close[0]] if close else None
 
 
 def to_document(answers: Answers) -> dict[str, Any]:
