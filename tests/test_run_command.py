@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +12,13 @@ import pytest
 from tests.factories import answers
 from tests.runs import node_env, render_cpu
 from wizard.errors import TargetError
-from wizard.run import nodes_to_start
+from wizard.run import nodes_to_start, restart_note
 
 
 def npu_wizard_run(project: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """Run the real command the way a user does, with this venv on PATH."""
     return subprocess.run(
-        [sys.executable, "-m", "wizard", "run", str(project), "--interval", "1"],
+        [sys.executable, "-m", "wizard", "run", str(project), "--interval", "1", "--plain"],
         env=node_env(tmp_path / "unused"),
         capture_output=True,
         text=True,
@@ -31,9 +32,9 @@ def test_run_starts_every_simulated_node_and_reports_the_finish(tmp_path: Path) 
     result = npu_wizard_run(project, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "starting nodes 0, 1 of 2" in result.stdout
-    assert "ranks started 4/4, finished 4/4" in result.stdout
-    assert "finished in" in result.stdout
-    (run_dir,) = (project / "runs").iterdir()
+    assert "4 ranks: finished 4" in result.stdout
+    assert "outcome: finished" in result.stdout
+    (run_dir,) = (p for p in (project / "runs").iterdir() if p.name != "unused")
     assert sorted(p.name for p in (run_dir / "events").iterdir()) == [f"rank-{r}.jsonl" for r in range(4)]
 
 
@@ -42,7 +43,7 @@ def test_a_failing_job_exits_3_and_names_the_first_failing_rank(tmp_path: Path) 
     project = render_cpu(tmp_path, "shell", nodes=1, dataset="mnist", data_dir="no-such-folder", model="convnet")
     result = npu_wizard_run(project, tmp_path)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "failed first:" in result.stderr
+    assert "root cause: rank " in result.stderr
     assert "no-such-folder" in result.stderr
 
 
@@ -61,3 +62,26 @@ def test_run_refuses_a_folder_that_is_no_project(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "not an npu-wizard project" in result.stderr
+
+
+def test_max_restarts_is_said_to_be_ignored_by_a_launcher_without_restarts() -> None:
+    assert "shell launcher has no restart mechanism" in (restart_note("shell", 1) or "")
+    assert restart_note("torchrun", 1) is None
+    assert restart_note("shell", 0) is None
+
+
+def test_monitor_reads_a_finished_run_folder(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "events").mkdir(parents=True)
+    lines = [
+        {"schema": 1, "event": "started", "time": 10.0, "rank": 0, "node": 0, "world_size": 1, "pid": 1},
+        {"schema": 1, "event": "step", "time": 12.0, "rank": 0, "step": 4, "loss": 0.5, "samples_per_s": 100.0},
+        {"schema": 1, "event": "finished", "time": 13.0, "rank": 0, "step": 4},
+    ]
+    (run_dir / "events" / "rank-0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--plain"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "outcome: finished" in result.stdout
+    assert "rank 0 (node 0): finished, step 4, loss 0.5000, 100 samples/s" in result.stdout

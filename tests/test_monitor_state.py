@@ -1,0 +1,108 @@
+"""The monitor's model without processes: the HCCL hint table, states, hangs and the root cause."""
+
+from __future__ import annotations
+
+import pytest
+
+from wizard.monitor.hints import explain
+from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, JobState
+
+# (message as a rank reports it, expected code, caused by another rank)
+MESSAGES = [
+    ("EI0006: Getting socket times out. Reason: remote rank did not connect", "EI0006", True),
+    ("The wait execution of the Notify register times out. Reason: Heartbeat Lost (507048)", "EI0002", True),
+    ("The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)", "EADDRINUSE", False),
+    ("EJ0001: Failed to initialize the HCCP process. the last training process is running", "EJ0001", False),
+    ("EI0020: listen on ip[10.0.0.1] and specific port[60000] fail", "EJ0003", False),
+    ("EI0019: the device port 16666 is bound", "EI0019", False),
+    ("HCCL Recv unmatched ack from 10.0.0.2", "Recv unmatched ack", False),
+    ("EI0004: the rank table is invalid", "EI0004", False),
+    ("EI0005: operator arguments differ between ranks", "EI0005", False),
+    ("pair.cc:545] Read error [127.0.0.1]:3477: Connection reset by peer.", "peer lost", True),
+    ("pair.cc:561] Connection closed by peer [127.0.0.1]:3477", "peer lost", True),
+    ("Watchdog caught collective operation timeout", "collective timeout", True),
+]
+
+
+@pytest.mark.parametrize(("message", "code", "peer"), MESSAGES, ids=[m[1] for m in MESSAGES])
+def test_known_failures_are_decoded_with_their_fix(message: str, code: str, peer: bool) -> None:
+    hint = explain(message)
+    assert hint is not None and hint.code == code
+    assert hint.caused_by_peer is peer
+    assert hint.fix
+
+
+def test_an_unknown_error_has_no_hint() -> None:
+    assert explain("ValueError: bad learning rate at step 16666") is None
+
+
+def event(rank: int, kind: str, at: float, **fields: object) -> dict:
+    """One runtime event."""
+    return {"schema": 1, "event": kind, "time": at, "rank": rank, **fields}
+
+
+def job(world_size: int = 2, now: float = 100.0) -> JobState:
+    """A job whose ranks all started at t=10 and logged a step at t=20."""
+    state = JobState(world_size, hang_after=10, clock=lambda: now)
+    for rank in range(world_size):
+        state.ingest(event(rank, "started", 10.0, node=0, pid=1000 + rank, world_size=world_size))
+        state.ingest(event(rank, "step", 20.0, step=4, epoch=0, loss=1.0, samples_per_s=400.0))
+    return state
+
+
+def test_states_follow_the_events() -> None:
+    state = JobState(3, hang_after=10, clock=lambda: 25.0)
+    assert state.state(0) == STARTING
+    for rank in range(3):
+        state.ingest(event(rank, "started", 10.0, world_size=3))
+        state.ingest(event(rank, "step", 20.0, step=4, samples_per_s=300.0, loss=1.0))
+    state.ingest(event(1, "finished", 24.0, step=4))
+    state.ingest(event(2, "error", 24.0, type="ValueError", message="boom", traceback=""))
+    assert [state.state(rank) for rank in range(3)] == [RUNNING, FINISHED, FAILED]
+    assert state.throughput() == pytest.approx(100.0)  # rank 0's own share of the job's 300 samples/s
+
+
+def test_a_silent_rank_is_hung_and_a_waiting_one_stalled() -> None:
+    state = job(now=35.0)
+    state.ingest(event(0, "heartbeat", 34.0, step=4))
+    assert state.state(0) == STALLED  # alive, but no step since t=20
+    assert state.state(1) == HUNG  # nothing since t=20
+    assert state.hung() == [1]
+    assert "rank 1 (node 0) is hung: no heartbeat or step for 15s" in state.hang_report()
+
+
+def test_duplicates_from_the_file_and_the_stream_count_once() -> None:
+    state = job()
+    state.ingest({**event(0, "step", 20.0, step=4, loss=1.0, samples_per_s=400.0), "received": 20.1})
+    assert len(state.ranks[0].losses) == 1
+
+
+def test_a_vanished_rank_beats_the_peers_that_lost_it() -> None:
+    state = job()
+    state.ingest(event(1, "lost", 30.0))
+    state.ingest(event(0, "error", 30.01, type="RuntimeError", message="Connection reset by peer", traceback=""))
+    cause = state.root_cause()
+    assert cause is not None and cause.rank == 1 and cause.kind == "vanished"
+
+
+def test_a_real_error_is_the_root_cause_even_after_a_peer_error() -> None:
+    state = job()
+    state.ingest(event(0, "error", 29.0, type="RuntimeError", message="Connection closed by peer", traceback=""))
+    state.ingest(event(1, "error", 30.0, type="ValueError", message="bad batch", traceback=""))
+    cause = state.root_cause()
+    assert cause is not None and cause.rank == 1 and cause.summary == "ValueError: bad batch"
+
+
+def test_ranks_lost_while_the_monitor_stops_the_job_are_not_failures() -> None:
+    state = job()
+    state.stopping()
+    state.ingest(event(0, "lost", 200.0))
+    assert state.root_cause() is None
+
+
+def test_a_restart_clears_the_failure_and_counts() -> None:
+    state = job()
+    state.ingest(event(1, "lost", 30.0))
+    state.ingest(event(1, "started", 40.0, resumed_step=4, world_size=2))
+    assert state.root_cause() is None
+    assert state.ranks[1].restarts == 1
