@@ -51,10 +51,18 @@ class StatusPublisher:
         self._socket: socket.socket | None = None
         self._queue.append(
             encode(
-                {"event": HELLO, "time": time.time(), "rank": rank, "pid": os.getpid(), "host": socket.gethostname()}
+                {
+                    "event": HELLO,
+                    "time": time.time(),
+                    "rank": rank,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                }
             )
         )
-        self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="status-publisher", daemon=True
+        )
         self._thread.start()
 
     def publish(self, record: Mapping[str, Any]) -> None:
@@ -64,7 +72,9 @@ class StatusPublisher:
 
     def close(self) -> None:
         """Send what is queued and `bye`, waiting at most a few seconds."""
-        self._queue.append(encode({"event": BYE, "time": time.time(), "rank": self.rank}))
+        self._queue.append(
+            encode({"event": BYE, "time": time.time(), "rank": self.rank})
+        )
         self._closing.set()
         self._wake.set()
         self._thread.join(timeout=CLOSE_WAIT_S)
@@ -96,7 +106,9 @@ class StatusPublisher:
             return False
 
 
-def publisher_from_env(rank: int, env: Mapping[str, str] = os.environ) -> StatusPublisher | None:
+def publisher_from_env(
+    rank: int, env: Mapping[str, str] = os.environ
+) -> StatusPublisher | None:
     """A publisher to NPU_WIZARD_STATUS_ADDR, or None when no monitor asked for one."""
     value = env.get(ENV_STATUS_ADDR)
     if not value:

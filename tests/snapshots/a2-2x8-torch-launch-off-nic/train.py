@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from runtime import amp, checkpoint, data, device, distributed, events
+from runtime import amp, checkpoint, data, device, distributed, events, smoke
 
 PROJECT_DIR = Path(__file__).resolve().parent
 DEVICE = "npu"
@@ -44,7 +44,7 @@ def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
 
 
 class Trainer:
-    """Trains the DDP-wrapped model on this rank's batches; rank 0 saves checkpoints."""
+    """Trains on this rank's batches; local rank 0 of each node saves checkpoints."""
 
     def __init__(
         self,
@@ -133,7 +133,8 @@ class Trainer:
             )
 
     def _save_checkpoint(self) -> None:
-        if not self.rank.is_main or self.step == self.saved_step:
+        # one copy per node (the weights are equal on every rank): no shared storage needed
+        if self.rank.local_rank != 0 or self.step == self.saved_step:
             return
         state = {
             "model": checkpoint.unwrap(self.model).state_dict(),
@@ -203,6 +204,9 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
     with recorder.recording():
         target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
         try:
+            if args.smoke:
+                smoke.run_smoke(rank, target, recorder)  # one all_reduce, one barrier
+                return
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
             model = build_model(spec).to(target)
@@ -219,6 +223,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 world_size=rank.world_size,
                 launcher=rank.launcher,
                 resumed_step=trainer.step,
+                total_steps=len(train_data) * args.epochs,
             )
             recorder.start_heartbeat(events.heartbeat_interval())
             trainer.train(args.epochs)
@@ -243,6 +248,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--run-dir", help="default: $NPU_WIZARD_RUN_DIR")
     parser.add_argument("--checkpoint-dir", help="default: $NPU_WIZARD_CHECKPOINT_DIR")
+    parser.add_argument("--smoke", action="store_true", help="test the topology only")
     return parser.parse_args()
 
 

@@ -71,6 +71,25 @@ else
     export TORCH_DEVICE_BACKEND_AUTOLOAD="${TORCH_DEVICE_BACKEND_AUTOLOAD:-0}"
 fi
 
+# ---- preflight ------------------------------------------------------------------
+# Fast checks before any rank starts (runtime/preflight.py): HCCL_IF_IP is on this
+# host, the master port is free (node 0) or the master answers (other nodes), CANN
+# and the HCCL ports (device npu). A bad node stops here in seconds, with the
+# reason, instead of hanging at init. NPU_WIZARD_SKIP_PREFLIGHT=1 skips them.
+if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
+    echo "node $NODE_RANK: preflight skipped (NPU_WIZARD_SKIP_PREFLIGHT=1)"
+else
+    preflight=0
+    "${PYTHON:-python3}" -m runtime.preflight --device "$DEVICE" --cann-set-env "$CANN_SET_ENV" \
+        --hccl-port-count 32 || preflight=$?
+    if ((preflight == 3)); then
+        echo "node $NODE_RANK: preflight failed: nothing started; fix the above (or skip the checks with NPU_WIZARD_SKIP_PREFLIGHT=1)"
+        exit 1
+    elif ((preflight != 0)); then
+        echo "node $NODE_RANK: preflight could not run (exit code $preflight); starting anyway"
+    fi
+fi
+
 # ---- process bookkeeping --------------------------------------------------------
 # PID -> what it is, for every process this script started and has not reaped.
 declare -A CHILDREN=()
