@@ -19,7 +19,7 @@ def test_a_file_with_problems_opens_with_every_problem_at_its_field(tmp_path: Pa
     path.write_text("schema: 1\nhardware: atlas-training\namp: bf16\nepochz: 3\n")
     raw, problems, source = _edit_source(edit_args(str(path)))
     assert raw == {"hardware": "atlas-training", "amp": "bf16"}
-    assert [(p.field, p.message) for p in problems] == [("epochz", "unknown key")]
+    assert [(p.field, p.message) for p in problems] == [("epochz", "unknown key; did you mean 'training.epochs'?")]
     assert source == path
     state = WizardState(raw, problems)
     assert "bf16" in str(state.problems_at("amp")[0])
