@@ -105,13 +105,49 @@ def init_process_group(info: RankInfo, backend: str, timeout_s: float) -> None:
     if backend == "gloo":
         configure_gloo_interface()
     export_rank_env(info)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = restarted_attempt_store(info, timeout)
+    if store is not None:
+        dist.init_process_group(
+            backend=backend,
+            store=store,
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=timeout,
+        )
+        return
     dist.init_process_group(
         backend=backend,
         init_method="env://",
         rank=info.rank,
         world_size=info.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
+        timeout=timeout,
     )
+
+
+def restarted_attempt_store(
+    info: RankInfo,
+    timeout: datetime.timedelta,
+    env: Mapping[str, str] = os.environ,
+) -> dist.Store | None:
+    """After an elastic restart, the job's store under a prefix of its own attempt.
+
+    torchrun and torch_npu_run keep one store across restarts; without a fresh
+    prefix the restarted ranks read the dead attempt's addresses and fail to
+    connect. The first attempt keeps plain env://.
+    """
+    attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0, env)
+    if attempt == 0:
+        return None
+    agent_hosts_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        host_name=env["MASTER_ADDR"],
+        port=int(env["MASTER_PORT"]),
+        world_size=info.world_size,
+        is_master=info.rank == 0 and not agent_hosts_store,
+        timeout=timeout,
+    )
+    return dist.PrefixStore(f"npu-wizard/attempt-{attempt}", store)
 
 
 def destroy_process_group() -> None:

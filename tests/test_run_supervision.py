@@ -139,13 +139,6 @@ def test_node_0_sees_a_stopped_rank_of_node_1_through_the_status_stream(tmp_path
     assert summary["failure"]["rank"] == 3
 
 
-@pytest.mark.xfail(
-    reason="torchrun's restarted workers often fail in init_process_group (gloo connectFullMesh: connection "
-    "refused to the previous attempt's address) with torch 2.14 on CPU, under both the static and the c10d "
-    "rendezvous: to fix in the launch template/runtime; the runner's side (restarts counted, resume, finish) "
-    "passes whenever torchrun's restart succeeds",
-    strict=False,
-)
 def test_max_restarts_resumes_from_the_checkpoint_after_a_kill(tmp_path: Path) -> None:
     project = render_cpu(tmp_path, "torchrun", nodes=1, samples=16384, epochs=2, checkpoint_every=32)
     runner = start_runner(project, "--interval", "2", "--max-restarts", "1")
