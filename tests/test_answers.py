@@ -161,6 +161,7 @@ WARNINGS = [
         "loopback",
     ),
     ("deprecated launcher", {"launcher": "torch-launch"}, "launcher", "deprecated"),
+    ("status port in hccl range", {"network.master_port": 59999}, "network.master_port", "status stream"),
     (
         "unknown pairing",
         {"environment.torch_npu_version": "2.9.0.post99", "environment.torch_version": "2.9.0"},

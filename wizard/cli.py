@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="list the files and warnings; write nothing")
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")
     parser.epilog += (
-        " Run a rendered project: npu-wizard run PROJECT; watch a run: npu-wizard monitor RUN (see their --help)."
+        " Run a rendered project: npu-wizard run PROJECT; watch a run: npu-wizard monitor RUN; "
+        "check a node first: npu-wizard doctor PROJECT (see their --help)."
     )
     return parser
 

@@ -86,6 +86,13 @@ def ports_apart(v: Values) -> Iterator[Problem]:
     last = base + count - 1
     if last > 65535:
         yield _error("network.hccl_base_port", base, f"the HCCL range {base}-{last} runs past port 65535")
+    if base <= port + 1 <= last and not base <= port <= last:
+        yield _warning(
+            "network.master_port",
+            port,
+            f"npu-wizard run's status stream uses the next port, {port + 1}, inside the HCCL range "
+            f"{base}-{last}; choose another master port or pass --status-port",
+        )
     if base <= port <= last:
         yield _error("network.master_port", port, f"inside the HCCL port range {base}-{last}; choose a port outside it")
     elif EPHEMERAL[0] <= port <= EPHEMERAL[1]:
