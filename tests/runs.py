@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,10 +20,29 @@ BIN = str(Path(sys.executable).parent)
 
 
 def free_port() -> int:
-    """A TCP port that was free a moment ago (outside the HCCL default range)."""
+    """A port pair (P, P+1) free now and outside the kernel's ephemeral range.
+
+    A port from the ephemeral range may be handed to any outgoing connection
+    before the job binds it (the very hazard the HCCL port reservation avoids),
+    so jobs started by the tests take theirs from below it.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = list(range(max(1024, low - 12000), low - 1))
+    random.shuffle(candidates)
+    for port in candidates:
+        if all(_bindable(p) for p in (port, port + 1)):
+            return port
+    raise RuntimeError("no free port pair below the ephemeral range")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def render_cpu(tmp_path: Path, launcher: str, *, nodes: int = 1, amp: str = "off", **training: Any) -> Path:

@@ -17,6 +17,7 @@ import pytest
 
 from runtime.preflight import FAIL, PASS, SKIP, WARN
 from tests.factories import answers
+from tests.runs import free_port
 from wizard.answers import Answers
 from wizard.doctor import network, software
 from wizard.doctor.probe import Software
@@ -37,13 +38,6 @@ def npu_answers(**overrides: object) -> Answers:
         "network__hccl_port_count": 16,
     }
     return answers(**{**base, **overrides})
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import answers
+from tests.runs import free_port
 from wizard.answers import resolve
 from wizard.doctor import software
 from wizard.doctor.probe import probe_software
@@ -28,13 +28,6 @@ BIN = str(Path(sys.executable).parent)
 FOREIGN = "203.0.113.77"  # TEST-NET-3: not on this host; never sent any traffic
 SCREEN = 24
 NO_CANN = "ImportError: libhccl.so: cannot open shared object file: No such file or directory"
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def user_env(**extra: str) -> dict[str, str]:

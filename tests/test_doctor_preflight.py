@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runtime import preflight
+from tests.runs import free_port
 from tests.test_launch_scripts import render_project, run_node, script_env, with_fake_train
 
 FOREIGN = "203.0.113.77"  # TEST-NET-3: not on this host; never sent any traffic
@@ -28,13 +29,6 @@ def held_port() -> Iterator[int]:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         yield holder.getsockname()[1]
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_taken_master_port_stops_node_0_before_any_rank(tmp_path: Path, held_port: int) -> None:

@@ -7,7 +7,6 @@ bit-identical weights, a falling loss and a checkpoint on disk.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,11 @@ from pathlib import Path
 import pytest
 
 from runtime.events import read_events
+from tests.runs import free_port
 from wizard.answers import resolve
 from wizard.render import render
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def cpu_project(tmp_path: Path, launcher: str, amp: str) -> Path:
