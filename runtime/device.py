@@ -51,7 +51,7 @@ def requested_device(
 def select_device(requested: str) -> DeviceChoice:
     """The device for `requested` (npu, auto or cpu); raise DeviceError when npu is unusable."""
     if requested == "cpu":
-        return DeviceChoice("cpu", BACKENDS["cpu"], "cpu asked for (gloo simulation)")
+        return DeviceChoice("cpu", BACKENDS["cpu"], "simulation on the CPU, as asked")
     if requested == "npu":
         count = _probe_npu()
         return DeviceChoice("npu", BACKENDS["npu"], f"{count} NPU(s) visible")

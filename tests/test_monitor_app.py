@@ -134,7 +134,7 @@ async def test_switching_rank_moves_the_plot_and_the_log(tmp_path: Path) -> None
         await pilot.press("n")
         assert app.selected == 1
         assert "rank 1" in str(app.query_one("#loss-label", Static).render())
-        assert "not on this host" in "\n".join(app.query_one(Log).lines)
+        assert "waiting for rank 1's log (on node 0 (host0))" in "\n".join(app.query_one(Log).lines)
         await pilot.press("p", "p")
         assert app.selected == 3
         assert len(app.query_one(Sparkline).data) == 3
@@ -161,6 +161,34 @@ async def test_quit_stops_a_running_job_it_owns(tmp_path: Path) -> None:
         await pilot.pause()
     assert job.stops == ["interrupted"]
     assert app.return_value == "interrupted"
+
+
+class LaunchersExiting(FakeJob):
+    """Every rank has finished; the launchers exit on the second tick."""
+
+    ticks: int = 0
+
+    def tick(self) -> str | None:
+        """The job ends as finished once the launchers are gone."""
+        self.ticks += 1
+        if self.ticks >= 2:
+            self.outcome = "finished"
+        return self.outcome
+
+
+async def test_quit_after_every_rank_finished_waits_for_the_launchers_and_is_no_interrupt(tmp_path: Path) -> None:
+    state = JobState(2, hang_after=30, clock=lambda: NOW)
+    for rank in range(2):
+        state.ingest(event(rank, "started", 900.0, node=0, host="host0", pid=100 + rank, world_size=2))
+        state.ingest(event(rank, "finished", 950.0, step=10, epoch=1))
+    job = LaunchersExiting(state, tmp_path)
+    app = MonitorApp(job, title="job", owns_job=True, tick_s=0)
+    async with app.run_test(size=(110, 32)) as pilot:
+        await pilot.press("q")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert job.stops == []
+    assert app.return_value == "finished"
 
 
 async def test_quit_only_detaches_from_a_watched_run(tmp_path: Path) -> None:

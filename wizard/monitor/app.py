@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -27,6 +28,7 @@ from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
 LOG_LINES = 200
 PLOT_POINTS = 120
+LAUNCHER_EXIT_S = 15.0  # how long quitting waits for launchers whose ranks all finished
 
 
 class JobSource(Protocol):
@@ -171,6 +173,8 @@ class MonitorApp(App[str | None]):
         if failure:
             hint = f"\nhint: {failure['hint']}" if failure.get("hint") else ""
             return f"[b red]root cause: rank {failure['rank']} (node {failure['node']}): {failure['summary']}[/]{hint}"
+        if self.source.outcome == "finished":
+            return "[b green]the job finished: press q for the summary[/]"
         report = state.hang_report(now) if self.source.outcome is None else ""
         return f"[b yellow]{report}[/]" if report else ""
 
@@ -187,14 +191,15 @@ class MonitorApp(App[str | None]):
     def _follow_log(self) -> None:
         log = self.query_one(Log)
         path = self.source.run_dir / "logs" / f"rank-{self.selected}.log"
-        if self._log_rank != self.selected:
+        if self._log_rank != self.selected or (self._log_offset < 0 and path.is_file()):
             log.clear()
             self._log_rank = self.selected
             self._log_offset = 0
             if not path.is_file():
                 view = self.source.state.ranks.get(self.selected)
-                where = f"node {view.node} ({view.host})" if view and view.node is not None else "another node"
-                log.write_line(f"rank {self.selected}'s log is not on this host: it is on {where}")
+                where = f"node {view.node} ({view.host})" if view and view.node is not None else "its node"
+                log.write_line(f"waiting for rank {self.selected}'s log (on {where})")
+                self._log_offset = -1  # placeholder shown: replace it once the log appears
                 return
             log.write_lines(log_tail(self.source.run_dir, self.selected, LOG_LINES))
             self._log_offset = path.stat().st_size
@@ -233,10 +238,25 @@ class MonitorApp(App[str | None]):
 
     def action_quit_view(self) -> None:
         """Leave the view; in `run`, a job still running is stopped first."""
-        if self.owns_job and self.source.outcome is None:
+        if self.owns_job and self.source.outcome is None and self.source.state.ranks and self.source.state.finished():
+            # every rank is done and only the launchers are exiting: let them, it is no interrupt
+            self.query_one("#alert", Static).update("every rank finished; waiting for the launchers to exit ...")
+            self.run_worker(self._finish_then_exit, thread=True, group="stop", exclusive=True)
+        elif self.owns_job and self.source.outcome is None:
             self._stop_in_worker("interrupted", then_exit=True)
         else:
             self.exit(self.source.outcome)
+
+    def _finish_then_exit(self) -> None:
+        deadline = time.monotonic() + LAUNCHER_EXIT_S
+        while self.source.outcome is None and time.monotonic() < deadline:
+            with self._lock:
+                self.source.tick()
+            time.sleep(0.1)
+        if self.source.outcome is None:
+            with self._lock:
+                self.source.stop("interrupted")
+        self.call_from_thread(self.exit, self.source.outcome)
 
     def action_interrupt(self) -> None:
         """Ctrl-C: as quit."""
