@@ -112,6 +112,16 @@ def kill_groups(processes: list[subprocess.Popen[bytes]]) -> None:
             pass
     for process in processes:
         process.wait()
+    # the scripts are reaped; wait until the rest of each group is gone too, so that
+    # what they held (the master port) is free before a test starts the job again
+    deadline = time.monotonic() + 10
+    for process in processes:
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
 
 
 def run_project(project: Path, run_dir: Path, timeout: float = 240, **extra: str) -> list[tuple[int, str]]:
