@@ -45,13 +45,15 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def render_cpu(tmp_path: Path, launcher: str, *, nodes: int = 1, amp: str = "off", **training: Any) -> Path:
+def render_cpu(
+    tmp_path: Path, launcher: str, *, nodes: int = 1, amp: str = "off", devices_per_node: int = 2, **training: Any
+) -> Path:
     """Render a small CPU project: `nodes` x 2 processes on loopback, a few hundred steps at most."""
     raw: dict[str, Any] = {
         "project_name": f"{launcher}-{nodes}n-{amp}",
         "device": "cpu",
         "nodes": nodes,
-        "devices_per_node": 2,
+        "devices_per_node": devices_per_node,
         "launcher": launcher,
         "amp": amp,
         "network.host_ips": ["127.0.0.1"] * nodes,

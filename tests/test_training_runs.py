@@ -57,6 +57,13 @@ def test_launch_scripts_train_to_the_end(launcher: str, nodes: int, amp: str, tm
     assert_trained(project, tmp_path / "run", world_size=2 * nodes)
 
 
+def test_a_single_process_job_trains_without_ddp(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", devices_per_node=1)
+    for node, (code, output) in enumerate(run_project(project, tmp_path / "run")):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+    assert_trained(project, tmp_path / "run", world_size=1)
+
+
 def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     # Enough steps (512 an epoch) that the job is still running when its first checkpoint lands.
     project = render_cpu(tmp_path, "torchrun", nodes=2, samples=32768, epochs=2, checkpoint_every=64)

@@ -73,8 +73,10 @@ class Trainer:
         latest = checkpoint.agreed_latest_checkpoint(checkpoint_dir)
         if latest is not None:
             self._load_checkpoint(latest)
-        device_ids = None if target.type == "cpu" else [target.index]
-        self.model = DDP(self.model, device_ids=device_ids)
+        # a single process has no gradients to average: DDP would only cost time
+        if rank.world_size > 1:
+            device_ids = None if target.type == "cpu" else [target.index]
+            self.model = DDP(self.model, device_ids=device_ids)
 
     def _load_checkpoint(self, path: Path) -> None:
         state = checkpoint.load_checkpoint(path)
