@@ -55,7 +55,7 @@ def test_python_compiles_and_passes_ruff(case: str, projects: dict[str, Path]) -
         py_compile.compile(source, doraise=True, cfile=str(Path(source).with_suffix(".pyc.lint")))
     for path in project.rglob("*.pyc.lint"):
         path.unlink()
-    for command in (["check", "--isolated"], ["format", "--isolated", "--check"]):
+    for command in (["check", "--isolated", "--no-cache"], ["format", "--isolated", "--no-cache", "--check"]):
         result = subprocess.run([tool("ruff"), *command, *sources], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
 

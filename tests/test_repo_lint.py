@@ -14,5 +14,5 @@ ROOT = Path(__file__).parent.parent
 
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["check", "format"])
 def test_the_code_base_passes_ruff(command: list[str]) -> None:
-    result = subprocess.run([tool("ruff"), *command, "."], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([tool("ruff"), *command, "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
