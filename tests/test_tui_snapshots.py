@@ -64,7 +64,9 @@ def test_replace_confirmation(snap_compare) -> None:  # noqa: ANN001
         await pilot.press("ctrl+r")
         await pilot.pause()
         await pilot.app.workers.wait_for_complete()
-        await pilot.wait_for_scheduled_animations()
-        await pilot.pause()
+        # the dialog fades in and takes focus: let both settle, even on a loaded machine
+        for _ in range(3):
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause(0.2)
 
     assert snap_compare(create_app(blink=False, output_dir=Path("out")), run_before=before, terminal_size=SIZE)
