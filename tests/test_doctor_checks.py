@@ -9,8 +9,6 @@ real in test_doctor_command.py).
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,15 +36,6 @@ def npu_answers(**overrides: object) -> Answers:
         "network__hccl_port_count": 16,
     }
     return answers(**{**base, **overrides})
-
-
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    """A port some other program listens on (127.0.0.1), as a leftover run would."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
 
 
 def port_files(tmp_path: Path, reserved: str, ephemeral: str = "32768\t60999") -> network.PortFacts:

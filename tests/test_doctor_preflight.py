@@ -10,7 +10,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from tests.runs import free_port
 from tests.test_launch_scripts import render_project, run_node, script_env, with_fake_train
 
 FOREIGN = "203.0.113.77"  # TEST-NET-3: not on this host; never sent any traffic
-
-
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    """A port a leftover process listens on (127.0.0.1)."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
 
 
 def test_a_taken_master_port_stops_node_0_before_any_rank(tmp_path: Path, held_port: int) -> None:
