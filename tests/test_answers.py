@@ -71,23 +71,18 @@ ERRORS = [
     ("connect timeout low", {"network.connect_timeout": 60}, "network.connect_timeout", "at least 120"),
     ("connect timeout high", {"network.connect_timeout": 8000}, "network.connect_timeout", "at most 7200"),
     (
-        "connect not below exec",
-        {"network.connect_timeout": 2000, "network.exec_timeout": 1836},
-        "network.connect_timeout",
-        "below network.exec_timeout",
-    ),
-    (
-        "training series exec step",
-        {"hardware": "atlas-training", "amp": "fp16", "network.exec_timeout": 1800},
-        "network.exec_timeout",
-        "multiple of 68",
-    ),
-    (
         "training series exec zero",
         {"hardware": "atlas-training", "amp": "fp16", "network.exec_timeout": 0},
         "network.exec_timeout",
-        "multiple of 68",
+        "accepts (0, 17340] seconds",
     ),
+    (
+        "training series exec above its cap",
+        {"hardware": "atlas-training", "amp": "fp16", "network.exec_timeout": 17408},
+        "network.exec_timeout",
+        "accepts (0, 17340] seconds",
+    ),
+    ("a2 exec above its cap", {"network.exec_timeout": 2147483648}, "network.exec_timeout", "at most 2147483647"),
     (
         "torch_npu_run missing",
         {
@@ -169,6 +164,24 @@ WARNINGS = [
         "CANN pairing",
     ),
     ("inapplicable answer", {"training.data_dir": "data"}, "training.data_dir", "does not apply"),
+    (
+        "connect not below exec",
+        {"network.connect_timeout": 2000, "network.exec_timeout": 1836},
+        "network.connect_timeout",
+        "not below network.exec_timeout (1836)",
+    ),
+    (
+        "training series exec floored",
+        {"hardware": "atlas-training", "amp": "fp16", "network.exec_timeout": 1800},
+        "network.exec_timeout",
+        "floors it to a multiple of 68 (at least 68): HCCL will wait 1768s",
+    ),
+    (
+        "training series exec below 68",
+        {"hardware": "atlas-training", "amp": "fp16", "network.exec_timeout": 50, "network.connect_timeout": 120},
+        "network.exec_timeout",
+        "HCCL will wait 68s",
+    ),
 ]
 
 
@@ -230,6 +243,28 @@ def test_defaults_follow_earlier_answers() -> None:
     assert a3["environment.torch_version"] == "2.5.1"
     assert a3["network.hccl_port_count"] == 16
     assert resolve({})["network.hccl_port_count"] == 32
+
+
+@pytest.mark.parametrize(
+    ("torch_npu", "ports"),
+    [("2.4.0.post2", 16), ("2.5.1", 16), ("2.6.0", 32), ("2.1.0.post13", 32), ("2.8.0", 32), ("2.9.0.post99", 32)],
+)
+def test_hccl_port_count_is_32_from_cann_8_2_rc1_and_when_the_cann_is_unknown(torch_npu: str, ports: int) -> None:
+    raw = {"environment.torch_npu_version": torch_npu, "environment.torch_version": torch_npu.split(".post")[0]}
+    assert resolve(raw)["network.hccl_port_count"] == ports
+
+
+@pytest.mark.parametrize("seconds", [0, 1836, 100_000, 2147483647])
+def test_a2_and_a3_accept_exec_timeouts_up_to_2147483647_with_0_for_never(seconds: int) -> None:
+    for series in ("atlas-a2", "atlas-a3"):
+        loaded = resolve({**BASE, "hardware": series, "network.exec_timeout": seconds})
+        assert loaded["network.exec_timeout"] == seconds
+        assert not [w for w in loaded.warnings if w.field == "network.exec_timeout"]
+
+
+def test_a_multiple_of_68_on_the_training_series_passes_without_a_warning() -> None:
+    loaded = resolve({**BASE, "hardware": "atlas-training", "amp": "fp16", "network.exec_timeout": 17340})
+    assert not [w for w in loaded.warnings if w.field == "network.exec_timeout"]
 
 
 def test_learning_rate_scaling_inputs_apply_only_without_lr() -> None:

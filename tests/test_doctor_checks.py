@@ -194,7 +194,25 @@ def test_timeouts_in_order_pass_with_their_source(tmp_path: Path) -> None:
     script = tmp_path / "node0.sh"
     script.write_text("export HCCL_CONNECT_TIMEOUT=120\nexport HCCL_EXEC_TIMEOUT=1836\n")
     result = network.check_timeouts(npu_answers(), script)
-    assert (result.status, result.detail) == (PASS, "connect 120s < exec 1836s (launch/node0.sh)")
+    assert (result.status, result.detail) == (PASS, "connect 120s, exec 1836s (launch/node0.sh)")
+
+
+def test_exec_timeout_0_on_a2_means_never_and_passes() -> None:
+    result = network.check_timeouts(npu_answers(network__exec_timeout=0), None)
+    assert (result.status, result.detail) == (PASS, "connect 120s, exec never (0) (the answers)")
+
+
+def test_connect_not_below_exec_only_warns() -> None:
+    result = network.check_timeouts(npu_answers(network__connect_timeout=2000, network__exec_timeout=1836), None)
+    assert result.status == WARN
+    assert result.detail.startswith("connect 2000s >= exec 1836s")
+
+
+def test_a_training_series_exec_timeout_off_the_68_grid_warns_with_what_hccl_waits() -> None:
+    project = npu_answers(hardware="atlas-training", amp="fp16", network__exec_timeout=600)
+    result = network.check_timeouts(project, None)
+    assert result.status == WARN
+    assert result.detail == "exec 600s: the Atlas training series floors it to a multiple of 68, so HCCL waits 544s"
 
 
 def test_a_hand_edited_launch_script_disagreeing_with_the_answers_warns(tmp_path: Path) -> None:

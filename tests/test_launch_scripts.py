@@ -704,17 +704,3 @@ def test_readme_states_why_bf16_is_absent_on_the_training_series(tmp_path: Path)
     text = (project / "README.md").read_text()
     assert "## Mixed precision: fp16" in text
     assert "has no bf16 autocast and no bf16 all_reduce" in text
-
-
-def test_requirements_pin_torch_and_torch_npu_for_the_npu(tmp_path: Path) -> None:
-    project = render_project(
-        tmp_path, device="npu", **{"environment.torch_npu_version": "2.1.0.post13", "training.model": "resnet18"}
-    )
-    entries = [line for line in lines(project / "requirements.txt") if not line.startswith("#")]
-    assert entries == ["torch==2.1.0", "torch-npu==2.1.0.post13", "pyyaml", "setuptools", "torchvision"]
-
-
-def test_requirements_for_cpu_simulation_have_no_torch_npu(tmp_path: Path) -> None:
-    project = render_project(tmp_path, device="cpu", **{"training.model": "mlp", "training.dataset": "synthetic"})
-    entries = [line for line in lines(project / "requirements.txt") if not line.startswith("#")]
-    assert entries == ["torch>=2.1"]

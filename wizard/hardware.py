@@ -119,10 +119,28 @@ def cann_for(torch_npu_version: str) -> str | None:
     return TORCH_NPU_CANN.get(torch_npu_version)
 
 
-def hccl_port_count_for(torch_npu_version: str) -> int:
-    """HCCL host ports per device for the CANN of this torch_npu: 32 from 8.3.RC1, else 16."""
+def cann_at_least(torch_npu_version: str, major: int, minor: int) -> bool | None:
+    """Whether the CANN this torch_npu pairs with is major.minor or later; None when unknown."""
     cann = cann_for(torch_npu_version)
     if cann is None:
-        return 16
-    major, minor = (int(part) for part in cann.split(".")[:2])
-    return 32 if (major, minor) >= (8, 3) else 16
+        return None
+    found = tuple(int(part) for part in cann.split(".")[:2])
+    return found >= (major, minor)
+
+
+def hccl_port_count_for(torch_npu_version: str) -> int:
+    """HCCL host ports for the CANN of this torch_npu: 32 from 8.2.RC1 (and when unknown), else 16."""
+    return 16 if cann_at_least(torch_npu_version, 8, 2) is False else 32
+
+
+EXEC_TIMEOUT_MAX = 2147483647  # A2/A3: [0, 2147483647], 0 = never (CANN envref_07_0078)
+TRAINING_EXEC_TIMEOUT_MAX = 17340  # Atlas training series: (0, 17340]
+TRAINING_EXEC_TIMEOUT_STEP = 68
+
+
+def effective_exec_timeout(series: str, seconds: int) -> int:
+    """The HCCL_EXEC_TIMEOUT HCCL applies: on the Atlas training series floored to a multiple of 68, at least 68."""
+    if series != "atlas-training":
+        return seconds
+    step = TRAINING_EXEC_TIMEOUT_STEP
+    return max(step, seconds // step * step)

@@ -363,11 +363,11 @@ QUESTIONS: tuple[Question, ...] = (
         kind="choice_int",
         default_from=_default_port_count,
         choices=(
-            Choice("16", "16", "CANN 8.0 to 8.2"),
-            Choice("32", "32", "CANN 8.3.RC1 and later"),
+            Choice("16", "16", "CANN 8.0 and 8.1"),
+            Choice("32", "32", "CANN 8.2.RC1 and later (reserving 32 is harmless on older CANN)"),
         ),
         step="environment",
-        help="How many host ports from the base port HCCL uses: 16 up to CANN 8.2, 32 from 8.3.RC1.",
+        help="How many host ports from the base port HCCL uses: 16 on CANN 8.0/8.1, 32 from 8.2.RC1.",
     ),
     Question(
         name="network.connect_timeout",
@@ -378,7 +378,7 @@ QUESTIONS: tuple[Question, ...] = (
         maximum=7200,
         step="environment",
         help="HCCL_CONNECT_TIMEOUT: how long ranks wait for each other at setup; raise to "
-        "1200 or more on large jobs. Must be below the exec timeout.",
+        "1200 or more on large jobs. Best kept below the exec timeout.",
     ),
     Question(
         name="network.exec_timeout",
@@ -386,10 +386,11 @@ QUESTIONS: tuple[Question, ...] = (
         kind="int",
         default=1836,
         minimum=0,
-        maximum=17340,
+        maximum=hardware.EXEC_TIMEOUT_MAX,
         step="environment",
-        help="HCCL_EXEC_TIMEOUT: how long a collective waits for the slowest rank. On the "
-        "Atlas training series a multiple of 68 up to 17340; on A2/A3, 0 means never.",
+        help="HCCL_EXEC_TIMEOUT: how long a collective waits for the slowest rank. On A2/A3 "
+        "0 to 2147483647, 0 meaning never; on the Atlas training series 1 to 17340, floored "
+        "to a multiple of 68.",
     ),
 )
 

@@ -104,19 +104,36 @@ def ports_apart(v: Values) -> Iterator[Problem]:
         )
 
 
-def timeouts_ordered(v: Values) -> Iterator[Problem]:
-    """HCCL_CONNECT_TIMEOUT stays below HCCL_EXEC_TIMEOUT; exec fits the series."""
+def timeouts_fit_series(v: Values) -> Iterator[Problem]:
+    """HCCL_EXEC_TIMEOUT within the series' range (CANN envref_07_0078); connect >= exec only warns."""
     connect, execute = v["network.connect_timeout"], v["network.exec_timeout"]
     if v["hardware"] == "atlas-training":
-        if execute == 0 or execute % 68:
+        top, step = hardware.TRAINING_EXEC_TIMEOUT_MAX, hardware.TRAINING_EXEC_TIMEOUT_STEP
+        if not 0 < execute <= top:
             yield _error(
                 "network.exec_timeout",
                 execute,
-                "on the Atlas training series it must be a multiple of 68 in (0, 17340], e.g. 1836",
+                f"the Atlas training series accepts (0, {top}] seconds (no 0 = never there), e.g. 1836",
             )
             return
+        effective = hardware.effective_exec_timeout(v["hardware"], execute)
+        if effective != execute:
+            yield _warning(
+                "network.exec_timeout",
+                execute,
+                f"the Atlas training series floors it to a multiple of {step} (at least {step}): "
+                f"HCCL will wait {effective}s",
+            )
+    elif execute > hardware.EXEC_TIMEOUT_MAX:
+        yield _error("network.exec_timeout", execute, f"at most {hardware.EXEC_TIMEOUT_MAX} (0 means never)")
+        return
     if execute != 0 and connect >= execute:
-        yield _error("network.connect_timeout", connect, f"must be below network.exec_timeout ({execute})")
+        yield _warning(
+            "network.connect_timeout",
+            connect,
+            f"not below network.exec_timeout ({execute}): a collective may then time out "
+            "before a slow rank has even connected",
+        )
 
 
 def launcher_available(v: Values) -> Iterator[Problem]:
@@ -158,7 +175,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("nodes", "device", "network.host_ips"), one_ip_per_node),
     (("network.master_addr", "network.host_ips"), master_is_a_node),
     (("network.master_port", "network.hccl_base_port", "network.hccl_port_count"), ports_apart),
-    (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_ordered),
+    (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
 )

@@ -63,8 +63,8 @@ class Question:
             return "one of: " + ", ".join(c.value for c in self.choices)
         if self.kind in ("int", "float") and self.minimum is not None:
             kind = "an integer" if self.kind == "int" else "a number"
-            upper = "" if self.maximum is None else f" to {self.maximum:g}"
-            return f"{kind} from {self.minimum:g}{upper}"
+            upper = "" if self.maximum is None else f" to {_number(self.maximum)}"
+            return f"{kind} from {_number(self.minimum)}{upper}"
         return _ALLOWED_TEXT.get(self.kind, "text")
 
     def parse(self, raw: Any) -> Any:
@@ -76,9 +76,9 @@ class Question:
         value = _PARSERS[self.kind](self, raw)
         if self.kind in ("int", "float"):
             if self.minimum is not None and value < self.minimum:
-                raise Invalid(f"must be at least {self.minimum:g}")
+                raise Invalid(f"must be at least {_number(self.minimum)}")
             if self.maximum is not None and value > self.maximum:
-                raise Invalid(f"must be at most {self.maximum:g}")
+                raise Invalid(f"must be at most {_number(self.maximum)}")
         if self.check is not None:
             self.check(value)
         return value
@@ -200,3 +200,8 @@ def is_ip(text: str) -> bool:
 def is_loopback(text: str) -> bool:
     """Whether the text is a loopback address (a node simulated on this host)."""
     return is_ip(text) and ipaddress.ip_address(text).is_loopback
+
+
+def _number(bound: float) -> str:
+    """A bound as people write it: 2147483647, 10, 0.5 (not 2.14748e+09)."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"

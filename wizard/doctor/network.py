@@ -14,6 +14,7 @@ from pathlib import Path
 
 from runtime import preflight
 from runtime.preflight import FAIL, PASS, SKIP, WARN, Result, compress_numbers
+from wizard import hardware
 from wizard.answers import Answers
 from wizard.errors import TargetError
 
@@ -158,7 +159,7 @@ def check_master(answers: Answers, node: Node, timeout_s: float, nonlocal_bind: 
 
 
 def check_timeouts(answers: Answers, script: Path | None) -> Result:
-    """HCCL_CONNECT_TIMEOUT < HCCL_EXEC_TIMEOUT, within range, and the launch script agrees with the answers."""
+    """HCCL timeouts within range as HCCL applies them, and the launch script agrees with the answers."""
     name = "HCCL timeouts"
     if answers["device"] == "cpu":
         return Result(name, SKIP, "device cpu: HCCL unused")
@@ -179,9 +180,20 @@ def check_timeouts(answers: Answers, script: Path | None) -> Result:
             source = f"launch/{script.name}"
     if not 120 <= connect <= 7200:
         return Result(name, FAIL, f"connect {connect}s is outside 120-7200", "set network.connect_timeout")
+    effective = hardware.effective_exec_timeout(answers["hardware"], execute)
+    if effective != execute:
+        return Result(
+            name,
+            WARN,
+            f"exec {execute}s: the Atlas training series floors it to a multiple of 68, so HCCL waits {effective}s",
+            f"set network.exec_timeout to {effective} (or the next multiple, {effective + 68}) to say what happens",
+        )
     if execute != 0 and connect >= execute:
         return Result(
-            name, FAIL, f"connect {connect}s >= exec {execute}s", "raise network.exec_timeout above the connect one"
+            name,
+            WARN,
+            f"connect {connect}s >= exec {execute}s: a collective may time out before a slow rank connects",
+            "raise network.exec_timeout above the connect one",
         )
     if answers.world_size >= LARGE_JOB_RANKS and connect < LARGE_JOB_CONNECT_S:
         return Result(
@@ -190,7 +202,8 @@ def check_timeouts(answers: Answers, script: Path | None) -> Result:
             f"connect {connect}s for {answers.world_size} ranks: large jobs connect slowly",
             f"raise network.connect_timeout to {LARGE_JOB_CONNECT_S}+",
         )
-    return Result(name, PASS, f"connect {connect}s < exec {execute}s ({source})")
+    shown = "never (0)" if execute == 0 else f"{execute}s"
+    return Result(name, PASS, f"connect {connect}s, exec {shown} ({source})")
 
 
 def _exported_int(text: str, variable: str) -> int | None:

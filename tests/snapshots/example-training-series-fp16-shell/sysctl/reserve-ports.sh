@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reserve the ports atlas910-shell needs, so the kernel never hands them
 # out as ephemeral (outgoing) ports:
-#   - HCCL host ports 60000-60015 (HCCL_IF_BASE_PORT, 16 ports), used on every node;
+#   - HCCL host ports 60000-60031 (HCCL_IF_BASE_PORT, 32 ports), used on every node;
 #   - the master port 29510 (MASTER_PORT), used on node 0. Reserving it on
 #     the other nodes is harmless: a reservation only stops automatic assignment, an
 #     explicit bind still works.
@@ -19,7 +19,7 @@
 # the current list and where --permanent writes its file.
 set -euo pipefail
 
-OURS="29510,60000-60015"
+OURS="29510,60000-60031"
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
 CONF_FILE="$SYSCTL_DIR/90-atlas910-shell-ports.conf"
