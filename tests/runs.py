@@ -184,6 +184,23 @@ def leftover_processes(project: Path) -> list[int]:
     return [pid for run_dir in run_dirs(project) for pid in job_processes(run_dir)]
 
 
+def processes_in(folder: Path) -> list[int]:
+    """Live processes whose working directory lies in `folder` (however they were started)."""
+    from wizard.monitor.procs import PROC, is_alive
+
+    found = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+        if cwd.is_relative_to(folder) and is_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
 def clean_up(project: Path, *runners: subprocess.Popen[str]) -> None:
     """Kill the runners and whatever of their jobs is left (a failed test must not leak processes)."""
     from wizard.monitor.procs import kill_job

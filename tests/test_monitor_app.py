@@ -83,7 +83,7 @@ class FakeJob:
         """Nothing new happens."""
         return self.outcome
 
-    def stop(self, outcome: str = "interrupted") -> str:
+    def stop(self, outcome: str = "interrupted", signum: int = 2) -> str:
         """Record the stop and end the job."""
         self.stops.append(outcome)
         self.outcome = outcome

@@ -20,6 +20,7 @@ from tests.runs import (
     kinds,
     leftover_processes,
     node_env,
+    processes_in,
     render_cpu,
     run_dirs,
     start_runner,
@@ -112,6 +113,27 @@ def test_sigint_to_the_runner_stops_every_process_and_exits_130(tmp_path: Path) 
         clean_up(project, runner)
     assert runner.returncode == 130, output
     assert summary_of(run_dir)["outcome"] == "interrupted"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["TERM", "HUP"])
+def test_sigterm_or_sighup_to_the_runner_stops_every_process_like_ctrl_c(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
+        assert len(processes_in(project)) >= 6  # 2 launch scripts, 2 agents, 4 ranks (and tees)
+        runner.send_signal(sig)
+        output, _ = runner.communicate(timeout=60)
+        assert not processes_in(project)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == code, output
+    assert f"stopped by {sig.name}: every process of the job was stopped" in output
+    assert summary_of(run_dir)["outcome"] == "interrupted"
+    assert "outcome: interrupted" in output
 
 
 def test_node_0_sees_a_stopped_rank_of_node_1_through_the_status_stream(tmp_path: Path) -> None:

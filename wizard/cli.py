@@ -54,7 +54,7 @@ def build_run_parser() -> argparse.ArgumentParser:
         description="Start a rendered project's launch scripts and watch every rank (a live view on a terminal); "
         "on a failure, stop the whole job and name the rank that failed first.",
         epilog="Exit codes: 0 the job finished, 1 bad project or options, 3 the job failed or hung "
-        "(root cause printed), 130 interrupted (every process of the job stopped).",
+        "(root cause printed), 130 interrupted, 143 SIGTERM, 129 SIGHUP (every process of the job stopped).",
     )
     parser.add_argument("project", help="the rendered project folder")
     where = parser.add_mutually_exclusive_group()

@@ -11,12 +11,13 @@ and the live view (wizard.monitor.app) both drive the same `Job`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -34,6 +35,8 @@ from wizard.spec import is_loopback
 
 GRACE_SECONDS = 4.0
 RESTARTING_LAUNCHERS = ("torchrun", "torch-npu-run")
+# kill, timeout, systemd, Slurm and a dropped ssh session end a runner with these: stop the job as Ctrl-C does
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class RunFailed(WizardError):
@@ -43,9 +46,39 @@ class RunFailed(WizardError):
 
 
 class RunInterrupted(WizardError):
-    """The user stopped the job (Ctrl-C or the stop key); every process is gone."""
+    """The user stopped the job (Ctrl-C, the stop key, SIGTERM or SIGHUP); every process is gone."""
 
     exit_code = 130
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached the runner; raised in the main thread as SIGINT raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise StopSignal (the main thread only)."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise StopSignal(signum)
+
+    if not _main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, action in previous.items():
+            signal.signal(sig, action)
 
 
 @dataclass(frozen=True)
@@ -142,6 +175,7 @@ class Job:
         self.started_at = clock()
         self.ended_at: float | None = None
         self.outcome: str | None = None  # finished, failed, hung, interrupted
+        self.stop_signal: int = signal.SIGINT  # what interrupted the job, for the exit code
         self.failure: Failure | None = None
         self.summary: dict | None = None
         self._followers = [EventFollower(self.run_dir), EventFollower(self.run_dir / REMOTE_DIR)]
@@ -285,8 +319,10 @@ class Job:
 
     # ---- stop ----------------------------------------------------------------------
 
-    def stop(self, outcome: str = "interrupted") -> str:
-        """Stop every process of the job now (the user asked); return the outcome."""
+    def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
+        """Stop every process of the job now (the user or a signal asked); return the outcome."""
+        if self.outcome is None:
+            self.stop_signal = signum
         return self._end(outcome, None)
 
     def _end(self, outcome: str, failure: Failure | None) -> str:
@@ -307,7 +343,9 @@ class Job:
 
     def _stop_processes(self) -> None:
         """TERM each node's launcher (it stops its ranks), then KILL whatever of the job is left."""
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        # a second Ctrl-C, TERM or HUP must not cut the stopping short and orphan what is left
+        stoppers = (signal.SIGINT, *STOP_SIGNALS)
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if _main_thread() else {}
         try:
             for node in self.processes:
                 node.stop(signal.SIGTERM)
@@ -323,8 +361,8 @@ class Job:
             for node in self.processes:
                 node.process.wait()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for sig, action in previous.items():
+                signal.signal(sig, action)
 
     # ---- words ---------------------------------------------------------------------
 
@@ -339,7 +377,10 @@ class Job:
         if self.outcome in ("failed", "hung"):
             raise RunFailed(f"the training run failed; {self.report()}\nevents, logs and summary in {self.run_dir}")
         if self.outcome == "interrupted":
-            raise RunInterrupted(f"interrupted: every process of the job was stopped; logs in {self.run_dir}")
+            name = signal.Signals(self.stop_signal).name
+            how = "interrupted" if self.stop_signal == signal.SIGINT else f"stopped by {name}"
+            message = f"{how}: every process of the job was stopped; logs in {self.run_dir}"
+            raise RunInterrupted(message, self.stop_signal)
 
 
 def _main_thread() -> bool:
@@ -363,25 +404,26 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
     )
     for note in job.notes:
         print(note, file=out)
-    job.start()
     next_line = job.started_at + job.options.interval
     reported_hangs: set[int] = set()
     try:
-        while True:
-            outcome = job.tick()
-            now = job.clock()
-            for rank in job.state.hung(now):
-                if rank not in reported_hangs:
-                    print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
-                    reported_hangs.add(rank)
-            if outcome is not None:
-                break
-            if now >= next_line:
-                print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
-                next_line += job.options.interval
-            time.sleep(poll)
-    except KeyboardInterrupt:
-        job.stop("interrupted")
+        with stop_signals_raise():
+            job.start()
+            while True:
+                outcome = job.tick()
+                now = job.clock()
+                for rank in job.state.hung(now):
+                    if rank not in reported_hangs:
+                        print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
+                        reported_hangs.add(rank)
+                if outcome is not None:
+                    break
+                if now >= next_line:
+                    print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
+                    next_line += job.options.interval
+                time.sleep(poll)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
+        job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
     print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
     if job.summary is not None:
         print(format_summary(job.summary), file=out)

@@ -44,8 +44,8 @@ class JobSource(Protocol):
     def tick(self) -> str | None:
         """Read what happened; the outcome once the job ended."""
 
-    def stop(self, outcome: str = "interrupted") -> str:
-        """Stop the job."""
+    def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
+        """Stop the job (`signum`: what asked, for the exit code)."""
 
 
 class MonitorApp(App[str | None]):
@@ -98,8 +98,12 @@ class MonitorApp(App[str | None]):
         if self.tick_s > 0:
             self.set_interval(self.tick_s, self._schedule_tick)
         if self.catch_sigint:
-            # SIGINT from outside (kill -INT) must stop the job as Ctrl-C does, not kill the view
-            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self.action_interrupt)
+            # SIGINT from outside (kill -INT) must stop the job as Ctrl-C does, not kill the view;
+            # so must TERM and HUP (kill, timeout, systemd, a dropped ssh session)
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGINT, self.action_interrupt)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(sig, self._stop_signal, sig)
 
     # ---- ticking -------------------------------------------------------------------
 
@@ -115,10 +119,17 @@ class MonitorApp(App[str | None]):
         finally:
             self._lock.release()
 
-    def _stop_in_worker(self, outcome: str, then_exit: bool) -> None:
+    def _stop_signal(self, signum: int) -> None:
+        """TERM or HUP: stop the job at once and leave, whatever state it is in."""
+        if self.source.outcome is None:
+            self._stop_in_worker("interrupted", then_exit=True, signum=signum)
+        else:
+            self.exit(self.source.outcome)
+
+    def _stop_in_worker(self, outcome: str, then_exit: bool, signum: int = signal.SIGINT) -> None:
         def stop() -> None:
             with self._lock:
-                self.source.stop(outcome)
+                self.source.stop(outcome, signum)
                 self.source.tick()
             self.call_from_thread(self.redraw)
             if then_exit:

@@ -89,7 +89,7 @@ class RunFolder:
             )
         return self.outcome
 
-    def stop(self, outcome: str = "interrupted") -> str:
+    def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
         """Ask the runner to stop the job (as Ctrl-C in its terminal would)."""
         if self.runner_pid is not None and procs.is_alive(self.runner_pid):
             os.kill(self.runner_pid, signal.SIGINT)
