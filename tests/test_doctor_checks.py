@@ -191,10 +191,10 @@ def test_node_0_must_hold_the_master_address() -> None:
 
 
 def test_timeouts_in_order_pass_with_their_source(tmp_path: Path) -> None:
-    script = tmp_path / "node0.sh"
+    script = tmp_path / "run-node.sh"
     script.write_text("export HCCL_CONNECT_TIMEOUT=120\nexport HCCL_EXEC_TIMEOUT=1836\n")
     result = network.check_timeouts(npu_answers(), script)
-    assert (result.status, result.detail) == (PASS, "connect 120s, exec 1836s (launch/node0.sh)")
+    assert (result.status, result.detail) == (PASS, "connect 120s, exec 1836s (launch/run-node.sh)")
 
 
 def test_exec_timeout_0_on_a2_means_never_and_passes() -> None:
@@ -216,11 +216,11 @@ def test_a_training_series_exec_timeout_off_the_68_grid_warns_with_what_hccl_wai
 
 
 def test_a_hand_edited_launch_script_disagreeing_with_the_answers_warns(tmp_path: Path) -> None:
-    script = tmp_path / "node1.sh"
+    script = tmp_path / "run-node.sh"
     script.write_text("export HCCL_CONNECT_TIMEOUT=2000\nexport HCCL_EXEC_TIMEOUT=1836\n")
     result = network.check_timeouts(npu_answers(), script)
     assert result.status == WARN
-    assert result.detail == "node1.sh sets connect 2000s, exec 1836s; the answers say 120s, 1836s (edited by hand?)"
+    assert result.detail == "run-node.sh sets connect 2000s, exec 1836s; the answers say 120s, 1836s (edited by hand?)"
 
 
 def test_a_large_job_with_the_default_connect_timeout_warns() -> None:

@@ -199,7 +199,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_every_rendered_shell_script_passes_shellcheck_and_bash_n(matrix: dict[str, Path]) -> None:
     scripts = sorted(str(p) for project in matrix.values() for p in project.rglob("*.sh"))
-    assert len(scripts) == len(LAUNCHERS) * len(SERIES) * (1 + 2) + len(matrix)
+    # per project: one script per node, run-node.sh and sysctl/reserve-ports.sh
+    assert len(scripts) == len(LAUNCHERS) * len(SERIES) * (1 + 2) + 2 * len(matrix)
     for script in scripts:
         syntax = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
         assert syntax.returncode == 0, f"{script}: {syntax.stderr}"
@@ -232,33 +233,78 @@ def test_no_cuda_or_nccl_in_the_files_made_here(matrix: dict[str, Path]) -> None
 # ---- the environment each node exports ----------------------------------------------
 
 
-def test_each_node_exports_its_own_hccl_if_ip_and_rank(tmp_path: Path) -> None:
+def test_each_node_script_sets_only_its_rank_and_address_and_runs_the_shared_script(tmp_path: Path) -> None:
     project = render_project(
         tmp_path, device="npu", nodes=2, **{"network.host_ips": cluster_ips(2), "network.master_addr": "10.0.0.1"}
     )
     for node, ip in enumerate(cluster_ips(2)):
-        script = lines(project / "launch" / f"node{node}.sh")
-        for expected in [
-            f"export NODE_RANK={node}",
-            "export NNODES=2",
-            "export NPROC_PER_NODE=2",
-            'export MASTER_ADDR="10.0.0.1"',
-            'export MASTER_PORT="${MASTER_PORT:-29500}"',
-            f'export HCCL_IF_IP="{ip}"',
-            "export HCCL_WHITELIST_DISABLE=1",
-            "export HCCL_IF_BASE_PORT=60000",
-            "export HCCL_CONNECT_TIMEOUT=120",
-            "export HCCL_EXEC_TIMEOUT=1836",
-            'export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"',
-            f"#   node {node} ({ip}): bash launch/node{node}.sh",
-        ]:
-            assert expected in script, expected
-        assert not any("HCCL_SOCKET_IFNAME" in line for line in script)
+        assert (project / "launch" / f"node{node}.sh").read_text() == (
+            "#!/usr/bin/env bash\n"
+            f"# job: launch script for node {node} of 2 (host IP {ip}), ranks {2 * node}-{2 * node + 1} of 4.\n"
+            "# Start every node's script at about the same time (README.md says which runs where).\n"
+            "# Arguments go to train.py (e.g. --epochs 1); launch/run-node.sh does the rest and lists\n"
+            "# the environment overrides.\n"
+            f"export NODE_RANK={node}\n"
+            f'export NODE_ADDR="{ip}"\n'
+            'exec bash "$(dirname "${BASH_SOURCE[0]}")/run-node.sh" "$@"\n'
+        )
+
+
+def test_the_shared_script_exports_the_jobs_environment_once(tmp_path: Path) -> None:
+    project = render_project(
+        tmp_path, device="npu", nodes=2, **{"network.host_ips": cluster_ips(2), "network.master_addr": "10.0.0.1"}
+    )
+    script = lines(project / "launch" / "run-node.sh")
+    for expected in [
+        "export NODE_RANK",
+        "export NNODES=2",
+        "export NPROC_PER_NODE=2",
+        'export MASTER_ADDR="10.0.0.1"',
+        'export MASTER_PORT="${MASTER_PORT:-29500}"',
+        'export HCCL_IF_IP="$NODE_ADDR"',
+        "export HCCL_WHITELIST_DISABLE=1",
+        "export HCCL_IF_BASE_PORT=60000",
+        "export HCCL_CONNECT_TIMEOUT=120",
+        "export HCCL_EXEC_TIMEOUT=1836",
+        'export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"',
+    ]:
+        assert expected in script, expected
+    assert not any("HCCL_SOCKET_IFNAME" in line for line in script)
+    assert not any(ip in line for line in script for ip in cluster_ips(2)[1:])
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "run-node.sh: NODE_RANK must be this node's index, 0 to 1 (got ''); run launch/nodeK.sh instead"),
+        (
+            {"NODE_RANK": "2"},
+            "run-node.sh: NODE_RANK must be this node's index, 0 to 1 (got '2'); run launch/nodeK.sh instead",
+        ),
+        (
+            {"NODE_RANK": "01"},
+            "run-node.sh: NODE_RANK must be this node's index, 0 to 1 (got '01'); run launch/nodeK.sh instead",
+        ),
+        ({"NODE_RANK": "1"}, "run-node.sh: NODE_ADDR must be this node's host IP; run launch/nodeK.sh instead"),
+    ],
+)
+def test_the_shared_script_refuses_a_missing_or_wrong_node(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    project = render_project(tmp_path, launcher="shell", nodes=2)
+    record = with_fake_train(project, tmp_path)
+    result = subprocess.run(
+        ["bash", str(project / "launch" / "run-node.sh")],
+        env=script_env(record, **env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (result.returncode, result.stderr.splitlines(), result.stdout) == (2, [message], "")
+    assert not (project / "runs").exists()
 
 
 def test_nic_answer_exports_hccl_socket_ifname(tmp_path: Path) -> None:
     project = render_project(tmp_path, **{"network.nic": "eth,enp"})
-    assert 'export HCCL_SOCKET_IFNAME="eth,enp"' in lines(project / "launch" / "node0.sh")
+    assert 'export HCCL_SOCKET_IFNAME="eth,enp"' in lines(project / "launch" / "run-node.sh")
 
 
 def test_shell_loop_exports_rank_arithmetic_on_the_second_node(tmp_path: Path) -> None:
@@ -697,6 +743,23 @@ def test_readme_says_what_to_run_on_each_node(tmp_path: Path) -> None:
     assert "  32, so 0.05 x 128 / 32 = 0.2." in readme
     assert "| 60000-60015 | HCCL host ports (`HCCL_IF_BASE_PORT=60000`, 16 ports) | every node |" in readme
     assert "**`torch.distributed.launch` is deprecated** upstream in favour of `torchrun` and may be" in readme
+
+
+def test_readme_summarises_the_node_table_of_a_large_cluster(tmp_path: Path) -> None:
+    ips = [f"10.0.{node // 200}.{1 + node % 200}" for node in range(512)]
+    project = render_project(
+        tmp_path, nodes=512, devices_per_node=1, **{"network.host_ips": ips, "network.master_addr": ips[0]}
+    )
+    text = (project / "README.md").read_text()
+    table = text[text.index("| node | host IP (HCCL_IF_IP) | run there |") :].split("\n\n")[0].splitlines()
+    assert table[2:] == [
+        "| 0 | 10.0.0.1 | `bash launch/node0.sh` |",
+        "| 1 | 10.0.0.2 | `bash launch/node1.sh` |",
+        "| ... | ... | ... |",
+        "| 511 | 10.0.2.112 | `bash launch/node511.sh` |",
+    ]
+    assert "All 512 nodes alike: node K runs `bash launch/nodeK.sh`, whose first line names its" in text
+    assert len(list((project / "launch").glob("node*.sh"))) == 512
 
 
 def test_readme_states_why_bf16_is_absent_on_the_training_series(tmp_path: Path) -> None:

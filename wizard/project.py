@@ -1,7 +1,9 @@
 """Finishing a rendered project: per-node launch scripts, the runtime copy, the answers.
 
 Cookiecutter renders one file per template file; a project needs one launch
-script per node. `finish` does the rest, and both paths call it: npu-wizard
+script per node. Those are thin (they set the node's rank and address and run
+launch/run-node.sh, rendered once), so a project's size grows linearly in
+nodes. `finish` writes them and the rest, and both paths call it: npu-wizard
 in-process, plain cookiecutter from its post-generation hook.
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import jinja2
@@ -18,7 +20,7 @@ import runtime
 from wizard.answers import Answers, dump
 
 NODE_TEMPLATE = Path("launch") / "_node.sh.j2"
-PREVIEW_TEMPLATE = Path("launch") / "_node.sh.j2"
+SHARED_SCRIPT = Path("launch") / "run-node.sh"
 
 
 def node_script_name(node: int) -> str:
@@ -26,23 +28,23 @@ def node_script_name(node: int) -> str:
     return f"node{node}.sh"
 
 
-def render_node_script(template_text: str, context: Mapping[str, str], node: int) -> str:
-    """One node's launch script from the node template."""
+def node_scripts(template_text: str, context: Mapping[str, str]) -> Iterator[tuple[int, str]]:
+    """Each node's (thin) launch script from the node template, node by node."""
     environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
     template = environment.from_string(template_text)
-    host_ips = context["host_ips"].split(",")
-    return template.render(cookiecutter=context, node_rank=node, host_ip=host_ips[node])
+    for node, host_ip in enumerate(context["host_ips"].split(",")):
+        yield node, template.render(cookiecutter=context, node_rank=node, host_ip=host_ip)
 
 
 def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
     """Write the per-node launch scripts, copy the runtime and the answers into `project`."""
     template_path = project / NODE_TEMPLATE
-    template_text = template_path.read_text()
-    for node in range(answers["nodes"]):
+    for node, text in node_scripts(template_path.read_text(), context):
         script = project / "launch" / node_script_name(node)
-        script.write_text(render_node_script(template_text, context, node))
+        script.write_text(text)
         script.chmod(0o755)
     template_path.unlink()
+    (project / SHARED_SCRIPT).chmod(0o755)
     copy_runtime(project / "runtime")
     (project / "answers.yaml").write_text(dump(answers))
 

@@ -75,7 +75,7 @@ def examine(
     found = system.probe(system.env)
     ports = network.read_port_facts(system.reserved_ports, system.port_range)
     if_ip = network.check_if_ip(answers, this, system.nonlocal_bind)
-    script = project_dir / "launch" / f"node{this.index}.sh" if project_dir else None
+    script = project_dir / "launch" / "run-node.sh" if project_dir else None
     results = (
         software.check_python(found),
         software.check_torch(found, answers),

@@ -1,4 +1,4 @@
-"""What the review page shows before anything is written: files, node 0's script, the sysctl line."""
+"""What the review page shows before anything is written: files, the launch script, the sysctl line."""
 
 from __future__ import annotations
 
@@ -20,29 +20,29 @@ class Preview:
     target: Path
     exists: bool
     files: tuple[str, ...]
-    node0_script: str
+    launch_script: str
     sysctl_snippet: str
 
 
 def build_preview(answers: Answers, output_dir: Path) -> Preview:
-    """Dry-run the very render `--answers` uses, and render node 0's script and the sysctl snippet."""
+    """Dry-run the very render `--answers` uses, and render the shared launch script and the sysctl snippet."""
     import jinja2
 
-    from wizard.project import NODE_TEMPLATE, render_node_script
+    from wizard.project import SHARED_SCRIPT
     from wizard.render import render
     from wizard.templates import project_template
 
     result = render(answers, output_dir, force=True, dry_run=True)
     context = to_context(answers)
     folder = project_template() / "{{cookiecutter.project_name}}"
-    node0 = render_node_script((folder / NODE_TEMPLATE).read_text(encoding="utf-8"), context, 0)
     environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    launch = environment.from_string((folder / SHARED_SCRIPT).read_text(encoding="utf-8"))
     sysctl = environment.from_string((folder / SYSCTL_TEMPLATE).read_text(encoding="utf-8"))
     return Preview(
         target=result.project_dir,
         exists=result.replaced,
         files=result.files,
-        node0_script=node0,
+        launch_script=launch.render(cookiecutter=context),
         sysctl_snippet=sysctl.render(cookiecutter=context),
     )
 

@@ -70,8 +70,8 @@ class ReviewScreen(Screen[None]):
                 yield Static("", id="answers")
             with TabPane("Files", id="tab-files"), VerticalScroll():
                 yield Static("working out the files...", id="files")
-            with TabPane("launch/node0.sh", id="tab-node0"), ScrollableContainer():
-                yield Static("", id="node0", classes="source")
+            with TabPane("launch/run-node.sh", id="tab-launch"), ScrollableContainer():
+                yield Static("", id="launch", classes="source")
             with TabPane("sysctl snippet", id="tab-sysctl"), ScrollableContainer():
                 yield Static("", id="sysctl", classes="source")
         yield Footer()
@@ -125,13 +125,13 @@ class ReviewScreen(Screen[None]):
     def show_blocked(self, message: str) -> None:
         """Say why nothing can be previewed or rendered."""
         self.query_one("#target", Static).update(Text("x " + message, style="bold red"))
-        for name in ("files", "node0", "sysctl"):
+        for name in ("files", "launch", "sysctl"):
             self.query_one("#" + name, Static).update(Text(message))
 
     def show_preview(self, preview: Preview) -> None:
         """Show the file tree and the previews."""
         self.query_one("#files", Static).update(Text(file_tree(preview.target.name, preview.files)))
-        self.query_one("#node0", Static).update(Text(preview.node0_script))
+        self.query_one("#launch", Static).update(Text(preview.launch_script))
         self.query_one("#sysctl", Static).update(Text(preview.sysctl_snippet))
 
     def action_back(self) -> None:
