@@ -40,7 +40,7 @@ export MASTER_PORT="${MASTER_PORT:-29510}"
 # HCCL_IF_IP: the address HCCL uses on this node; without it HCCL picks a NIC by name.
 export HCCL_IF_IP="$NODE_ADDR"
 export HCCL_WHITELIST_DISABLE=1
-# Host ports 60000-60015: reserve them with sysctl/reserve-ports.sh.
+# Host ports 60000-60031: reserve them with sysctl/reserve-ports.sh.
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
@@ -84,7 +84,7 @@ if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
 else
     preflight=0
     "${PYTHON:-python3}" -m runtime.preflight --device "$DEVICE" --cann-set-env "$CANN_SET_ENV" \
-        --hccl-port-count 16 || preflight=$?
+        --hccl-port-count 32 || preflight=$?
     if ((preflight == 3)); then
         echo "node $NODE_RANK: preflight failed: nothing started; fix the above (or skip the checks with NPU_WIZARD_SKIP_PREFLIGHT=1)"
         exit 1
