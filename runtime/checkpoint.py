@@ -2,18 +2,24 @@
 
 A save goes to a hidden temporary file in the same folder, is fsynced, then
 renamed over its final name, so a crash mid-save leaves the previous
-checkpoint whole. `latest_checkpoint` only considers finished names.
+checkpoint whole. `latest_checkpoint` only considers finished names. On a
+restart the ranks agree on the newest checkpoint that every one of them can
+load; one that cannot be loaded (truncated, zeroed) is set aside, renamed and
+never deleted, and the job resumes from the one before.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import pickle
 import re
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -24,6 +30,39 @@ from runtime.errors import SetupError
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"
 NAME = re.compile(r"step-(\d+)\.pt")
 KEEP = 2
+SET_ASIDE = ".unreadable"  # step-000000009.pt -> step-000000009.pt.unreadable: no longer a checkpoint name
+# what torch.load raises on a truncated, zeroed or foreign file
+UNREADABLE = (EOFError, OSError, RuntimeError, ValueError, pickle.UnpicklingError)
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+T = TypeVar("T")
+
+
+class CheckpointSpaceError(SetupError):
+    """The checkpoint folder's disk is full: the message names the folder."""
+
+
+class _RecordingWriter:
+    """The file torch.save writes to; keeps the OSError torch turns into 'unexpected pos'."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        """Write through, remembering an OSError before re-raising it."""
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        """Flush through, remembering an OSError before re-raising it."""
+        try:
+            self.file.flush()
+        except OSError as error:
+            self.error = error
+            raise
 
 
 def resolve_checkpoint_dir(
@@ -64,14 +103,21 @@ def save_checkpoint(
         suffix=".tmp",
         dir=directory,
     )
+    writer: _RecordingWriter | None = None
     try:
         with os.fdopen(handle, "wb") as file:
-            torch.save(dict(state), file)
-            file.flush()
+            writer = _RecordingWriter(file)
+            torch.save(dict(state), writer)
+            writer.flush()
             os.fsync(file.fileno())
         os.replace(temporary, final)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        if _no_space(error, writer):
+            raise CheckpointSpaceError(
+                f"no space left on {directory}: the checkpoint of step {step} was not written "
+                "(free space on that disk, or point --checkpoint-dir or NPU_WIZARD_CHECKPOINT_DIR at another)"
+            ) from error
         raise
     _fsync_folder(directory)
     prune_checkpoints(directory, keep)
@@ -79,7 +125,7 @@ def save_checkpoint(
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Finished checkpoints in `directory`, oldest step first (temporary files ignored)."""
+    """Finished checkpoints in `directory`, oldest step first (temporary and set-aside files ignored)."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -111,24 +157,19 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def agreed_latest_checkpoint(directory: Path) -> Path | None:
-    """The newest checkpoint every rank can load, agreed across the job.
+def resume_point(directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint every rank can load, and its state, decided by all ranks together.
 
     Each node's local rank 0 saves its own copy (DDP keeps the weights equal),
     so nodes need no shared storage; after a crash mid-save the nodes may hold
-    different newest steps, and the job takes the newest one they all hold.
+    different newest steps, and the job takes the newest one they all hold. A
+    copy some rank cannot load is renamed aside (with a warning naming it) and
+    every rank falls back to the next older step; None means start afresh.
     """
-    steps = [
-        int(NAME.fullmatch(path.name).group(1)) for path in list_checkpoints(directory)
-    ]
-    if not (dist.is_available() and dist.is_initialized()):
-        return Path(directory) / checkpoint_name(steps[-1]) if steps else None
-    every_rank: list[list[int] | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(every_rank, steps)
-    common = set.intersection(*(set(seen or []) for seen in every_rank))
-    if common:
-        return Path(directory) / checkpoint_name(max(common))
-    if any(every_rank):
+    directory = Path(directory)
+    every_rank = _gather([_step_of(path) for path in list_checkpoints(directory)])
+    common = set.intersection(*(set(steps) for steps in every_rank))
+    if not common and any(every_rank):
         seen = ", ".join(
             f"rank {r}: {max(s) if s else 'none'}" for r, s in enumerate(every_rank)
         )
@@ -136,7 +177,75 @@ def agreed_latest_checkpoint(directory: Path) -> Path | None:
             f"no checkpoint in {directory} is held by every rank (newest step per rank: {seen}): "
             "copy the newest checkpoint to every node's folder, or move the folders away to start afresh"
         )
+    for step in sorted(common, reverse=True):
+        path = directory / checkpoint_name(step)
+        try:
+            state, problem = load_checkpoint(path), None
+        except UNREADABLE as error:
+            state, problem = None, f"{path} ({type(error).__name__}: {error})"
+        problems = [p for p in _gather(problem) if p is not None]
+        if state is not None and not problems:
+            return path, state
+        aside = set_aside(path) if problem is not None else None
+        if aside is not None:
+            _warn(f"warning: checkpoint {path} cannot be loaded; kept aside as {aside}")
+        if _is_first_rank():
+            unreadable = "; ".join(sorted(set(problems)))
+            _warn(
+                f"warning: the checkpoint of step {step} cannot be loaded on every rank: {unreadable}"
+            )
+    if common and _is_first_rank():
+        _warn(
+            f"warning: no checkpoint in {directory} can be loaded by every rank: starting afresh"
+        )
     return None
+
+
+def set_aside(path: Path) -> Path | None:
+    """Rename an unreadable checkpoint out of the way (never delete it); None if another rank did."""
+    for attempt in range(1000):
+        aside = path.with_name(
+            path.name + SET_ASIDE + (f".{attempt}" if attempt else "")
+        )
+        if aside.exists():
+            continue
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return None  # another rank of this node set it aside first
+        return aside
+    return None
+
+
+def _gather(value: T) -> list[T]:
+    """`value` from every rank, in rank order (this rank's alone without a process group)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    every_rank: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every_rank, value)
+    return every_rank
+
+
+def _is_first_rank() -> bool:
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def _step_of(path: Path) -> int:
+    match = NAME.fullmatch(path.name)
+    assert match is not None  # list_checkpoints only returns checkpoint names
+    return int(match.group(1))
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _no_space(error: BaseException, writer: _RecordingWriter | None) -> bool:
+    """Whether a failed save ran out of disk (torch reports it as 'unexpected pos')."""
+    causes = [error, writer.error if writer is not None else None]
+    return any(
+        isinstance(cause, OSError) and cause.errno in NO_SPACE for cause in causes
+    )
 
 
 def parameters_digest(model: nn.Module) -> str:

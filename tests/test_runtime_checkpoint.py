@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +98,145 @@ def test_the_checkpoint_folder_follows_flag_then_environment_then_project(tmp_pa
     assert checkpoint.resolve_checkpoint_dir("/flag", tmp_path, env) == Path("/flag")
     assert checkpoint.resolve_checkpoint_dir(None, tmp_path, env) == Path("/env/ckpt")
     assert checkpoint.resolve_checkpoint_dir(None, tmp_path, {}) == tmp_path / "checkpoints"
+
+
+# ---- an unreadable checkpoint: set aside, and every rank falls back together ---------
+
+
+def truncate(path: Path) -> None:
+    """What a full disk or a killed copy leaves: the first half of the file."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def zero(path: Path) -> None:
+    """What a storage fault leaves: the right length, all zeros."""
+    path.write_bytes(bytes(path.stat().st_size))
+
+
+def empty(path: Path) -> None:
+    """A file created and never written."""
+    path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("damage", [truncate, zero, empty])
+def test_an_unreadable_newest_checkpoint_is_set_aside_and_the_one_before_resumes(
+    tmp_path: Path, damage: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for step in (10, 20):
+        checkpoint.save_checkpoint(tmp_path, step, state(step))
+    newest = tmp_path / "step-000000020.pt"
+    damage(newest)
+
+    path, resumed = checkpoint.resume_point(tmp_path)
+
+    assert path == tmp_path / "step-000000010.pt" and resumed["step"] == 10
+    assert torch.equal(resumed["model"]["weight"], torch.full((2, 3), 10.0))
+    aside = tmp_path / "step-000000020.pt.unreadable"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000010.pt", aside.name]
+    warnings = capsys.readouterr().err
+    assert f"warning: checkpoint {newest} cannot be loaded; kept aside as {aside}" in warnings
+    assert f"the checkpoint of step 20 cannot be loaded on every rank: {newest} (" in warnings
+
+
+def test_a_set_aside_checkpoint_is_never_overwritten(tmp_path: Path) -> None:
+    checkpoint.save_checkpoint(tmp_path, 5, state(5))
+    (tmp_path / "step-000000005.pt.unreadable").write_bytes(b"an earlier bad copy")
+    zero(tmp_path / "step-000000005.pt")
+    assert checkpoint.resume_point(tmp_path) is None  # nothing loadable: start afresh
+    assert (tmp_path / "step-000000005.pt.unreadable").read_bytes() == b"an earlier bad copy"
+    assert (tmp_path / "step-000000005.pt.unreadable.1").stat().st_size > 0
+
+
+def test_no_checkpoint_means_no_resume_point(tmp_path: Path) -> None:
+    assert checkpoint.resume_point(tmp_path / "none yet") is None
+
+
+def _resume_on_rank(rank: int, port: int, folders: list[Path], results: Any) -> None:
+    """One rank of a real two-process gloo job: each rank reads its own folder, as nodes do."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        found = checkpoint.resume_point(folders[rank])
+        results.put((rank, None if found is None else found[1]["step"]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_when_one_nodes_newest_copy_is_corrupt_every_rank_resumes_from_the_older_step(tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    from tests.runs import free_port
+
+    folders = [tmp_path / "node0", tmp_path / "node1"]
+    for folder in folders:
+        for step in (10, 20):
+            checkpoint.save_checkpoint(folder, step, state(step))
+    truncate(folders[1] / "step-000000020.pt")
+
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    mp.start_processes(_resume_on_rank, args=(free_port(), folders, results), nprocs=2, start_method="spawn")
+
+    assert sorted(results.get() for _ in range(2)) == [(0, 10), (1, 10)]
+    assert (folders[1] / "step-000000020.pt.unreadable").is_file()  # node 1's bad copy, kept aside
+    assert (folders[0] / "step-000000020.pt").is_file()  # node 0's good copy is left alone
+
+
+# ---- a full disk ------------------------------------------------------------------------
+
+
+class DiskFullFileDouble:
+    """Stands in for a file on a full disk: every write fails with ENOSPC (as the kernel says it)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def __enter__(self) -> DiskFullFileDouble:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.real.close()
+
+    def write(self, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+
+def test_a_save_on_a_full_disk_says_no_space_left_on_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint.save_checkpoint(tmp_path, 1, state(1))
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(checkpoint.os, "fdopen", lambda *a, **k: DiskFullFileDouble(real_fdopen(*a, **k)))
+    with pytest.raises(checkpoint.CheckpointSpaceError) as raised:
+        checkpoint.save_checkpoint(tmp_path, 2, state(2))
+    assert str(raised.value).startswith(f"no space left on {tmp_path}: the checkpoint of step 2 was not written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000001.pt"]
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Any:
+    """A real 64 KiB tmpfs (needs root, as CI runs): a checkpoint of a few hundred KiB cannot fit."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_save_on_a_real_full_tmpfs_says_no_space_left_on_the_folder(full_disk: Path) -> None:
+    big = {"model": {"weight": torch.zeros(256, 1024)}, "step": 3}  # 1 MiB of weights
+    with pytest.raises(checkpoint.CheckpointSpaceError, match=f"^no space left on {full_disk}: "):
+        checkpoint.save_checkpoint(full_disk, 3, big)
+    assert list(full_disk.iterdir()) == []  # the partial temporary file is gone

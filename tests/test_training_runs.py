@@ -126,3 +126,21 @@ def assert_trained_without_checkpoint_folder(run_dir: Path, world_size: int) -> 
     assert sorted(events) == list(range(world_size))
     digests = {rank: kinds(rank_events, "finished")[-1][DIGEST] for rank, rank_events in events.items()}
     assert len(set(digests.values())) == 1, digests
+
+
+def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_job_resumes_from_the_one_before(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2)  # 16 steps an epoch, a checkpoint every 8 steps, 2 kept
+    for node, (code, output) in enumerate(run_project(project, tmp_path / "first")):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+    newest = project / "checkpoints" / "step-000000032.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated, as a full disk or a killed copy leaves it
+
+    results = run_project(project, tmp_path / "second")
+    for node, (code, output) in enumerate(results):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+    output = results[0][1]
+    assert f"checkpoint {newest} cannot be loaded; kept aside as {newest}.unreadable" in output
+    assert f"resuming from {project / 'checkpoints' / 'step-000000024.pt'}: epoch 2, step 24" in output
+    assert (project / "checkpoints" / "step-000000032.pt.unreadable").stat().st_size == 1000
+    started = {rank: kinds(e, "started")[0]["resumed_step"] for rank, e in events_of(tmp_path / "second").items()}
+    assert started == dict.fromkeys(range(4), 24)

@@ -68,16 +68,16 @@ class Trainer:
         self.step = 0
         self.batches_done = 0  # in the current epoch: where a resumed epoch starts
         self.saved_step = -1
-        latest = checkpoint.agreed_latest_checkpoint(checkpoint_dir)
-        if latest is not None:
-            self._load_checkpoint(latest)
+        # the newest checkpoint every rank can load (an unreadable one is set aside)
+        resumed = checkpoint.resume_point(checkpoint_dir)
+        if resumed is not None:
+            self._load_checkpoint(*resumed)
         # a single process has no gradients to average: DDP would only cost time
         if rank.world_size > 1:
             device_ids = None if target.type == "cpu" else [target.index]
             self.model = DDP(self.model, device_ids=device_ids)
 
-    def _load_checkpoint(self, path: Path) -> None:
-        state = checkpoint.load_checkpoint(path)
+    def _load_checkpoint(self, path: Path, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch = state["epoch"]
@@ -228,6 +228,11 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 total_steps=len(train_data) * args.epochs,
             )
             recorder.start_heartbeat(events.heartbeat_interval())
+            if trainer.epoch >= args.epochs and rank.is_main:
+                print(
+                    f"nothing to train: the checkpoint at step {trainer.step} already completes "
+                    f"{args.epochs} epoch(s); pass --epochs N for more, or move {folder} aside to start afresh"
+                )
             trainer.train(args.epochs)
             recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
             if rank.is_main:
