@@ -2,9 +2,9 @@
 
 The monitor on node 0 must see the ranks of every node without a shared
 filesystem. When `npu-wizard run` starts the job it sets
-NPU_WIZARD_STATUS_ADDR=<master address>:<port>, where node 0's runner listens;
-each rank then sends every event it writes as one JSON line over a TCP
-connection. A rank that ends cleanly says `bye` first, so a connection that
+NPU_WIZARD_STATUS_ADDR=<master address>:<port>, where node 0's runner listens,
+and NPU_WIZARD_STATUS_TOKEN, the run's secret; each rank connects, presents
+the token on the first line, then sends every event it writes as one JSON line. A rank that ends cleanly says `bye` first, so a connection that
 drops without it tells the monitor, at that moment, that the rank's process
 died. Sending happens on a daemon thread from a bounded queue: a slow or absent
 monitor never stalls training, and events it misses are only missed.
@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 ENV_STATUS_ADDR = "NPU_WIZARD_STATUS_ADDR"
+ENV_STATUS_TOKEN = "NPU_WIZARD_STATUS_TOKEN"
+TOKEN_FIELD = "token"
 HELLO, BYE, LOST = "hello", "bye", "lost"
 QUEUE_LIMIT = 1000
 RETRY_S = 2.0
@@ -42,9 +44,10 @@ def encode(record: Mapping[str, Any]) -> bytes:
 class StatusPublisher:
     """Sends one rank's events to the monitor from a daemon thread."""
 
-    def __init__(self, address: tuple[str, int], rank: int) -> None:
+    def __init__(self, address: tuple[str, int], rank: int, token: str = "") -> None:
         self.address = address
         self.rank = rank
+        self._token_line = encode({TOKEN_FIELD: token})
         self._queue: collections.deque[bytes] = collections.deque(maxlen=QUEUE_LIMIT)
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -95,6 +98,7 @@ class StatusPublisher:
         try:
             if self._socket is None:
                 self._socket = socket.create_connection(self.address, timeout=RETRY_S)
+                self._socket.sendall(self._token_line)  # first, on every connection
             while self._queue:
                 self._socket.sendall(self._queue[0])
                 self._queue.popleft()
@@ -114,6 +118,8 @@ def publisher_from_env(
     if not value:
         return None
     try:
-        return StatusPublisher(parse_address(value), rank)
+        return StatusPublisher(
+            parse_address(value), rank, env.get(ENV_STATUS_TOKEN, "")
+        )
     except ValueError:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,15 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.factories import answers
-from tests.runs import node_env, render_cpu
+from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
 from wizard.errors import TargetError
-from wizard.run import nodes_to_start, restart_note
+from wizard.monitor.report import format_summary
+from wizard.monitor.state import Failure
+from wizard.run import load_project, nodes_to_start, restart_note
 
 
-def npu_wizard_run(project: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def npu_wizard_run(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real command the way a user does, with this venv on PATH."""
     return subprocess.run(
-        [sys.executable, "-m", "wizard", "run", str(project), "--interval", "1", "--plain"],
+        [sys.executable, "-m", "wizard", "run", str(project), "--interval", "1", "--plain", *args],
         env=node_env(tmp_path / "unused"),
         capture_output=True,
         text=True,
@@ -85,3 +88,59 @@ def test_monitor_reads_a_finished_run_folder(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "outcome: finished" in result.stdout
     assert "rank 0 (node 0): finished, step 4, loss 0.5000, 100 samples/s" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_node_script_stopped_by_its_preflight_shows_the_preflights_own_lines(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=1)
+    port = load_project(project)["network.master_port"]
+    with socket.socket() as holder:  # a leftover job holds the master port
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        result = npu_wizard_run(project, tmp_path)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert (
+        "root cause: node 0's launcher: its launch script stopped in its preflight (exit code 1) "
+        "before any rank reported an error; from " in result.stderr
+    )
+    assert f"  | node 0: preflight FAIL: master port: {port} is taken" in result.stderr
+    assert "rank None" not in result.stdout + result.stderr
+
+
+def test_a_failure_without_a_rank_names_the_nodes_launcher() -> None:
+    killed = Failure(None, 1, 0.0, "launcher", "its launch script exited (exit code 137)")
+    assert killed.headline() == "node 1's launcher: its launch script exited (exit code 137)"
+    summary = {"outcome": "failed", "ranks": {}, "failure": {"rank": None, "node": 1, "summary": "agent killed"}}
+    assert "failure: node 1's launcher: agent killed" in format_summary(summary)
+    assert Failure(3, 1, 0.0, "error", "boom").headline() == "rank 3 (node 1): boom"
+
+
+@pytest.mark.slow
+def test_a_second_run_of_a_finished_project_says_how_to_go_on_and_fresh_moves_checkpoints_aside(
+    tmp_path: Path,
+) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=1, samples=256)  # 8 steps an epoch, 2 epochs
+    checkpoints = project / "checkpoints"
+    assert npu_wizard_run(project, tmp_path).returncode == 0
+
+    again = npu_wizard_run(project, tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (
+        "nothing to train: the checkpoint at step 16 already completes the 2 epoch(s) asked; "
+        "to train on, run again with --epochs N (more than 2); "
+        f"to start afresh, run again with --fresh (moves {checkpoints} aside, deletes nothing)"
+    ) in again.stdout
+
+    more = npu_wizard_run(project, tmp_path, "--epochs", "3")
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert "nothing to train" not in more.stdout
+    started = kinds(events_of(run_dirs(project)[-1])[0], "started")[0]
+    assert (started["resumed_step"], started["total_steps"]) == (16, 24)
+
+    kept = sorted(p.name for p in checkpoints.iterdir())
+    fresh = npu_wizard_run(project, tmp_path, "--fresh")
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    (aside,) = project.glob("checkpoints.old-*")
+    assert f"--fresh: moved the old checkpoints aside to {aside}" in fresh.stdout
+    assert sorted(p.name for p in aside.iterdir()) == kept  # nothing deleted
+    assert kinds(events_of(run_dirs(project)[-1])[0], "started")[0]["resumed_step"] == 0

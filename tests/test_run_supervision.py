@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -138,7 +139,8 @@ def test_sigterm_or_sighup_to_the_runner_stops_every_process_like_ctrl_c(
 
 def test_node_0_sees_a_stopped_rank_of_node_1_through_the_status_stream(tmp_path: Path) -> None:
     project = render_cpu(tmp_path, "torchrun", nodes=2, **LONG_RUN)
-    env = node_env(tmp_path / "unused")
+    # both runners hand their ranks the same run token, as every node's runner must
+    env = node_env(tmp_path / "unused", NPU_WIZARD_STATUS_TOKEN=secrets.token_hex(16))
     node0 = start_runner(project, "--node", "0", "--interval", "1", "--hang-after", "4", "--abort-on-hang", env=env)
     wait_for(lambda: run_dirs(project), 60, "node 0's run folder")
     # node 1 sees its stopped rank too, later: node 0 must tell first
@@ -177,3 +179,20 @@ def test_max_restarts_resumes_from_the_checkpoint_after_a_kill(tmp_path: Path) -
     assert restarted[1]["resumed_step"] >= saved[0]["step"] > 0
     summary = summary_of(run_dir)
     assert summary["outcome"] == "finished" and summary["restarts"] == 1
+
+
+def test_a_node_that_never_joins_is_named_at_the_start_up_deadline(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "shell", nodes=2, **LONG_RUN)
+    # node 1 is never started: node 0's ranks wait at init for ever, heartbeat-less "starting"
+    args = ("--node", "0", "--interval", "1", "--hang-after", "20", "--abort-on-hang", "--start-timeout", "40")
+    node0 = start_runner(project, *args)
+    try:
+        output, _ = node0.communicate(timeout=300)
+        assert not leftover_processes(project)
+    finally:
+        clean_up(project, node0)
+    assert node0.returncode == 3, output
+    assert "START-UP DEADLINE: node 1 never joined: no status from its ranks 2, 3 within 40s" in output
+    assert "root cause: the job: start-up deadline passed: node 1 never joined" in output
+    summary = summary_of(run_dirs(project)[0])
+    assert summary["outcome"] == "hung" and summary["never_reported"] == [2, 3]

@@ -74,7 +74,16 @@ def build_run_parser() -> argparse.ArgumentParser:
         "(other launchers have no restart mechanism)",
     )
     parser.add_argument(
-        "--abort-on-hang", action="store_true", help="stop the job when a rank is hung (see --hang-after)"
+        "--abort-on-hang",
+        action="store_true",
+        help="stop the job when a rank is hung (see --hang-after) or missing at the start-up deadline",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=_at_least_one,
+        metavar="S",
+        help="name the nodes and ranks that have not started after S seconds "
+        "(default: the project's HCCL_CONNECT_TIMEOUT + 60)",
     )
     parser.add_argument(
         "--status-port",
@@ -85,7 +94,29 @@ def build_run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--smoke", action="store_true", help="only check the topology: one all_reduce and one barrier on every rank"
     )
+    parser.add_argument(
+        "--epochs",
+        type=_at_least_one,
+        metavar="N",
+        help="train N epochs in all (default: the project's), resuming from the checkpoint if there is one",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start from step 0: first move this node's checkpoint folder aside (renamed, nothing is deleted)",
+    )
     return parser
+
+
+def _at_least_one(value: str) -> int:
+    """An argparse type: a whole number of 1 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of 1 or more")
+    return number
 
 
 def build_monitor_parser() -> argparse.ArgumentParser:
@@ -142,19 +173,26 @@ def _guarded(command: Callable[[], int]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from wizard.checkpoints import checkpoint_dir, set_aside
     from wizard.run import Job, RunOptions, run_plain
 
+    train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(
         node=args.node,
         all_nodes=args.all_nodes,
         interval=args.interval,
         hang_after=args.hang_after,
         abort_on_hang=args.abort_on_hang,
+        start_timeout=args.start_timeout,
         max_restarts=args.max_restarts,
         status_port=args.status_port,
-        train_args=("--smoke",) if args.smoke else (),
+        train_args=train_args,
     )
     job = Job(Path(args.project), options)
+    if args.fresh:
+        aside = set_aside(checkpoint_dir(job.project))
+        moved = f"--fresh: moved the old checkpoints aside to {aside}" if aside else "--fresh: no checkpoints to move"
+        job.notes.append(moved)
     if _live(args):
         from wizard.monitor.app import run_live
 

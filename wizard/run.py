@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -23,13 +24,21 @@ from pathlib import Path
 from typing import TextIO
 
 from runtime.events import ENV_HEARTBEAT, EventFollower
-from runtime.status import ENV_STATUS_ADDR
+from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers import Answers, load_text
+from wizard.checkpoints import finished_note
 from wizard.errors import TargetError, WizardError
 from wizard.monitor import procs
 from wizard.monitor.attach import REMOTE_DIR, RUN_FILE
-from wizard.monitor.report import failure_report, format_summary, progress_line, summarize, write_json
-from wizard.monitor.state import DEFAULT_HANG_AFTER, Failure, JobState
+from wizard.monitor.report import (
+    failure_report,
+    format_summary,
+    node_log_reason,
+    progress_line,
+    summarize,
+    write_json,
+)
+from wizard.monitor.state import DEFAULT_HANG_AFTER, START_MARGIN_S, Failure, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.spec import is_loopback
 
@@ -89,6 +98,7 @@ class RunOptions:
     all_nodes: bool = False
     interval: float = 2.0
     hang_after: float = DEFAULT_HANG_AFTER
+    start_timeout: float | None = None  # None: HCCL_CONNECT_TIMEOUT + START_MARGIN_S
     abort_on_hang: bool = False
     max_restarts: int = 0
     heartbeat: float = 2.0
@@ -165,9 +175,16 @@ class Job:
         self.answers = load_project(self.project)
         self.nodes = nodes_to_start(self.answers, options.node, options.all_nodes)
         self.clock = clock
+        start_deadline = options.start_timeout or self.answers["network.connect_timeout"] + START_MARGIN_S
         self.state = JobState(
-            self.answers.world_size, hang_after=options.hang_after, clock=clock, nodes=self.answers["nodes"]
+            self.answers.world_size,
+            hang_after=options.hang_after,
+            clock=clock,
+            nodes=self.answers["nodes"],
+            start_deadline=start_deadline,
         )
+        # the ranks present it to node 0's status stream; every node's runner must hand its ranks the same one
+        self.status_token = {**os.environ, **options.env}.get(ENV_STATUS_TOKEN) or secrets.token_hex(16)
         self.run_dir = new_run_dir(self.project)
         self.notes: list[str] = []
         self.processes: list[NodeProcess] = []
@@ -183,6 +200,14 @@ class Job:
         note = restart_note(self.answers["launcher"], options.max_restarts)
         if note:
             self.notes.append(note)
+        if ENV_STATUS_TOKEN not in {**os.environ, **options.env} and len(self.nodes) < self.answers["nodes"]:
+            self.notes.append(
+                f"note: the other nodes' ranks may report here only with this run's token: on each, "
+                f"export {ENV_STATUS_TOKEN}={self.status_token} before npu-wizard run --node N"
+                if 0 in self.nodes
+                else f"warning: {ENV_STATUS_TOKEN} is not set, so node 0's monitor will refuse this node's ranks: "
+                "export the token node 0's runner printed"
+            )
 
     # ---- start ---------------------------------------------------------------------
 
@@ -198,6 +223,7 @@ class Job:
         env.setdefault(ENV_HEARTBEAT, str(self.options.heartbeat))
         if status_addr:
             env[ENV_STATUS_ADDR] = status_addr
+            env[ENV_STATUS_TOKEN] = self.status_token
         write_json(
             self.run_dir / RUN_FILE,
             {
@@ -231,7 +257,7 @@ class Job:
         # every node simulated here: any free port will do, the ranks learn it from the environment
         port = self.options.status_port or (0 if len(self.nodes) > 1 else self.answers["network.master_port"] + 1)
         try:
-            self.server = StatusServer(master, port, clock=self.clock)
+            self.server = StatusServer(master, port, self.status_token, clock=self.clock)
         except OSError as error:
             self.notes.append(
                 f"warning: cannot listen on {master}:{port} for the ranks' status ({error}); "
@@ -261,7 +287,7 @@ class Job:
             return self._fail(self.state.root_cause() or self._launcher_failure(failed_node))
         if self.options.max_restarts == 0 and self.state.root_cause() is not None:
             return self._fail(self.state.root_cause())
-        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled()):
+        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
             return self._end("hung", self._hang_failure())
         if all(code == 0 for code in codes):
             self._ingest()
@@ -292,17 +318,20 @@ class Job:
     def _launcher_failure(self, node: NodeProcess) -> Failure:
         code = node.process.returncode
         log = self.run_dir / "logs" / f"node-{node.node}.log"
-        return Failure(
-            None,
-            node.node,
-            self.clock(),
-            "launcher",
-            f"node {node.node}'s launch script exited with code {code} before any rank reported an error; see {log}",
-        )
+        said = node_log_reason(self.run_dir, node.node)
+        stopped = "stopped in its preflight" if any("preflight FAIL:" in line for line in said) else "exited"
+        summary = f"its launch script {stopped} (exit code {code}) before any rank reported an error"
+        if said:
+            summary += f"; from {log}:\n" + "\n".join(f"  | {line}" for line in said)
+        else:
+            summary += f"; see {log}"
+        return Failure(None, node.node, self.clock(), "launcher", summary)
 
     def _hang_failure(self) -> Failure:
         now = self.clock()
         hung = self.state.hung(now)
+        if not hung and self.state.late(now):
+            return Failure(None, None, now, "missing", f"start-up deadline passed: {self.state.late_report(now)}")
         if not hung:
             return Failure(None, None, now, "hung", f"the job stalled: {self.state.hang_report(now)}")
         view = self.state.ranks[hung[0]]
@@ -338,6 +367,10 @@ class Job:
         self.summary = summarize(
             self.state, started_at=self.started_at, ended_at=self.ended_at, outcome=outcome, failure=failure
         )
+        visible = self.state.ranks if self.server is not None else self._local_ranks
+        self.summary["never_reported"] = sorted(r for r in visible if self.state.ranks[r].last_seen is None)
+        if self.server is not None:
+            self.summary["status_stream"] = dict(vars(self.server.counts))
         write_json(self.run_dir / "summary.json", self.summary)
         return outcome
 
@@ -406,6 +439,7 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
         print(note, file=out)
     next_line = job.started_at + job.options.interval
     reported_hangs: set[int] = set()
+    reported_late = False
     try:
         with stop_signals_raise():
             job.start()
@@ -416,6 +450,10 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
                     if rank not in reported_hangs:
                         print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
                         reported_hangs.add(rank)
+                late = "" if reported_late else job.state.late_report(now)
+                if late:
+                    print(f"START-UP DEADLINE: {late}", file=out, flush=True)
+                    reported_late = True
                 if outcome is not None:
                     break
                 if now >= next_line:
@@ -427,6 +465,9 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
     print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
     if job.summary is not None:
         print(format_summary(job.summary), file=out)
+    note = finished_note(job)
+    if note:
+        print(note, file=out)
     if "--smoke" in job.options.train_args:  # the per-rank smoke report: wizard/smoke.py
         from wizard.smoke import print_smoke_report
 

@@ -23,7 +23,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
 from wizard.monitor.report import duration, format_summary, log_tail
-from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState
+from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState, where
 
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
 LOG_LINES = 200
@@ -183,15 +183,16 @@ class MonitorApp(App[str | None]):
         failure = summary.get("failure")
         if failure:
             hint = f"\nhint: {failure['hint']}" if failure.get("hint") else ""
-            return f"[b red]root cause: rank {failure['rank']} (node {failure['node']}): {failure['summary']}[/]{hint}"
+            return f"[b red]root cause: {where(failure['rank'], failure['node'])}: {failure['summary']}[/]{hint}"
         if self.source.outcome == "finished":
             return "[b green]the job finished: press q for the summary[/]"
-        report = state.hang_report(now) if self.source.outcome is None else ""
+        report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now))))
+        report = report if self.source.outcome is None else ""
         return f"[b yellow]{report}[/]" if report else ""
 
     def _draw_plot(self, state: JobState) -> None:
         view = state.ranks.get(self.selected)
-        losses = [loss for _step, loss in (view.losses if view else [])][-PLOT_POINTS:]
+        losses = [loss for _step, loss in (view.losses if view else ())][-PLOT_POINTS:]
         self.query_one(Sparkline).data = losses
         if losses:
             label = f"loss, rank {self.selected}: {losses[0]:.4f} -> {losses[-1]:.4f} (min {min(losses):.4f})"
@@ -281,6 +282,7 @@ def _styled(column: str, value: str) -> Text:
 
 def run_live(job: object) -> None:
     """Start the job and show it live until the user quits; the summary is printed after."""
+    from wizard.checkpoints import finished_note
     from wizard.run import Job
 
     assert isinstance(job, Job)
@@ -293,6 +295,9 @@ def run_live(job: object) -> None:
         print(note)
     if job.summary is not None:
         print(format_summary(job.summary))
+    note = finished_note(job)
+    if note:
+        print(note)
     print(f"events, logs and summary in {job.run_dir}")
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wizard.monitor.state import FINISHED, RUNNING, STALLED, Failure, JobState
+from wizard.monitor.state import FINISHED, RUNNING, STALLED, Failure, JobState, where
 
 SUMMARY_FILE = "summary.json"
 LOG_TAIL_LINES = 10
@@ -52,6 +52,18 @@ def log_tail(run_dir: Path, rank: int, lines: int = LOG_TAIL_LINES) -> list[str]
         return handle.read().decode(errors="replace").splitlines()[-lines:]
 
 
+def node_log_reason(run_dir: Path, node: int, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """Why a node's script stopped, from its log: the preflight's failure lines, else the log's last lines."""
+    log = run_dir / "logs" / f"node-{node}.log"
+    if not log.is_file():
+        return []
+    with log.open("rb") as handle:
+        handle.seek(max(0, log.stat().st_size - 64 * 1024))
+        text = handle.read().decode(errors="replace").splitlines()
+    preflight = [line for line in text if "preflight FAIL:" in line]
+    return preflight or [line for line in text if line.strip()][-lines:]
+
+
 def failure_report(failure: Failure, run_dir: Path) -> str:
     """The root cause: which rank, what happened, its last log lines and a hint."""
     lines = [f"root cause: {failure.headline()}"]
@@ -86,7 +98,7 @@ def summarize(
             "state": "stopped" if rank_state in (RUNNING, STALLED) and outcome != FINISHED else rank_state,
             "step": view.step,
             "loss": view.loss,
-            "samples_per_s": _overall_rate(view.rates),
+            "samples_per_s": view.overall_rate,
             "restarts": view.restarts,
         }
     rates = [r["samples_per_s"] for r in per_rank.values() if r["samples_per_s"] is not None]
@@ -105,12 +117,6 @@ def summarize(
         "ranks": per_rank,
         "failure": None if failure is None else _failure_dict(failure),
     }
-
-
-def _overall_rate(rates: list[float]) -> float | None:
-    # each step event covers the same number of samples, so the overall rate is the harmonic mean
-    positive = [rate for rate in rates if rate > 0]
-    return len(positive) / sum(1 / rate for rate in positive) if positive else None
 
 
 def _failure_dict(failure: Failure) -> dict[str, Any]:
@@ -145,9 +151,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}, step {info.get('step')}, "
             f"{shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}"
         )
+    silent = summary.get("never_reported")
+    if silent:
+        lines.append(f"no status ever arrived from rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}")
     failure = summary.get("failure")
     if failure:
-        lines.append(f"failure: rank {failure['rank']} (node {failure['node']}): {failure['summary']}")
+        lines.append(f"failure: {where(failure['rank'], failure['node'])}: {failure['summary']}")
         if failure.get("hint"):
             lines.append(f"hint: {failure['hint']}")
     return "\n".join(lines)

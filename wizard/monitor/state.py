@@ -4,11 +4,15 @@ Events come from the ranks' files on this node and from the status stream
 (every node's ranks); both go through `JobState.ingest`, which drops
 duplicates. States, hangs, throughput, ETA and the root cause of a failure are
 computed here, with no UI and no processes, so tests feed events directly.
+Memory is bounded: each rank keeps its current state, running sums and a short
+history (the loss plot's points), never its events, so thousands of ranks can
+be watched for days.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -19,6 +23,8 @@ from wizard.monitor.status_server import RECEIVED
 STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "stalled", "hung", "finished", "failed"
 DEFAULT_HANG_AFTER = 30.0
 RATE_WINDOW = 5  # step events used for the step rate behind the ETA
+LOSS_HISTORY = 512  # loss points kept per rank: the plot shows a few hundred at most
+START_MARGIN_S = 60.0  # a rank may take HCCL_CONNECT_TIMEOUT plus this to report that it started
 
 
 @dataclass
@@ -44,14 +50,21 @@ class RankView:
     ended_at: float | None = None
     outcome: str | None = None  # finished, failed (an error event) or lost (the process vanished)
     error: dict | None = None
-    losses: list[tuple[int, float]] = field(default_factory=list)
-    rates: list[float] = field(default_factory=list)
+    losses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_HISTORY))
+    rate_count: int = 0  # step events with a positive rate, and the sum of 1/rate: the overall rate, in O(1)
+    inverse_rate_sum: float = 0.0
     step_times: list[tuple[float, int]] = field(default_factory=list)
+    newest: dict[str, float] = field(default_factory=dict)  # per event kind: the newest time ingested
 
     @property
     def restarts(self) -> int:
         """How often the launcher started this rank again."""
         return max(0, self.starts - 1)
+
+    @property
+    def overall_rate(self) -> float | None:
+        """This rank's samples per second over the run (each step event covers the same samples)."""
+        return self.rate_count / self.inverse_rate_sum if self.rate_count else None
 
 
 @dataclass(frozen=True)
@@ -73,10 +86,14 @@ class Failure:
 
     def headline(self) -> str:
         """One line naming the rank (and node) and what happened."""
-        where = f"rank {self.rank}" if self.rank is not None else "the job"
-        if self.node is not None and self.rank is not None:
-            where += f" (node {self.node})"
-        return f"{where}: {self.summary}"
+        return f"{where(self.rank, self.node)}: {self.summary}"
+
+
+def where(rank: int | None, node: int | None) -> str:
+    """Who failed: `rank 3 (node 1)`, `node 1's launcher` (no rank: its agent or script) or `the job`."""
+    if rank is None:
+        return f"node {node}'s launcher" if node is not None else "the job"
+    return f"rank {rank} (node {node})" if node is not None else f"rank {rank}"
 
 
 class JobState:
@@ -89,14 +106,16 @@ class JobState:
         hang_after: float = DEFAULT_HANG_AFTER,
         clock: Callable[[], float] = time.time,
         nodes: int | None = None,
+        start_deadline: float | None = None,
     ) -> None:
         self.world_size = world_size
         self.nodes = nodes
         self.hang_after = hang_after
+        self.start_deadline = start_deadline  # seconds from now for every rank to report `started`
         self.clock = clock
+        self.opened_at = clock()
         self.ranks: dict[int, RankView] = {rank: RankView(rank) for rank in range(world_size)}
         self.stopping_since: float | None = None
-        self._seen: set[tuple[int, str, float]] = set()
 
     def view(self, rank: int) -> RankView:
         """The view of `rank`, made on first sight (a rank beyond the world size too)."""
@@ -113,11 +132,11 @@ class JobState:
         rank, kind, at = event.get("rank"), event.get("event"), event.get("time")
         if not isinstance(rank, int) or not isinstance(kind, str) or not isinstance(at, (int, float)):
             return
-        key = (rank, kind, at)
-        if key in self._seen:
-            return
-        self._seen.add(key)
         view = self.view(rank)
+        # one process writes a rank's events in time order: one no newer than the newest of its kind was seen
+        if at <= view.newest.get(kind, float("-inf")):
+            return
+        view.newest[kind] = at
         seen_at = event.get(RECEIVED, at)
         if kind != LOST:
             view.last_seen = max(view.last_seen or seen_at, seen_at)
@@ -150,7 +169,9 @@ class JobState:
             view.losses.append((view.step, view.loss))
         if isinstance(event.get("samples_per_s"), (int, float)):
             view.samples_per_s = event["samples_per_s"] / (view.world_size or self.world_size or 1)
-            view.rates.append(view.samples_per_s)
+            if view.samples_per_s > 0:
+                view.rate_count += 1
+                view.inverse_rate_sum += 1 / view.samples_per_s
         view.step_times = [*view.step_times[-RATE_WINDOW:], (event["time"], view.step)]
 
     def _on_heartbeat(self, view: RankView, event: dict, at: float) -> None:
@@ -226,6 +247,49 @@ class JobState:
         if waiting:
             lines.append(f"ranks {_ranges(waiting)} are alive but made no step for {self.hang_after:.0f}s")
         return "\n".join(lines)
+
+    def late(self, now: float | None = None) -> list[int]:
+        """Ranks that did not report `started` within the start-up deadline."""
+        now = self.clock() if now is None else now
+        if self.start_deadline is None or now - self.opened_at <= self.start_deadline:
+            return []
+        return [rank for rank, view in sorted(self.ranks.items()) if not view.starts and view.outcome is None]
+
+    def late_report(self, now: float | None = None) -> str:
+        """The nodes that never joined and the ranks still starting after the deadline, in words."""
+        late = self.late(now)
+        deadline = f"{self.start_deadline or 0:.0f}s"
+        lines = []
+        silent: dict[int | None, list[int]] = {}
+        for rank in (rank for rank in late if self.ranks[rank].last_seen is None):
+            silent.setdefault(self.node_of(rank), []).append(rank)
+        for node, ranks in silent.items():
+            if node is not None and ranks == list(self.ranks_of_node(node)):
+                lines.append(f"node {node} never joined: no status from its ranks {_ranges(ranks)} within {deadline}")
+            else:
+                on_node = "" if node is None else f" (node {node})"
+                lines.append(f"rank{'s' * (len(ranks) > 1)} {_ranges(ranks)}{on_node}: no status within {deadline}")
+        for rank in (rank for rank in late if self.ranks[rank].last_seen is not None):
+            node = self.node_of(rank)
+            lines.append(
+                f"rank {rank}{'' if node is None else f' (node {node})'} is still starting after {deadline} "
+                f"(process {self.ranks[rank].pid}: waiting for the other ranks at init?)"
+            )
+        return "\n".join(lines)
+
+    def node_of(self, rank: int) -> int | None:
+        """The node a rank runs on: as it said, else from the layout (ranks fill nodes in order)."""
+        view = self.ranks.get(rank)
+        if view is not None and view.node is not None:
+            return view.node
+        if not self.nodes or self.world_size % self.nodes:
+            return None
+        return rank // (self.world_size // self.nodes)
+
+    def ranks_of_node(self, node: int) -> range:
+        """The ranks the layout puts on `node`."""
+        per_node = self.world_size // (self.nodes or 1)
+        return range(node * per_node, (node + 1) * per_node)
 
     def finished(self) -> bool:
         """True when every rank finished."""

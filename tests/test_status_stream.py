@@ -1,0 +1,217 @@
+"""Node 0's status stream under hostile or heavy input: tokens, bad lines, bursts, bounded memory.
+
+A real server on 127.0.0.1 and real sockets; the monitor's model fed directly.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, publisher_from_env
+from tests.runs import wait_for
+from wizard.monitor.state import LOSS_HISTORY, JobState
+from wizard.monitor.status_server import MAX_LINE_BYTES, StatusServer
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def server() -> Iterator[StatusServer]:
+    """A status server on a free loopback port, closed after the test."""
+    listening = StatusServer("127.0.0.1", 0, TOKEN)
+    yield listening
+    listening.close()
+
+
+def connect(server: StatusServer, *lines: bytes) -> socket.socket:
+    """A client connection that sends `lines` at once."""
+    host, port = server.address.rsplit(":", 1)
+    client = socket.create_connection((host, int(port)), timeout=30)
+    client.sendall(b"".join(lines))
+    return client
+
+
+def wire(record: dict) -> bytes:
+    """One line of the wire format."""
+    return (json.dumps(record) + "\n").encode()
+
+
+def event(rank: int, kind: str = "heartbeat", **fields: object) -> bytes:
+    """A rank's event as a line."""
+    return wire({"event": kind, "time": time.time(), "rank": rank, **fields})
+
+
+AUTH = wire({"token": TOKEN})
+
+
+def drained(server: StatusServer, count: int, what: str) -> list[dict]:
+    """Drain until `count` events arrived (a loaded machine may take a while)."""
+    seen: list[dict] = []
+    wait_for(lambda: seen.extend(server.drain()) or len(seen) >= count, 60, what)
+    return seen
+
+
+def closed_by_server(client: socket.socket) -> bool:
+    """Whether the server closed this connection (recv sees the end)."""
+    client.settimeout(30)
+    try:
+        return client.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+# ---- bad lines are dropped and counted, never fatal ------------------------------------
+
+
+def test_a_deeply_nested_line_is_dropped_and_counted_and_the_stream_goes_on(server: StatusServer) -> None:
+    bomb = b"[" * 200_000 + b"]" * 200_000 + b"\n"
+    client = connect(server, AUTH, event(0), bomb, event(0, "step", step=1))
+    events = drained(server, 2, "the events around the nested line")
+    assert [e["event"] for e in events] == ["heartbeat", "step"]
+    assert server.counts.dropped_lines == 1
+    other = connect(server, AUTH, event(1))  # the server thread is alive: a new rank is heard
+    assert drained(server, 1, "a later rank")[0]["rank"] == 1
+    client.close(), other.close()
+
+
+def test_nesting_inside_strings_does_not_count(server: StatusServer) -> None:
+    client = connect(server, AUTH, event(0, "error", message="[" * 100 + "{" * 100))
+    assert drained(server, 1, "the error event")[0]["message"].startswith("[[[")
+    assert server.counts.dropped_lines == 0
+    client.close()
+
+
+def test_an_overlong_line_is_dropped_and_counted(server: StatusServer) -> None:
+    huge = b'{"event": "step", "rank": 0, "pad": "' + b"x" * (MAX_LINE_BYTES + 10) + b'"}\n'
+    client = connect(server, AUTH, huge, event(0, "step", step=2))
+    assert [e.get("step") for e in drained(server, 1, "the event after the long line")] == [2]
+    assert server.counts.dropped_lines == 1
+    client.close()
+
+
+def test_lines_that_are_no_event_are_dropped_and_counted(server: StatusServer) -> None:
+    junk = [b"not json\n", b"[1, 2]\n", wire({"event": "step"}), wire({"rank": "0", "event": "x"})]
+    client = connect(server, AUTH, *junk, event(0))
+    assert len(drained(server, 1, "the good event")) == 1
+    assert server.counts.dropped_lines == len(junk)
+    client.close()
+
+
+# ---- only the job's ranks may speak ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "first_line",
+    [event(0, "error", type="RuntimeError", message="forged"), wire({"token": "guess"}), wire({"token": 1}), b"\n"],
+    ids=["no-token", "wrong-token", "not-a-string", "empty-line"],
+)
+def test_a_client_without_the_run_token_is_closed_and_counted(server: StatusServer, first_line: bytes) -> None:
+    client = connect(server, first_line, event(0, "error", type="RuntimeError", message="forged"))
+    assert closed_by_server(client)
+    assert server.drain() == []
+    assert server.counts.rejected_connections == 1
+    client.close()
+
+
+def test_the_rank_publisher_presents_the_token_from_its_environment(server: StatusServer) -> None:
+    env = {ENV_STATUS_ADDR: server.address, ENV_STATUS_TOKEN: TOKEN}
+    publisher = publisher_from_env(3, env)
+    assert publisher is not None
+    publisher.publish({"event": "step", "time": time.time(), "rank": 3, "step": 7})
+    publisher.close()
+    events = drained(server, 3, "hello, step and bye")
+    assert [(e["event"], e["rank"]) for e in events] == [("hello", 3), ("step", 3), ("bye", 3)]
+
+    intruder = publisher_from_env(4, {**env, ENV_STATUS_TOKEN: "f" * 32})
+    assert intruder is not None
+    intruder.close()
+    wait_for(lambda: server.counts.rejected_connections == 1, 30, "the wrong token to be refused")
+    assert server.drain() == []
+
+
+# ---- a burst of connections is accepted in full ----------------------------------------
+
+
+def test_a_burst_of_2048_connections_is_accepted_in_full(server: StatusServer) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ranks = 2048
+    if hard != resource.RLIM_INFINITY and hard < 2 * ranks + 64:
+        pytest.skip(f"needs {2 * ranks + 64} open files; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2 * ranks + 64), hard))
+    host, port = server.address.rsplit(":", 1)
+    clients = []
+    try:
+        for _ in range(ranks):  # connect them all before the server reads a byte of any
+            client = socket.socket()
+            client.connect((host, int(port)))
+            clients.append(client)
+        for rank, client in enumerate(clients):
+            client.sendall(AUTH + event(rank, "hello"))
+        heard = {e["rank"] for e in drained(server, ranks, f"{ranks} hellos")}
+        assert heard == set(range(ranks))
+        assert server.counts.accepted == ranks
+    finally:
+        for client in clients:
+            client.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# ---- the monitor's memory is bounded; missing ranks are named --------------------------
+
+
+def test_a_ranks_history_is_bounded_and_its_overall_rate_exact() -> None:
+    state = JobState(1)
+    state.ingest({"event": "started", "time": 0.5, "rank": 0, "world_size": 1, "pid": 9})
+    for step in range(1, 20_001):
+        state.ingest(
+            {
+                "event": "step",
+                "time": float(step),
+                "rank": 0,
+                "step": step,
+                "loss": 1 / step,
+                "samples_per_s": 100.0 if step % 2 else 300.0,
+            }
+        )
+        state.ingest({"event": "heartbeat", "time": step + 0.5, "rank": 0, "step": step})
+    view = state.ranks[0]
+    assert len(view.losses) == LOSS_HISTORY and view.losses[-1] == (20_000, 1 / 20_000)
+    assert view.overall_rate == pytest.approx(150.0)  # harmonic mean: equal samples at 100 and 300 samples/s
+    assert len(view.newest) == 3  # one timestamp per event kind, not one per event
+    state.ingest({"event": "step", "time": 20_000.0, "rank": 0, "step": 20_000, "loss": 9.0})
+    assert view.loss == 1 / 20_000  # the same event again (from the file after the stream) counts once
+
+
+def layout(now: list[float]) -> JobState:
+    """Two nodes of two ranks each, a 180 s start-up deadline, a settable clock."""
+    return JobState(4, nodes=2, start_deadline=180.0, clock=lambda: now[0])
+
+
+def test_ranks_still_starting_at_the_deadline_are_named_with_their_node() -> None:
+    now = [1000.0]
+    state = layout(now)
+    state.ingest({"event": "hello", "time": 1001.0, "rank": 0, "pid": 11})
+    state.ingest({"event": "started", "time": 1002.0, "rank": 1, "pid": 12, "node": 0, "world_size": 4})
+    now[0] = 1180.0
+    assert state.late() == [] and state.late_report() == ""
+    now[0] = 1181.0
+    assert state.late() == [0, 2, 3]
+    assert state.late_report().splitlines() == [
+        "node 1 never joined: no status from its ranks 2, 3 within 180s",
+        "rank 0 (node 0) is still starting after 180s (process 11: waiting for the other ranks at init?)",
+    ]
+
+
+def test_a_rank_partly_missing_from_a_node_is_named_alone() -> None:
+    now = [0.0]
+    state = layout(now)
+    for rank in (0, 1, 2):
+        state.ingest({"event": "started", "time": 1.0, "rank": rank, "node": rank // 2, "world_size": 4})
+    now[0] = 200.0
+    assert state.late_report() == "rank 3 (node 1): no status within 180s"
