@@ -245,7 +245,7 @@ def test_each_node_script_sets_only_its_rank_and_address_and_runs_the_shared_scr
             "# Arguments go to train.py (e.g. --epochs 1); launch/run-node.sh does the rest and lists\n"
             "# the environment overrides.\n"
             f"export NODE_RANK={node}\n"
-            f'export NODE_ADDR="{ip}"\n'
+            f"export NODE_ADDR={ip}\n"
             'exec bash "$(dirname "${BASH_SOURCE[0]}")/run-node.sh" "$@"\n'
         )
 
@@ -259,7 +259,7 @@ def test_the_shared_script_exports_the_jobs_environment_once(tmp_path: Path) -> 
         "export NODE_RANK",
         "export NNODES=2",
         "export NPROC_PER_NODE=2",
-        'export MASTER_ADDR="10.0.0.1"',
+        "export MASTER_ADDR=10.0.0.1",
         'export MASTER_PORT="${MASTER_PORT:-29500}"',
         'export HCCL_IF_IP="$NODE_ADDR"',
         "export HCCL_WHITELIST_DISABLE=1",
@@ -304,7 +304,7 @@ def test_the_shared_script_refuses_a_missing_or_wrong_node(tmp_path: Path, env: 
 
 def test_nic_answer_exports_hccl_socket_ifname(tmp_path: Path) -> None:
     project = render_project(tmp_path, **{"network.nic": "eth,enp"})
-    assert 'export HCCL_SOCKET_IFNAME="eth,enp"' in lines(project / "launch" / "run-node.sh")
+    assert "export HCCL_SOCKET_IFNAME=eth,enp" in lines(project / "launch" / "run-node.sh")
 
 
 def test_shell_loop_exports_rank_arithmetic_on_the_second_node(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ class Problem:
     severity: str = "error"
 
     def __str__(self) -> str:
-        shown = "(missing)" if self.value is _MISSING else repr(_plain(self.value))
+        shown = "(missing)" if self.value is _MISSING else _shorten(repr(_plain(self.value)))
         return f"{self.field}: {shown}: {self.message}"
 
 
@@ -26,6 +26,16 @@ class _Missing:
 
 _MISSING = _Missing()
 MISSING: object = _MISSING
+
+
+SHOWN_CHARACTERS = 80
+
+
+def _shorten(text: str) -> str:
+    """At most about SHOWN_CHARACTERS of a value in a message: a bad value may be megabytes."""
+    if len(text) <= SHOWN_CHARACTERS:
+        return text
+    return f"{text[:SHOWN_CHARACTERS]}... ({len(text)} characters)"
 
 
 def _plain(value: object) -> object:

@@ -83,7 +83,8 @@ TORCH_NPU_CANN: dict[str, str] = {
 DEFAULT_TORCH_NPU = "2.9.0.post6"
 DEFAULT_TORCH = "2.9.0"
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
+# ASCII digits only: int() would take "２.９.０", and pip would refuse it in requirements.txt.
+_VERSION = re.compile(r"^([0-9]{1,6})\.([0-9]{1,6})\.([0-9]{1,6})(?:\.post([0-9]{1,6}))?$")
 
 
 def parse_version(text: str) -> tuple[int, int, int, int] | None:

@@ -14,10 +14,9 @@ import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import jinja2
-
 import runtime
 from wizard.answers import Answers, dump
+from wizard.shellquote import template_environment
 
 NODE_TEMPLATE = Path("launch") / "_node.sh.j2"
 SHARED_SCRIPT = Path("launch") / "run-node.sh"
@@ -30,8 +29,7 @@ def node_script_name(node: int) -> str:
 
 def node_scripts(template_text: str, context: Mapping[str, str]) -> Iterator[tuple[int, str]]:
     """Each node's (thin) launch script from the node template, node by node."""
-    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
-    template = environment.from_string(template_text)
+    template = template_environment().from_string(template_text)
     for node, host_ip in enumerate(context["host_ips"].split(",")):
         yield node, template.render(cookiecutter=context, node_rank=node, host_ip=host_ip)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from wizard.answers import Answers, to_context
 from wizard.errors import Problem, RenderError, TargetError
 from wizard.project import finish, walk_files
-from wizard.templates import project_template
+from wizard.spec import shorten
+from wizard.templates import TEMPLATE_SETTINGS, project_template
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ def render(answers: Answers, output_dir: Path, *, force: bool = False, dry_run: 
     """Render the project for `answers` into `output_dir/<project_name>`; return what was written."""
     output_dir = Path(output_dir)
     target = output_dir / answers["project_name"]
+    _refuse_template_syntax(target.absolute())
     exists = _check_target(output_dir, target, force)
     created_output = not output_dir.exists() and not dry_run
     if dry_run:
@@ -50,6 +52,15 @@ def render(answers: Answers, output_dir: Path, *, force: bool = False, dry_run: 
     return RenderResult(target, tuple(files), answers.warnings, exists)
 
 
+def _refuse_template_syntax(target: Path) -> None:
+    """cookiecutter renders the output path itself as a template: `{{ ... }}` there would run."""
+    for opening in ("{{", "{%", "{#"):
+        if opening in str(target):
+            raise TargetError(
+                f"{shorten(str(target))}: a path with '{opening}' cannot be rendered into; use another -o"
+            )
+
+
 def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
     if output_dir.exists() and not output_dir.is_dir():
         raise TargetError(f"{output_dir} is not a folder; name a folder with -o")
@@ -67,7 +78,7 @@ def _generate(answers: Answers, into: Path) -> Path:
     project = Path(
         generate_files(
             repo_dir=str(project_template()),
-            context={"cookiecutter": {**context, "_copy_without_render": ["launch/_node.sh.j2"]}},
+            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS}},
             output_dir=str(into),
             accept_hooks=False,
         )

@@ -73,6 +73,9 @@ class Question:
             if self.optional:
                 return None
             raise Invalid(f"a value is required: {self.allowed()}")
+        limit = _MAX_LENGTH.get(self.kind)
+        if limit is not None and isinstance(raw, str) and len(raw.strip()) > limit:
+            raise Invalid(f"too long: at most {limit} characters")
         value = _PARSERS[self.kind](self, raw)
         if self.kind in ("int", "float"):
             if self.minimum is not None and value < self.minimum:
@@ -94,6 +97,10 @@ _ALLOWED_TEXT = {
     "relpath": "a folder path of letters, digits and ./_+@:- (no spaces or quotes)",
 }
 
+# Longest accepted text per kind: a value is read by people and shells, never megabytes.
+_MAX_LENGTH = {"slug": 64, "host": 253, "nic": 255, "path": 1024, "relpath": 1024, "version": 32}
+# An IPv6 zone id names an interface: Linux interface names are at most 15 of these characters.
+_ZONE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 _SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
@@ -151,18 +158,31 @@ def _parse_pattern(pattern: re.Pattern[str]) -> Callable[[Question, Any], str]:
 
 def _parse_host(question: Question, raw: Any) -> str:
     text = str(raw).strip() if isinstance(raw, str) else ""
+    if "%" in text and is_ip(text.split("%", 1)[0]):
+        _check_zone(text)
     if is_ip(text) or _HOSTNAME.match(text):
         return text
     raise Invalid(f"must be {question.allowed()}")
+
+
+def _check_zone(text: str) -> None:
+    """Refuse an IPv6 zone id (after '%') that is not an interface name."""
+    zone = text.split("%", 1)[1]
+    if not _ZONE.match(zone):
+        raise Invalid("the zone id after '%' must be an interface name: [A-Za-z0-9_.:-], at most 15 characters")
 
 
 def _parse_ip_list(question: Question, raw: Any) -> tuple[str, ...]:
     items = [part.strip() for part in raw.split(",")] if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not items:
         raise Invalid(f"must be {question.allowed()}")
+    for item in items:
+        if isinstance(item, str) and "%" in item and is_ip(item.split("%", 1)[0]):
+            _check_zone(item)
     bad = [str(item) for item in items if not isinstance(item, str) or not is_ip(item)]
     if bad:
-        raise Invalid(f"not an IPv4 or IPv6 address: {', '.join(bad)}")
+        shown = ", ".join(shorten(item) for item in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise Invalid(f"not an IPv4 or IPv6 address: {shown}")
     return tuple(str(ipaddress.ip_address(item)) for item in items)
 
 
@@ -189,12 +209,18 @@ _PARSERS: dict[str, Callable[[Question, Any], Any]] = {
 
 
 def is_ip(text: str) -> bool:
-    """Whether the text is an IPv4 or IPv6 address."""
+    """Whether the text is an IPv4 or IPv6 address (a zone id only as an interface name)."""
     try:
-        ipaddress.ip_address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return False
-    return True
+    scope = getattr(address, "scope_id", None)
+    return scope is None or bool(_ZONE.match(scope))
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """`text` cut to about `limit` characters for a message, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def is_loopback(text: str) -> bool:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wizard.shellquote import EXTENSION
+
 _PACKAGE = Path(__file__).parent
+# cookiecutter's own keys, the same for npu-wizard's render and plain cookiecutter.
+TEMPLATE_SETTINGS: dict[str, list[str]] = {
+    "_copy_without_render": ["launch/_node.sh.j2"],
+    "_extensions": [EXTENSION],
+}
 
 
 def project_template() -> Path:
@@ -30,7 +37,7 @@ def cookiecutter_json() -> dict[str, object]:
             document[key] = [defaults[key], *values]
         else:
             document[key] = defaults[key]
-    document["_copy_without_render"] = ["launch/_node.sh.j2"]
+    document.update(TEMPLATE_SETTINGS)
     return document
 
 

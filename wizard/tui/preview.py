@@ -26,16 +26,15 @@ class Preview:
 
 def build_preview(answers: Answers, output_dir: Path) -> Preview:
     """Dry-run the very render `--answers` uses, and render the shared launch script and the sysctl snippet."""
-    import jinja2
-
     from wizard.project import SHARED_SCRIPT
     from wizard.render import render
+    from wizard.shellquote import template_environment
     from wizard.templates import project_template
 
     result = render(answers, output_dir, force=True, dry_run=True)
     context = to_context(answers)
     folder = project_template() / "{{cookiecutter.project_name}}"
-    environment = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    environment = template_environment()
     launch = environment.from_string((folder / SHARED_SCRIPT).read_text(encoding="utf-8"))
     sysctl = environment.from_string((folder / SYSCTL_TEMPLATE).read_text(encoding="utf-8"))
     return Preview(

@@ -16,11 +16,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from runtime import amp, checkpoint, data, device, distributed, events, smoke
 
 PROJECT_DIR = Path(__file__).resolve().parent
-DEVICE = "{{ cookiecutter.device }}"
-LAUNCHER = "{{ cookiecutter.launcher }}"
+DEVICE = {{ cookiecutter.device|tojson }}
+LAUNCHER = {{ cookiecutter.launcher|tojson }}
 NODES = {{ cookiecutter.nodes|int }}
 DEVICES_PER_NODE = {{ cookiecutter.devices_per_node|int }}
-AMP = "{{ cookiecutter.amp }}"
+AMP = {{ cookiecutter.amp|tojson }}
 BATCH_SIZE = {{ cookiecutter.batch_size|int }}  # per device; the global batch is this x world size
 {%- if cookiecutter.lr %}
 LR = {{ cookiecutter.lr|float }}
@@ -42,7 +42,7 @@ INPUT_SHAPE = (1, 28, 28)
 INPUT_SHAPE = (3, 32, 32)
 {%- endif %}
 {%- else %}
-DATA_DIR = PROJECT_DIR / "{{ cookiecutter.data_dir }}"
+DATA_DIR = PROJECT_DIR / {{ cookiecutter.data_dir|tojson }}
 {%- endif %}
 {%- if cookiecutter.dataset == "imagefolder" %}
 {%- if cookiecutter.model == "resnet18" %}

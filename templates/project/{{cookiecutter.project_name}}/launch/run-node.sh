@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# {{ cookiecutter.project_name }}: what every node runs. launch/nodeK.sh says which node this is and runs it.
+# {{ cookiecutter.project_name|sh }}: what every node runs. launch/nodeK.sh says which node this is and runs it.
 #
 {%- if cookiecutter.hardware == "atlas-training" %}
 # Hardware:  Atlas training series (Atlas 800 training server, Ascend 910)
@@ -8,9 +8,9 @@
 {%- else %}
 # Hardware:  Atlas A3 training series (Atlas 800T A3, Ascend 910_93)
 {%- endif %}
-# Topology:  {{ cookiecutter.nodes }} node(s) x {{ cookiecutter.devices_per_node }} device(s) = world size {{ cookiecutter.nodes|int * cookiecutter.devices_per_node|int }}; node K runs ranks K x {{ cookiecutter.devices_per_node }} to K x {{ cookiecutter.devices_per_node }} + {{ cookiecutter.devices_per_node|int - 1 }}
-# Launcher:  {{ cookiecutter.launcher }}
-# Master:    {{ cookiecutter.master_addr }}:{{ cookiecutter.master_port }} (rank 0 listens there)
+# Topology:  {{ cookiecutter.nodes|int }} node(s) x {{ cookiecutter.devices_per_node|int }} device(s) = world size {{ cookiecutter.nodes|int * cookiecutter.devices_per_node|int }}; node K runs ranks K x {{ cookiecutter.devices_per_node|int }} to K x {{ cookiecutter.devices_per_node|int }} + {{ cookiecutter.devices_per_node|int - 1 }}
+# Launcher:  {{ cookiecutter.launcher|sh }}
+# Master:    {{ cookiecutter.master_addr|sh }}:{{ cookiecutter.master_port|int }} (rank 0 listens there)
 #
 # The caller sets who this node is (launch/nodeK.sh does, or a scheduler's entry script):
 #   NODE_RANK  this node's index, 0 to {{ cookiecutter.nodes|int - 1 }}; node 0 hosts the master
@@ -26,7 +26,7 @@
 {%- endif %}
 set -euo pipefail
 
-if ! [[ "${NODE_RANK:-}" =~ ^(0|[1-9][0-9]*)$ ]] || ((NODE_RANK >= {{ cookiecutter.nodes }})); then
+if ! [[ "${NODE_RANK:-}" =~ ^(0|[1-9][0-9]*)$ ]] || ((NODE_RANK >= {{ cookiecutter.nodes|int }})); then
     echo "run-node.sh: NODE_RANK must be this node's index, 0 to {{ cookiecutter.nodes|int - 1 }} (got '${NODE_RANK:-}'); run launch/nodeK.sh instead" >&2
     exit 2
 fi
@@ -40,23 +40,24 @@ PROJECT_DIR="$(pwd)"
 
 # ---- who is who ---------------------------------------------------------------
 export NODE_RANK
-export NNODES={{ cookiecutter.nodes }}
-export NPROC_PER_NODE={{ cookiecutter.devices_per_node }}
-export MASTER_ADDR="{{ cookiecutter.master_addr }}"
-export MASTER_PORT="${MASTER_PORT:-{{ cookiecutter.master_port }}}"
+export NNODES={{ cookiecutter.nodes|int }}
+export NPROC_PER_NODE={{ cookiecutter.devices_per_node|int }}
+export MASTER_ADDR={{ cookiecutter.master_addr|sh }}
+export MASTER_PORT="${MASTER_PORT:-{{ cookiecutter.master_port|int }}}"
+LAUNCHER={{ cookiecutter.launcher|sh }}
 
 # ---- HCCL ---------------------------------------------------------------------
 # HCCL_IF_IP: the address HCCL uses on this node; without it HCCL picks a NIC by name.
 export HCCL_IF_IP="$NODE_ADDR"
 {%- if cookiecutter.nic %}
 # HCCL_SOCKET_IFNAME picks the NIC by name; per the CANN docs HCCL_IF_IP wins when both are set.
-export HCCL_SOCKET_IFNAME="{{ cookiecutter.nic }}"
+export HCCL_SOCKET_IFNAME={{ cookiecutter.nic|sh }}
 {%- endif %}
 export HCCL_WHITELIST_DISABLE=1
-# Host ports {{ cookiecutter.hccl_base_port }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }}: reserve them with sysctl/reserve-ports.sh.
-export HCCL_IF_BASE_PORT={{ cookiecutter.hccl_base_port }}
-export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout }}
-export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout }}
+# Host ports {{ cookiecutter.hccl_base_port|int }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }}: reserve them with sysctl/reserve-ports.sh.
+export HCCL_IF_BASE_PORT={{ cookiecutter.hccl_base_port|int }}
+export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
+export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"
@@ -66,12 +67,13 @@ NODE_LOG="$NPU_WIZARD_RUN_DIR/logs/node-$NODE_RANK.log"
 # INT/TERM so that it outlives Ctrl-C and records how the ranks were stopped.
 exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
-echo "node $NODE_RANK/$NNODES ($HCCL_IF_IP): {{ cookiecutter.launcher }}, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
+echo "node $NODE_RANK/$NNODES ($HCCL_IF_IP): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
 
 # ---- CANN ---------------------------------------------------------------------
-CANN_SET_ENV="${CANN_SET_ENV:-{{ cookiecutter.cann_set_env }}}"
-DEVICE="${NPU_WIZARD_DEVICE:-{{ cookiecutter.device }}}"
+# (Unquoted on purpose: quotes inside "${VAR:-...}" would be kept as text.)
+CANN_SET_ENV=${CANN_SET_ENV:-{{ cookiecutter.cann_set_env|sh }}}
+DEVICE=${NPU_WIZARD_DEVICE:-{{ cookiecutter.device|sh }}}
 if [[ -f "$CANN_SET_ENV" ]]; then
     # set_env.sh reads variables that may be unset.
     set +u
@@ -97,7 +99,7 @@ if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
 else
     preflight=0
     "${PYTHON:-python3}" -m runtime.preflight --device "$DEVICE" --cann-set-env "$CANN_SET_ENV" \
-        --hccl-port-count {{ cookiecutter.hccl_port_count }} || preflight=$?
+        --hccl-port-count {{ cookiecutter.hccl_port_count|int }} || preflight=$?
     if ((preflight == 3)); then
         echo "node $NODE_RANK: preflight failed: nothing started; fix the above (or skip the checks with NPU_WIZARD_SKIP_PREFLIGHT=1)"
         exit 1
@@ -220,7 +222,7 @@ if command -v torch_npu_run >/dev/null 2>&1; then
     # torch_npu_run forces the parallel rendezvous: it needs the node rank, a fixed
     # node count and the master address and port, all given above.
 {%- if cookiecutter.nodes|int >= 8 %}
-    # {{ cookiecutter.nodes }} nodes: a per-node proxy cuts the TCPStore connections from
+    # {{ cookiecutter.nodes|int }} nodes: a per-node proxy cuts the TCPStore connections from
     # one per rank to about sqrt(ranks), so the master is not flooded at start-up.
     run_args+=(--enable_tiered_parallel_tcpstore=true)
 {%- endif %}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Reserve the ports {{ cookiecutter.project_name }} needs, so the kernel never hands them
+# Reserve the ports {{ cookiecutter.project_name|sh }} needs, so the kernel never hands them
 # out as ephemeral (outgoing) ports:
-#   - HCCL host ports {{ cookiecutter.hccl_base_port }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }} (HCCL_IF_BASE_PORT, {{ cookiecutter.hccl_port_count }} ports), used on every node;
-#   - the master port {{ cookiecutter.master_port }} (MASTER_PORT), used on node 0. Reserving it on
+#   - HCCL host ports {{ cookiecutter.hccl_base_port|int }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }} (HCCL_IF_BASE_PORT, {{ cookiecutter.hccl_port_count|int }} ports), used on every node;
+#   - the master port {{ cookiecutter.master_port|int }} (MASTER_PORT), used on node 0. Reserving it on
 #     the other nodes is harmless: a reservation only stops automatic assignment, an
 #     explicit bind still works.
 #
@@ -19,10 +19,11 @@
 # the current list and where --permanent writes its file.
 set -euo pipefail
 
-OURS="{{ cookiecutter.master_port }},{{ cookiecutter.hccl_base_port }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }}"
+PROJECT={{ cookiecutter.project_name|sh }}
+OURS="{{ cookiecutter.master_port|int }},{{ cookiecutter.hccl_base_port|int }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }}"
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
-CONF_FILE="$SYSCTL_DIR/90-{{ cookiecutter.project_name }}-ports.conf"
+CONF_FILE="$SYSCTL_DIR/90-$PROJECT-ports.conf"
 KEY="net.ipv4.ip_local_reserved_ports"
 
 usage() {
@@ -93,7 +94,7 @@ fi
 if [[ "$mode" == "permanent" ]]; then
     mkdir -p "$SYSCTL_DIR"
     {
-        echo "# Written by {{ cookiecutter.project_name }}/sysctl/reserve-ports.sh: reserved ports at that time plus"
+        echo "# Written by $PROJECT/sysctl/reserve-ports.sh: reserved ports at that time plus"
         echo "# the project's ($OURS). Only one file can set this key: if another file in"
         echo "# $SYSCTL_DIR sets it too, the last one read wins; merge them by hand."
         echo "$KEY=$merged"
