@@ -244,25 +244,25 @@ def test_every_value_is_quoted_where_the_checks_were_skipped(payload: str, tmp_p
 
 
 @pytest.mark.parametrize("payload", PAYLOADS.values(), ids=PAYLOADS.keys())
-def test_the_preview_quotes_as_the_render_does(payload: str, tmp_path: Path) -> None:
-    from wizard.project import render_node_script
+def test_choice_values_are_quoted_too_and_the_preview_as_the_render(payload: str, tmp_path: Path) -> None:
+    from wizard.project import SHARED_SCRIPT, node_scripts
+    from wizard.tui.preview import build_preview
 
     folder = project_template() / "{{cookiecutter.project_name}}"
     context = {key: "1" for key in ("nodes", "devices_per_node", "master_port", "hccl_base_port")}
     context.update(dict.fromkeys(("hccl_port_count", "connect_timeout", "exec_timeout"), "16"))
     context.update(
-        project_name=payload,
+        {key: payload for key in ("project_name", "host_ips", "master_addr", "nic", "launcher", "device")},
         hardware="atlas-a2",
-        host_ips=payload,
-        master_addr=payload,
-        nic=payload,
-        launcher=payload,
-        device=payload,
         cann_set_env=payload,
     )
-    script = tmp_path / "node0.sh"
-    script.write_text(render_node_script((folder / "launch" / "_node.sh.j2").read_text(), context, 0))
-    subprocess.run(["bash", "-n", str(script)], check=True)
+    shared = template_environment().from_string((folder / SHARED_SCRIPT).read_text())
+    texts = [text for _node, text in node_scripts((folder / "launch" / "_node.sh.j2").read_text(), context)]
+    texts += [shared.render(cookiecutter=context), build_preview(unchecked(payload), tmp_path).launch_script]
+    for index, text in enumerate(texts):
+        script = tmp_path / f"script{index}.sh"
+        script.write_text(text)
+        subprocess.run(["bash", "-n", str(script)], check=True)
 
 
 @pytest.mark.parametrize("opening", ["{{", "{%", "{#"])
