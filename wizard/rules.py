@@ -8,6 +8,7 @@ reported once, at its own field.
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -52,7 +53,7 @@ def one_ip_per_node(v: Values) -> Iterator[Problem]:
     if len(ips) != nodes:
         yield _error("network.host_ips", ips, f"give one address per node: {nodes} expected, {len(ips)} given")
         return
-    repeated = sorted({ip for ip in ips if ips.count(ip) > 1})
+    repeated = sorted(ip for ip, count in Counter(ips).items() if count > 1)
     if repeated and not all(is_loopback(ip) for ip in ips):
         yield _error("network.host_ips", ips, f"each node needs its own address; repeated: {', '.join(repeated)}")
     if nodes > 1 and v["device"] != "cpu" and all(is_loopback(ip) for ip in ips):
