@@ -28,11 +28,11 @@ def snapshot_name(case: str) -> str:
 
 
 def rendered_files(project: Path) -> dict[str, str]:
-    """The rendered text of every file but the runtime copy, keyed by relative path."""
+    """The rendered text of every file but the runtime copy and the pristine copy, keyed by relative path."""
     return {
         path.relative_to(project).as_posix(): path.read_text()
         for path in sorted(project.rglob("*"))
-        if path.is_file() and path.relative_to(project).parts[0] != "runtime"
+        if path.is_file() and path.relative_to(project).parts[0] not in ("runtime", ".npu-wizard")
     }
 
 

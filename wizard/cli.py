@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")
     parser.epilog += (
         " Run a rendered project: npu-wizard run PROJECT; watch a run: npu-wizard monitor RUN; "
-        "check a node first: npu-wizard doctor PROJECT (see their --help)."
+        "check a node first: npu-wizard doctor PROJECT; change the answers of a project and keep your edits: "
+        "npu-wizard update PROJECT (see their --help)."
     )
     return parser
 
@@ -131,6 +132,27 @@ def build_monitor_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_update_parser() -> argparse.ArgumentParser:
+    """The argument parser of `npu-wizard update`."""
+    parser = argparse.ArgumentParser(
+        prog="npu-wizard update",
+        description="Render a project again from changed answers and keep your edits: every file is merged "
+        "three ways (the project as generated, your copy, the new render). Edit answers.yaml and run it, "
+        "or give another answers file.",
+        epilog="Exit codes: 0 updated (or nothing to do), 1 conflicts (each file and its lines named; nothing "
+        "changed unless --write-conflicts) or bad answers or project.",
+    )
+    parser.add_argument("project", help="the rendered project folder")
+    parser.add_argument("--answers", metavar="FILE", help="the new answers (default: the project's answers.yaml)")
+    parser.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    parser.add_argument(
+        "--write-conflicts",
+        action="store_true",
+        help="on conflicts, write the merge anyway with <<<<<<< / ======= / >>>>>>> markers to resolve by hand",
+    )
+    return parser
+
+
 def _add_watch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plain", action="store_true", help="plain progress lines, no live view (default off a TTY)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines (default 2)")
@@ -154,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guarded(lambda: _run(build_run_parser().parse_args(argv[1:])))
     if argv[:1] == ["monitor"]:
         return _guarded(lambda: _monitor(build_monitor_parser().parse_args(argv[1:])))
+    if argv[:1] == ["update"]:
+        from wizard.update_command import update
+
+        return _guarded(lambda: update(build_update_parser().parse_args(argv[1:])))
     args = build_parser().parse_args(argv)
     return _guarded(
         lambda: _render_from_file(args) if args.answers is not None and not args.edit else _interactive(args)

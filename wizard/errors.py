@@ -65,3 +65,7 @@ class TargetError(WizardError):
 
 class RenderError(WizardError):
     """Rendering the templates failed; nothing was left behind."""
+
+
+class ConflictError(WizardError):
+    """An update found edits of the user's and of the generator on the same lines."""

@@ -1,4 +1,4 @@
-"""Finishing a rendered project: per-node launch scripts, the runtime copy, the answers.
+"""Finishing a rendered project: per-node scripts, the runtime copy, the answers, the pristine copy.
 
 Cookiecutter renders one file per template file; a project needs one launch
 script per node. Those are thin (they set the node's rank and address and run
@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import runtime
+from wizard import pristine
 from wizard.answers import Answers, dump
 from wizard.shellquote import template_environment
 
@@ -45,6 +46,7 @@ def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
     (project / SHARED_SCRIPT).chmod(0o755)
     copy_runtime(project / "runtime")
     (project / "answers.yaml").write_text(dump(answers))
+    pristine.record(project, walk_files(project))  # the base of a later `npu-wizard update`
 
 
 def copy_runtime(target: Path) -> None:

@@ -52,7 +52,7 @@ class WizardApp(App[int]):
         index = STEPS.index(step)
         self.push_screen(StepScreen(STEPS[index + 1]) if index + 1 < len(STEPS) else ReviewScreen())
 
-    def rendered(self, result: RenderResult) -> None:
+    def rendered(self, result: RenderResult, headline: str | None = None) -> None:
         """Show what was written."""
         self.result = result
-        self.push_screen(DoneScreen(result))
+        self.push_screen(DoneScreen(result, headline))

@@ -101,6 +101,8 @@ class ReviewScreen(Screen[None]):
         target = self.app.output_dir / state.values["project_name"]
         exists = target.exists()
         verb = "replaces (asks first)" if exists else "creates"
+        if self.updates(target):
+            verb = "updates (a three-way merge that keeps your edits)"
         self.query_one("#target", Static).update(Text(f"{verb} {target}", style="yellow" if exists else ""))
 
     @on(Input.Submitted, "#output")
@@ -146,7 +148,9 @@ class ReviewScreen(Screen[None]):
             self.notify(f"{first.field}: {first.message}", title="Cannot render yet", severity="error")
             return
         target = self.app.output_dir / state.answers()["project_name"]
-        if target.exists():
+        if self.updates(target):
+            self.update(target)
+        elif target.exists():
             question = f"{target} already exists.\nReplace it whole with the new project?"
             self.app.push_screen(ConfirmScreen(question), self.confirmed)
         else:
@@ -172,6 +176,39 @@ class ReviewScreen(Screen[None]):
             return
         self.app.call_from_thread(self.app.rendered, result)
 
+    def updates(self, target: Path) -> bool:
+        """Whether rendering updates `target`: --edit of a project npu-wizard rendered."""
+        from wizard.pristine import PRISTINE
+
+        return self.app.answers_path is not None and (target / PRISTINE).is_file()
+
+    @work(thread=True, exclusive=True, group="render")
+    def update(self, target: Path) -> None:
+        """Merge the edited answers into the project as `npu-wizard update` does; change nothing on a conflict."""
+        from wizard.render import RenderResult
+        from wizard.update import plan_update
+        from wizard.update_command import write
+
+        try:
+            with RENDER_LOCK:
+                plan = plan_update(target, self.app.state.answers(), keep_answers_file=False)
+                if not plan.conflicts:
+                    write(plan)
+        except WizardError as error:
+            self.app.call_from_thread(self.notify, str(error), title="Not updated", severity="error")
+            return
+        if plan.conflicts:
+            where = "\n".join(change.describe() for change in plan.conflicts)
+            message = (
+                f"Nothing was written: your edits and the new answers change the same lines:\n{where}\n"
+                f"Resolve them in the files with: npu-wizard update {target} --answers FILE --write-conflicts"
+            )
+            self.app.call_from_thread(self.notify, message, title="Not updated", severity="error", timeout=30)
+            return
+        result = RenderResult(target, tuple(change.path for change in plan.changes), plan.warnings, True)
+        headline = f"Updated {target}: {len(plan.changes)} file(s) changed, your edits kept."
+        self.app.call_from_thread(self.app.rendered, result, headline)
+
 
 class DoneScreen(Screen[None]):
     """What was written, the command to run it, and saving the answers file."""
@@ -183,9 +220,10 @@ class DoneScreen(Screen[None]):
 
     app: WizardApp
 
-    def __init__(self, result: RenderResult) -> None:
+    def __init__(self, result: RenderResult, headline: str | None = None) -> None:
         super().__init__()
         self.result = result
+        self.headline = headline
 
     def compose(self) -> ComposeResult:
         """The outcome, the next commands and the answers file field."""
@@ -193,7 +231,8 @@ class DoneScreen(Screen[None]):
         yield Header()
         with VerticalScroll(id="done"):
             action = "Replaced" if self.result.replaced else "Created"
-            yield Static(Text(f"{action} {project} ({len(self.result.files)} files).", style="bold"))
+            headline = self.headline or f"{action} {project} ({len(self.result.files)} files)."
+            yield Static(Text(headline, style="bold"))
             yield Static(Text(done_text(self.result)), id="next")
             yield Label("Save the answers to render again later (ctrl+s):", classes="prompt")
             yield Input(str(self.app.answers_path or Path(f"{project.name}-answers.yaml")), id="save-path")

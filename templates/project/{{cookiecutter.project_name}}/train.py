@@ -202,6 +202,13 @@ def learning_rate(world_size: int) -> float:
     global_batch = BATCH_SIZE * world_size
     return BASE_LR * global_batch / BASE_BATCH_SIZE
 {%- endif %}
+
+
+# ---- yours: the data and the model ------------------------------------------------
+# Replace load_train_data and build_model (and anything between these two markers)
+# with your own. npu-wizard renders this part from training.dataset and
+# training.model only, so `npu-wizard update` keeps your version through every
+# other change of the answers: nodes, launcher, precision, versions.
 {%- if cookiecutter.dataset == "synthetic" %}
 
 
@@ -314,6 +321,9 @@ def build_model(spec: data.DataSpec) -> nn.Module:
         )
     return model
 {%- endif %}
+
+
+# ---- end of yours -------------------------------------------------------------------
 
 
 def main(local_rank: int | None, args: argparse.Namespace) -> None:

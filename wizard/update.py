@@ -1,0 +1,139 @@
+"""`npu-wizard update`: render a project again from changed answers and keep the user's edits.
+
+The base is the project as generated (its pristine copy), "yours" is the
+project as it is now, "theirs" is a fresh render of the new answers. Every
+file is merged three ways (wizard.merge); `plan_update` works it all out
+without writing, `apply_update` writes it (wizard.journal makes that atomic).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wizard import pristine
+from wizard.answers import Answers, dump
+from wizard.errors import Problem, TargetError
+from wizard.merge import Conflict, merge
+from wizard.project import walk_files
+from wizard.render import render
+
+ANSWERS_FILE = "answers.yaml"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """What an update does to one file, and why."""
+
+    path: str
+    action: str  # added, updated, merged, removed, kept, conflict
+    detail: str = ""
+    conflicts: tuple[Conflict, ...] = ()
+
+    def describe(self) -> str:
+        """One line for the user."""
+        where = ", ".join(c.describe() for c in self.conflicts)
+        text = f"{self.action:<8} {self.path}"
+        if where:
+            text += f": {where}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """Everything an update would change, worked out without writing."""
+
+    project: Path
+    changes: tuple[FileChange, ...]
+    writes: dict[str, str] = field(repr=False)
+    removes: tuple[str, ...]
+    executable: frozenset[str]
+    new_pristine: bytes = field(repr=False)
+    old_pristine: bytes = field(repr=False, default=b"")
+    warnings: tuple[Problem, ...] = ()
+
+    @property
+    def conflicts(self) -> tuple[FileChange, ...]:
+        """The files that did not merge cleanly."""
+        return tuple(change for change in self.changes if change.action == "conflict")
+
+
+def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool) -> UpdatePlan:
+    """Merge a render of `answers` into `project`; `keep_answers_file` leaves its answers.yaml as the user wrote it."""
+    base = _load_base(project)
+    theirs = _render_texts(answers)
+    yours_names = set(walk_files(project))
+    if keep_answers_file:
+        theirs.files[ANSWERS_FILE] = (project / ANSWERS_FILE).read_text(encoding="utf-8")
+    else:
+        theirs.files[ANSWERS_FILE] = dump(answers)
+    changes: list[FileChange] = []
+    writes: dict[str, str] = {}
+    removes: list[str] = []
+    for name in sorted(set(base.files) | set(theirs.files)):
+        old, new = base.files.get(name), theirs.files.get(name)
+        mine = (project / name).read_text(encoding="utf-8") if name in yours_names else None
+        change, text = _merge_file(name, old, mine, new)
+        if change is None:
+            continue
+        changes.append(change)
+        if change.action == "removed":
+            removes.append(name)
+        elif text is not None and text != mine:
+            writes[name] = text
+    return UpdatePlan(
+        project=project,
+        changes=tuple(changes),
+        writes=writes,
+        removes=tuple(removes),
+        executable=theirs.executable,
+        new_pristine=pristine.encode(theirs),
+        old_pristine=(project / pristine.PRISTINE).read_bytes(),
+        warnings=answers.warnings,
+    )
+
+
+def _merge_file(name: str, old: str | None, mine: str | None, new: str | None) -> tuple[FileChange | None, str | None]:
+    """One file's outcome and its text afterwards (None: no file)."""
+    if new is None:  # the new render no longer has it
+        if mine is None or old is None:
+            return None, mine
+        if mine == old:
+            return FileChange(name, "removed", "no longer generated"), None
+        return FileChange(name, "kept", "no longer generated, but edited here: left as it is"), mine
+    if mine is None:
+        if old is None:
+            return FileChange(name, "added"), new
+        if old == new:
+            return None, None  # deleted here and unchanged by the update: stays deleted
+        return FileChange(name, "conflict", "deleted here, changed by the update"), new
+    result = merge(old if old is not None else "", mine, new)
+    if result.text == mine:
+        return None, mine
+    if not result.clean:
+        return FileChange(name, "conflict", "", result.conflicts), result.text
+    if mine == old:
+        return FileChange(name, "updated"), result.text
+    return FileChange(name, "merged", "your edits kept"), result.text
+
+
+def _load_base(project: Path) -> pristine.Pristine:
+    if not (project / ANSWERS_FILE).is_file():
+        raise TargetError(f"{project} is not an npu-wizard project (no {ANSWERS_FILE}); name the project folder")
+    try:
+        return pristine.load(project)
+    except FileNotFoundError:
+        raise TargetError(
+            f"{project} has no {pristine.PRISTINE} (rendered by an older npu-wizard), so your edits cannot be "
+            "told from the generator's; render it anew with --force and carry your edits over by hand"
+        ) from None
+    except ValueError as error:
+        raise TargetError(f"{project}: {error}; render it anew with --force") from None
+
+
+def _render_texts(answers: Answers) -> pristine.Pristine:
+    """The files a render of `answers` gives, read back from a scratch folder."""
+    with tempfile.TemporaryDirectory(prefix="npu-wizard-update-") as scratch:
+        result = render(answers, Path(scratch))
+        return pristine.snapshot(result.project_dir, list(result.files))

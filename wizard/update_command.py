@@ -1,0 +1,71 @@
+"""`npu-wizard update PROJECT`: what it prints and when it writes (the merge is wizard.update)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from wizard import journal
+from wizard.answers import Answers, load_text
+from wizard.errors import ConflictError, TargetError
+from wizard.update import ANSWERS_FILE, UpdatePlan, plan_update
+
+
+def update(args: argparse.Namespace) -> int:
+    """Merge the new answers' render into the project; 0 when done, ConflictError on conflicts."""
+    from wizard.cli import _print_warnings, _read_answers_text
+
+    project = Path(args.project)
+    if not project.is_dir():
+        raise TargetError(f"{project} is not a folder; name a project rendered by npu-wizard")
+    if journal.pending(project):
+        if args.dry_run:
+            raise TargetError(
+                f"an update of {project} was interrupted; run npu-wizard update without --dry-run to finish it"
+            )
+        journal.roll_forward(project)
+        print(f"finished the interrupted update of {project} first")
+    source = args.answers or str(project / ANSWERS_FILE)
+    answers = load_text(_read_answers_text(source))
+    plan = plan_update(project, answers, keep_answers_file=args.answers is None)
+    _print_warnings(plan.warnings)
+    return report_and_apply(plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts)
+
+
+def report_and_apply(plan: UpdatePlan, answers: Answers, source: str, *, dry_run: bool, write_conflicts: bool) -> int:
+    """Print what the update changes; write it unless a dry run or a conflict forbids."""
+    project = plan.project
+    if not plan.changes:
+        if not dry_run and plan.new_pristine != plan.old_pristine:
+            write(plan)  # the pristine copy follows the answers even when no file changes
+        print(f"{project} already matches {source}: nothing to change")
+        return 0
+    print(f"{'would update' if dry_run else 'update'} {project} from {source} ({answers.world_size} ranks):")
+    for change in plan.changes:
+        print(f"  {change.describe()}")
+    if plan.conflicts:
+        names = ", ".join(change.path for change in plan.conflicts)
+        if write_conflicts and not dry_run:
+            write(plan)
+            raise ConflictError(
+                f"{len(plan.conflicts)} file(s) with conflicts written with <<<<<<< markers: {names}; "
+                "keep what you want between the markers, delete the markers, and the update is done"
+            )
+        raise ConflictError(
+            f"{len(plan.conflicts)} file(s) conflict, so nothing was changed: {names}; edit those lines to agree "
+            "with the new answers, or run again with --write-conflicts to resolve them in the files"
+        )
+    if dry_run:
+        print("dry run: nothing was written")
+        return 0
+    write(plan)
+    print(f"updated {project}: {len(plan.changes)} file(s)")
+    return 0
+
+
+def write(plan: UpdatePlan) -> None:
+    """Write the plan's files and its new pristine copy as one step."""
+    from wizard.pristine import PRISTINE
+
+    writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
+    journal.apply(plan.project, writes, plan.removes, plan.executable)
