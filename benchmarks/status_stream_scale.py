@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import resource
 import secrets
 import socket
@@ -111,6 +112,7 @@ class Phase:
     sent: int
     received: int
     lost_ranks: int
+    behind_at_end: int
     dropped: int
     cpu_share: float
     rss_warm_mib: float
@@ -163,15 +165,19 @@ def run_phase(name: str, ranks: int, duration: float, args: argparse.Namespace) 
     outcomes = [results.get(timeout=60) for _ in clients]
     for client in clients:
         client.join(timeout=30)
-    deadline = time.monotonic() + 10
     sent: Counter[int] = Counter()
     for counts, _ in outcomes:
         sent.update({int(rank): n for rank, n in counts.items()})
-    while time.monotonic() < deadline and sum(received.values()) < sum(sent.values()):
-        for event in server.drain():
+    # what a slow runner has not read yet is late, not lost: read on until nothing comes for 30 s
+    behind = sum(sent.values()) - sum(received.values())
+    quiet_since = time.monotonic()
+    while sum(received.values()) < sum(sent.values()) and time.monotonic() - quiet_since < 30:
+        events = server.drain()
+        for event in events:
             state.ingest(event)
             if event.get("event") != "lost":
                 received[event["rank"]] += 1
+        quiet_since = time.monotonic() if events else quiet_since
         time.sleep(DRAIN_S)
     accepted = server.counts.accepted
     dropped = server.counts.dropped_lines + server.counts.rejected_connections
@@ -186,6 +192,7 @@ def run_phase(name: str, ranks: int, duration: float, args: argparse.Namespace) 
         sent=sum(sent.values()),
         received=sum(received.values()),
         lost_ranks=sum(1 for rank in range(ranks) if received[rank] < sent[rank]),
+        behind_at_end=behind,
         dropped=dropped,
         cpu_share=cpu_share,
         rss_warm_mib=warm,
@@ -214,17 +221,21 @@ def main() -> None:
     state_module.LOSS_HISTORY = bounded
     phases.append(run_phase(f"bounded history ({bounded} points)", args.ranks, args.duration, args))
 
-    print(f"status stream, {args.interval:g}s report interval, connects within {args.connect_within:g}s")
+    print(
+        f"status stream, {args.interval:g}s report interval, connects within {args.connect_within:g}s; "
+        f"load average {Path('/proc/loadavg').read_text().split()[0]} on {os.cpu_count()} cores at the end"
+    )
+    print("lost: ranks with fewer events received than sent; behind: events not yet read when the clients ended")
     header = (
         f"{'phase':32} {'ranks':>6} {'accepted':>8} {'connect':>8} {'sent':>10} {'received':>10} "
-        f"{'lost':>5} {'dropped':>7} {'runner CPU':>10} {'RSS warm':>9} {'RSS end':>8} {'RSS peak':>8}"
+        f"{'lost':>5} {'behind':>7} {'dropped':>7} {'runner CPU':>10} {'RSS warm':>9} {'RSS end':>8} {'RSS peak':>8}"
     )
     print(header)
     for p in phases:
         print(
             f"{p.name:32} {p.ranks:6d} {p.accepted:8d} {p.connect_s:7.2f}s {p.sent:10d} {p.received:10d} "
-            f"{p.lost_ranks:5d} {p.dropped:7d} {p.cpu_share:9.0%}  {p.rss_warm_mib:7.1f}M {p.rss_end_mib:7.1f}M "
-            f"{p.rss_peak_mib:7.1f}M"
+            f"{p.lost_ranks:5d} {p.behind_at_end:7d} {p.dropped:7d} {p.cpu_share:9.0%}  "
+            f"{p.rss_warm_mib:7.1f}M {p.rss_end_mib:7.1f}M {p.rss_peak_mib:7.1f}M"
         )
     main_phase = phases[-1]
     verdict = main_phase.lost_ranks == 0 and main_phase.accepted == main_phase.ranks and main_phase.cpu_share < 0.5

@@ -192,7 +192,7 @@ class MonitorApp(App[str | None]):
 
     def _draw_plot(self, state: JobState) -> None:
         view = state.ranks.get(self.selected)
-        losses = [loss for _step, loss in (view.losses if view else ())][-PLOT_POINTS:]
+        losses = view.losses.newest(PLOT_POINTS) if view else []
         self.query_one(Sparkline).data = losses
         if losses:
             label = f"loss, rank {self.selected}: {losses[0]:.4f} -> {losses[-1]:.4f} (min {min(losses):.4f})"

@@ -12,8 +12,8 @@ be watched for days.
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from runtime.status import LOST
@@ -23,8 +23,36 @@ from wizard.monitor.status_server import RECEIVED
 STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "stalled", "hung", "finished", "failed"
 DEFAULT_HANG_AFTER = 30.0
 RATE_WINDOW = 5  # step events used for the step rate behind the ETA
-LOSS_HISTORY = 512  # loss points kept per rank: the plot shows a few hundred at most
+LOSS_HISTORY = 256  # loss points kept per rank: the plot shows 120
 START_MARGIN_S = 60.0  # a rank may take HCCL_CONNECT_TIMEOUT plus this to report that it started
+
+
+class LossHistory:
+    """A rank's newest losses, oldest first, in one fixed block of memory (no object per point)."""
+
+    def __init__(self, size: int | None) -> None:
+        self.size = size  # None keeps every point
+        self._values = array("d")
+        self._start = 0
+
+    def append(self, value: float) -> None:
+        """Add the newest loss, dropping the oldest when full."""
+        if self.size is None or len(self._values) < self.size:
+            self._values.append(value)
+        else:
+            self._values[self._start] = value
+            self._start = (self._start + 1) % self.size
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[float]:
+        yield from self._values[self._start :]
+        yield from self._values[: self._start]
+
+    def newest(self, count: int) -> list[float]:
+        """The newest `count` losses, oldest first."""
+        return list(self)[-count:]
 
 
 @dataclass
@@ -50,7 +78,7 @@ class RankView:
     ended_at: float | None = None
     outcome: str | None = None  # finished, failed (an error event) or lost (the process vanished)
     error: dict | None = None
-    losses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=LOSS_HISTORY))
+    losses: LossHistory = field(default_factory=lambda: LossHistory(LOSS_HISTORY))
     rate_count: int = 0  # step events with a positive rate, and the sum of 1/rate: the overall rate, in O(1)
     inverse_rate_sum: float = 0.0
     step_times: list[tuple[float, int]] = field(default_factory=list)
@@ -166,7 +194,7 @@ class JobState:
         view.first_step_at = view.first_step_at or event["time"]
         if isinstance(event.get("loss"), (int, float)):
             view.loss = float(event["loss"])
-            view.losses.append((view.step, view.loss))
+            view.losses.append(view.loss)
         if isinstance(event.get("samples_per_s"), (int, float)):
             view.samples_per_s = event["samples_per_s"] / (view.world_size or self.world_size or 1)
             if view.samples_per_s > 0:

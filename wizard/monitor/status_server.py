@@ -90,20 +90,22 @@ class StatusServer:
                 return events
 
     def close(self) -> None:
-        """Stop listening and drop every connection."""
+        """Stop listening and drop every connection (the serving thread closes them as it ends)."""
         self._stop.set()
-        self._thread.join(timeout=2)
-        for key in list(self._selector.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
-        self._selector.close()
+        self._thread.join()
 
     def _serve(self) -> None:
-        while not self._stop.is_set():
-            for key, _mask in self._selector.select(timeout=0.2):
-                if key.data is None:
-                    self._accept()
-                else:
-                    self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+        try:
+            while not self._stop.is_set():
+                for key, _mask in self._selector.select(timeout=0.2):
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+        finally:
+            for key in list(self._selector.get_map().values()):
+                key.fileobj.close()  # type: ignore[union-attr]
+            self._selector.close()
 
     def _accept(self) -> None:
         """Take every connection waiting (a burst of thousands must not wait one select round each)."""
