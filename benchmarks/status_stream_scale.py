@@ -118,6 +118,7 @@ class Phase:
     rss_warm_mib: float
     rss_end_mib: float
     rss_peak_mib: float
+    rss_series: list[tuple[float, float]]
 
 
 def run_phase(name: str, ranks: int, duration: float, args: argparse.Namespace) -> Phase:
@@ -146,7 +147,7 @@ def run_phase(name: str, ranks: int, duration: float, args: argparse.Namespace) 
     for client in clients:
         client.start()
     rss: list[tuple[float, float]] = []
-    warm_at = start + args.warm_up
+    warm_at = start + min(args.warm_up, duration / 3)
     cpu_warm = None
     next_sample = time.monotonic()
     while time.monotonic() < start + duration + 5 and any(c.is_alive() for c in clients):
@@ -198,6 +199,7 @@ def run_phase(name: str, ranks: int, duration: float, args: argparse.Namespace) 
         rss_warm_mib=warm,
         rss_end_mib=rss[-1][1] if rss else 0.0,
         rss_peak_mib=max(mib for _, mib in rss) if rss else 0.0,
+        rss_series=[(at - start, mib) for at, mib in rss],
     )
 
 
@@ -237,6 +239,9 @@ def main() -> None:
             f"{p.lost_ranks:5d} {p.behind_at_end:7d} {p.dropped:7d} {p.cpu_share:9.0%}  "
             f"{p.rss_warm_mib:7.1f}M {p.rss_end_mib:7.1f}M {p.rss_peak_mib:7.1f}M"
         )
+    for p in phases:
+        every_30s = [f"{at:.0f}s {mib:.0f}M" for at, mib in p.rss_series if at >= 0][::6]
+        print(f"{p.name} RSS every 30 s: {', '.join(every_30s)}")
     main_phase = phases[-1]
     verdict = main_phase.lost_ranks == 0 and main_phase.accepted == main_phase.ranks and main_phase.cpu_share < 0.5
     growth = main_phase.rss_end_mib - main_phase.rss_warm_mib

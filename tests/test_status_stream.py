@@ -215,3 +215,12 @@ def test_a_rank_partly_missing_from_a_node_is_named_alone() -> None:
         state.ingest({"event": "started", "time": 1.0, "rank": rank, "node": rank // 2, "world_size": 4})
     now[0] = 200.0
     assert state.late_report() == "rank 3 (node 1): no status within 180s"
+
+
+def test_a_runner_that_hears_only_its_own_node_counts_only_its_ranks_at_the_deadline() -> None:
+    now = [0.0]
+    state = layout(now)
+    state.expected = {2, 3}  # node 1's runner: node 0's ranks report to node 0 only
+    state.ingest({"event": "started", "time": 1.0, "rank": 2, "node": 1, "world_size": 4})
+    now[0] = 200.0
+    assert state.late() == [3]

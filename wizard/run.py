@@ -197,6 +197,8 @@ class Job:
         self.summary: dict | None = None
         self._followers = [EventFollower(self.run_dir), EventFollower(self.run_dir / REMOTE_DIR)]
         self._local_ranks = {r for n in self.nodes for r in self._ranks_of(n)}
+        if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
+            self.state.expected = self._local_ranks
         note = restart_note(self.answers["launcher"], options.max_restarts)
         if note:
             self.notes.append(note)

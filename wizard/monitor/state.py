@@ -140,6 +140,7 @@ class JobState:
         self.nodes = nodes
         self.hang_after = hang_after
         self.start_deadline = start_deadline  # seconds from now for every rank to report `started`
+        self.expected: set[int] | None = None  # the ranks that report here (None: all); the deadline counts these
         self.clock = clock
         self.opened_at = clock()
         self.ranks: dict[int, RankView] = {rank: RankView(rank) for rank in range(world_size)}
@@ -281,7 +282,11 @@ class JobState:
         now = self.clock() if now is None else now
         if self.start_deadline is None or now - self.opened_at <= self.start_deadline:
             return []
-        return [rank for rank, view in sorted(self.ranks.items()) if not view.starts and view.outcome is None]
+        return [
+            rank
+            for rank, view in sorted(self.ranks.items())
+            if not view.starts and view.outcome is None and (self.expected is None or rank in self.expected)
+        ]
 
     def late_report(self, now: float | None = None) -> str:
         """The nodes that never joined and the ranks still starting after the deadline, in words."""
