@@ -8,22 +8,17 @@ torch_npu_run set the environment; torch.distributed.launch passes
 from __future__ import annotations
 
 import datetime
-import fcntl
-import ipaddress
 import os
 import socket
-import struct
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch.distributed as dist
 
+from runtime import nic
 from runtime.errors import LaunchError
 
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
-SIOCGIFADDR = 0x8915
-IF_INET6 = Path("/proc/net/if_inet6")
 
 
 @dataclass(frozen=True)
@@ -157,51 +152,34 @@ def destroy_process_group() -> None:
 
 
 def configure_gloo_interface(env: MutableMapping[str, str] = os.environ) -> str | None:
-    """Point gloo at the NIC holding HCCL_IF_IP (as HCCL uses it); return its name."""
+    """Point gloo at HCCL's NIC (HCCL_IF_IP's, else the one HCCL_SOCKET_IFNAME names); return its name."""
     if env.get("GLOO_SOCKET_IFNAME"):
         return env["GLOO_SOCKET_IFNAME"]
-    address = env.get("HCCL_IF_IP")
-    if not address:
+    address, spec = env.get("HCCL_IF_IP"), env.get("HCCL_SOCKET_IFNAME")
+    if address:  # HCCL_IF_IP wins over HCCL_SOCKET_IFNAME in HCCL too
+        name = nic.interface_for_address(address)
+        if name is None:
+            raise LaunchError(
+                f"HCCL_IF_IP={address} is not an address of any network interface on "
+                f"{socket.gethostname()}: set it to this node's host IP (ip -brief addr)"
+            )
+    elif spec:
+        found = nic.socket_ifname_address(spec)
+        if found is None:
+            raise LaunchError(
+                f"HCCL_SOCKET_IFNAME={spec} names no interface with an address on {socket.gethostname()} "
+                f"(interfaces: {', '.join(nic.interface_names())}): name this node's NIC (ip -brief addr)"
+            )
+        name = found[0]
+    else:
         return None
-    name = interface_for_address(address)
-    if name is None:
-        raise LaunchError(
-            f"HCCL_IF_IP={address} is not an address of any network interface on "
-            f"{socket.gethostname()}: set it to this node's host IP (ip -brief addr)"
-        )
     env["GLOO_SOCKET_IFNAME"] = name
     return name
 
 
 def interface_for_address(address: str) -> str | None:
     """The name of the local network interface holding `address`, or None."""
-    ip = ipaddress.ip_address(address)
-    if ip.is_loopback:
-        return "lo"
-    if ip.version == 6:
-        return _ipv6_interface(ip)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _index, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
-            try:
-                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
-            except OSError:  # the interface has no IPv4 address
-                continue
-            if socket.inet_ntoa(reply[20:24]) == str(ip):
-                return name
-    return None
-
-
-def _ipv6_interface(ip: ipaddress.IPv6Address) -> str | None:
-    try:
-        lines = IF_INET6.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 6 and ipaddress.IPv6Address(int(fields[0], 16)) == ip:
-            return fields[5]
-    return None
+    return nic.interface_for_address(address)
 
 
 def _require(env: Mapping[str, str], names: tuple[str, ...], launcher: str) -> None:

@@ -19,26 +19,17 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
+from runtime import nic
+from runtime.cann import check_cann
+from runtime.checks import FAIL, PASS, WARN, Result
+
 # a check failed; any other non-zero exit means the preflight itself could not run
 EXIT_FAILED = 3
 ENV_WAIT = "NPU_WIZARD_PREFLIGHT_WAIT"
 DEFAULT_WAIT_S = 15.0
 NONLOCAL_BIND = Path("/proc/sys/net/ipv4/ip_nonlocal_bind")
-CANN_VARIABLES = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
-
-
-@dataclass(frozen=True)
-class Result:
-    """One check's outcome: PASS, WARN, FAIL or SKIP, what was found, and the fix."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
 
 
 # ---- probes ---------------------------------------------------------------------
@@ -168,6 +159,21 @@ def check_hccl_if_ip(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> Resul
     return Result(name, PASS, f"{address} is on this host")
 
 
+def check_socket_ifname(spec: str) -> Result:
+    """HCCL_SOCKET_IFNAME must name an interface of this host with an address."""
+    name = "HCCL_SOCKET_IFNAME"
+    found = nic.socket_ifname_address(spec)
+    if found is None:
+        interfaces = ", ".join(nic.interface_names())
+        return Result(
+            name,
+            FAIL,
+            f"{spec!r} names no interface with an address on {socket.gethostname()} (interfaces: {interfaces})",
+            "name this node's NIC in the answers' network.nic (see: ip -brief addr) and render again",
+        )
+    return Result(name, PASS, f"{spec!r} is {found[0]} ({found[1]}) on this host")
+
+
 def check_port_free(name: str, host: str, port: int) -> Result:
     """A server port (the master's) must be free to listen on."""
     error = port_error(host, port)
@@ -266,36 +272,31 @@ def check_master_reachable(
     )
 
 
-def check_cann(device: str, set_env: str, env: Mapping[str, str]) -> Result:
-    """On NPUs, torch_npu needs CANN: set_env.sh sourced, or already set up."""
-    name = "CANN"
-    if device == "cpu":
-        return Result(name, SKIP, "not needed for device cpu")
-    if Path(set_env).is_file():
-        return Result(name, PASS, f"{set_env} exists")
-    found = [variable for variable in CANN_VARIABLES if env.get(variable)]
-    if found:
-        return Result(name, PASS, f"set up in this shell ({found[0]}={env[found[0]]})")
-    status = WARN if device == "npu" else SKIP
-    return Result(
-        name,
-        status,
-        f"{set_env or 'set_env.sh'} is missing and {CANN_VARIABLES[0]} is unset: "
-        "torch_npu will not load",
-        "install CANN, or set CANN_SET_ENV to its set_env.sh "
-        "(the answers' environment.cann_set_env)",
-    )
-
-
 # ---- the launch-time preflight ------------------------------------------------------
+
+
+def hccl_address(env: Mapping[str, str]) -> str | None:
+    """The host address HCCL uses: HCCL_IF_IP, else the one HCCL_SOCKET_IFNAME names (HCCL's precedence)."""
+    if env.get("HCCL_IF_IP"):
+        return env["HCCL_IF_IP"]
+    found = (
+        nic.socket_ifname_address(env["HCCL_SOCKET_IFNAME"])
+        if env.get("HCCL_SOCKET_IFNAME")
+        else None
+    )
+    return found[1] if found else None
 
 
 def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Result]:
     """The fast checks of this node for its launch script."""
     node = int(env.get("NODE_RANK", "0"))
     master_addr, master_port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
-    if_ip = env.get("HCCL_IF_IP", "")
-    results = [check_hccl_if_ip(if_ip)] if if_ip else []
+    if_ip, spec = env.get("HCCL_IF_IP", ""), env.get("HCCL_SOCKET_IFNAME", "")
+    results = []
+    if if_ip:
+        results.append(check_hccl_if_ip(if_ip))
+    elif spec:
+        results.append(check_socket_ifname(spec))
     if node == 0:
         results.append(check_master_local(master_addr))
         every_address = "::" if ":" in master_addr else ""
@@ -304,11 +305,12 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
         # (simulated nodes start together on loopback: node 0 may not be up yet)
         wait = args.wait
         results.append(check_master_reachable(master_addr, master_port, wait_s=wait))
-    results.append(check_cann(args.device, args.cann_set_env, env))
-    if args.device == "npu" and if_ip and results[0].status == PASS:
+    results.append(check_cann(args.device, args.cann_set_env, env, args.cann_tried))
+    address = hccl_address(env)
+    if args.device == "npu" and address and results[0].status == PASS:
         base = int(env.get("HCCL_IF_BASE_PORT", "60000"))
         count = args.hccl_port_count
-        results.append(check_ports_free("HCCL ports", if_ip, base, count))
+        results.append(check_ports_free("HCCL ports", address, base, count))
     return results
 
 
@@ -334,7 +336,15 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
         description=summary,
     )
     parser.add_argument("--device", default="npu", help="npu, auto or cpu")
-    parser.add_argument("--cann-set-env", default="", help="the set_env.sh looked for")
+    parser.add_argument(
+        "--cann-set-env", default="", help="the set_env.sh found (and sourced), if any"
+    )
+    parser.add_argument(
+        "--cann-tried",
+        action="append",
+        default=[],
+        help="a place the launch script looked for set_env.sh",
+    )
     parser.add_argument("--hccl-port-count", type=int, default=16)
     wait = float(env.get(ENV_WAIT) or DEFAULT_WAIT_S)
     parser.add_argument("--wait", type=float, default=wait, help="master wait (s)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.preflight import FAIL, PASS, SKIP, WARN
+from runtime.checks import FAIL, PASS, SKIP, WARN
 from tests.factories import answers
 from tests.runs import free_port
 from wizard.answers import Answers
@@ -278,10 +278,12 @@ def test_an_old_python_fails() -> None:
     assert result.status == FAIL and "3.10+" in result.fix
 
 
-def test_missing_cann_set_env_fails_on_npu(tmp_path: Path) -> None:
-    project = npu_answers(environment__cann_set_env=str(tmp_path / "missing" / "set_env.sh"))
-    result = software.check_cann_files(project, {})
-    assert result.status == FAIL and "missing" in result.detail and result.fix
+def test_missing_cann_set_env_fails_on_npu_listing_the_places_tried(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing" / "set_env.sh")
+    result = software.check_cann_files(npu_answers(environment__cann_set_env=missing), {"HOME": str(tmp_path)})
+    assert result.status == FAIL and result.fix
+    assert f"(tried {missing}, /usr/local/Ascend/cann/set_env.sh, " in result.detail
+    assert f"{tmp_path}/Ascend/nnae/set_env.sh)" in result.detail
 
 
 def test_cann_set_env_present_passes_and_cpu_skips(tmp_path: Path) -> None:
@@ -289,6 +291,33 @@ def test_cann_set_env_present_passes_and_cpu_skips(tmp_path: Path) -> None:
     set_env.write_text("export ASCEND_TOOLKIT_HOME=/opt\n")
     assert software.check_cann_files(npu_answers(environment__cann_set_env=str(set_env)), {}).status == PASS
     assert software.check_cann_files(answers(), {}).status == SKIP
+
+
+def test_cann_is_found_where_the_install_info_or_home_puts_it(tmp_path: Path) -> None:
+    project = npu_answers(environment__cann_set_env=str(tmp_path / "missing" / "set_env.sh"))
+    home_toolkit = tmp_path / "home" / "Ascend" / "ascend-toolkit" / "set_env.sh"
+    home_toolkit.parent.mkdir(parents=True)
+    home_toolkit.write_text("")
+    env = {"HOME": str(tmp_path / "home")}
+    result = software.check_cann_files(project, env, install_info=tmp_path / "no-info")
+    assert (result.status, result.detail) == (PASS, str(home_toolkit))
+    custom = tmp_path / "opt" / "cann" / "set_env.sh"
+    custom.parent.mkdir(parents=True)
+    custom.write_text("")
+    info = tmp_path / "ascend_cann_install.info"
+    info.write_text(f"Install_Path={tmp_path / 'opt'}\n")
+    assert software.check_cann_files(project, env, install_info=info).detail == str(custom)
+
+
+def test_doctor_checks_the_named_nic_instead_of_the_host_ip(tmp_path: Path) -> None:
+    project = npu_answers(network__nic="=lo", network__hccl_base_port=free_port(), network__master_port=free_port())
+    node = network.Node(0, FOREIGN, "--node")
+    if_ip = network.check_if_ip(project, node, NO_NONLOCAL_BIND)
+    assert (if_ip.status, if_ip.detail) == (PASS, "node 0: '=lo' is lo (127.0.0.1) on this host")
+    free = network.check_hccl_free(project, node, if_ip)
+    assert free.status != SKIP and " on 127.0.0.1" in free.detail  # probed on the NIC's address, not FOREIGN
+    missing = network.check_if_ip(npu_answers(network__nic="=nosuch0"), node, NO_NONLOCAL_BIND)
+    assert missing.status == FAIL and "names no interface" in missing.detail
 
 
 @pytest.mark.parametrize(

@@ -85,17 +85,42 @@ def node_0_env(**extra: str) -> dict[str, str]:
     }
 
 
-def test_npu_without_cann_warns_with_the_fix_and_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--device", "npu", "--cann-set-env", "/nonexistent/set_env.sh", "--hccl-port-count", "1"]
+def test_npu_without_cann_fails_listing_the_places_tried(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--device", "npu", "--hccl-port-count", "1"]
+    argv += ["--cann-tried", "/nonexistent/set_env.sh", "--cann-tried", "/usr/local/Ascend/cann/set_env.sh"]
     code = preflight.main(argv, env=node_0_env(HCCL_IF_BASE_PORT=str(free_port())))
     lines = capsys.readouterr().out.splitlines()
-    assert code == 0
+    assert code == preflight.EXIT_FAILED
     assert lines[0] == (
-        "node 0: preflight WARN: CANN: /nonexistent/set_env.sh is missing and ASCEND_TOOLKIT_HOME is unset: "
-        "torch_npu will not load; fix: install CANN, or set CANN_SET_ENV to its set_env.sh "
-        "(the answers' environment.cann_set_env)"
+        "node 0: preflight FAIL: CANN: no CANN set_env.sh found (tried /nonexistent/set_env.sh, "
+        "/usr/local/Ascend/cann/set_env.sh) and ASCEND_HOME_PATH is unset: torch_npu will not load; "
+        "fix: install CANN, or set CANN_SET_ENV to its set_env.sh (the answers' environment.cann_set_env)"
     )
     assert lines[1] == "node 0: preflight ok: HCCL_IF_IP, master address, master port, HCCL ports"
+
+
+def test_npu_with_cann_already_set_up_in_the_shell_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--device", "npu", "--hccl-port-count", "1", "--cann-tried", "/nonexistent/set_env.sh"]
+    env = node_0_env(HCCL_IF_BASE_PORT=str(free_port()), ASCEND_HOME_PATH="/opt/cann")
+    assert preflight.main(argv, env=env) == 0
+    assert "CANN" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_named_nic_replaces_hccl_if_ip_in_the_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {k: v for k, v in node_0_env(HCCL_SOCKET_IFNAME="=lo").items() if k != "HCCL_IF_IP"}
+    assert preflight.main(["--device", "cpu"], env=env) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "node 0: preflight ok: HCCL_SOCKET_IFNAME, master address, master port"
+    ]
+    assert preflight.check_socket_ifname("=lo").detail == "'=lo' is lo (127.0.0.1) on this host"
+
+
+def test_a_nic_this_host_lacks_stops_the_node(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {k: v for k, v in node_0_env(HCCL_SOCKET_IFNAME="=nosuch0").items() if k != "HCCL_IF_IP"}
+    assert preflight.main(["--device", "cpu"], env=env) == preflight.EXIT_FAILED
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("node 0: preflight FAIL: HCCL_SOCKET_IFNAME: '=nosuch0' names no interface with an address")
+    assert "(interfaces: lo" in first
 
 
 def test_a_failed_check_exits_with_its_own_code(capsys: pytest.CaptureFixture[str], held_port: int) -> None:

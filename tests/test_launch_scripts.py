@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.runs import free_port
 from wizard.answers import resolve
 from wizard.render import render
 
@@ -108,7 +109,12 @@ def script_env(record: Path, fakes: Path | None = None, **extra: str) -> dict[st
     path = [str(BIN), "/usr/bin", "/bin"]
     if fakes is not None:
         path.insert(0, str(fakes))
-    env.update({"PATH": ":".join(path), "PYTHON": sys.executable, "FAKE_RECORD": str(record), **extra})
+    # a HOME of its own: the scripts look for CANN under $HOME/Ascend too
+    home = record.parent / "home"
+    home.mkdir(exist_ok=True)
+    env.update(
+        {"PATH": ":".join(path), "PYTHON": sys.executable, "FAKE_RECORD": str(record), "HOME": str(home), **extra}
+    )
     return env
 
 
@@ -302,9 +308,32 @@ def test_the_shared_script_refuses_a_missing_or_wrong_node(tmp_path: Path, env: 
     assert not (project / "runs").exists()
 
 
-def test_nic_answer_exports_hccl_socket_ifname(tmp_path: Path) -> None:
-    project = render_project(tmp_path, **{"network.nic": "eth,enp"})
-    assert "export HCCL_SOCKET_IFNAME=eth,enp" in lines(project / "launch" / "run-node.sh")
+def test_a_named_nic_exports_hccl_socket_ifname_and_no_hccl_if_ip(tmp_path: Path) -> None:
+    port = free_port()
+    project = render_project(tmp_path, **{"network.nic": "=lo", "network.master_port": port})
+    script = lines(project / "launch" / "run-node.sh")
+    assert "export HCCL_SOCKET_IFNAME==lo" in script
+    assert not any(line.startswith("export HCCL_IF_IP") for line in script)
+    record = tmp_path / "record"
+    record.mkdir()
+    # an HCCL_IF_IP inherited from the shell would win over the name in HCCL: the script drops it
+    env = script_env(record, fake_bin(tmp_path, "torchrun"), HCCL_IF_IP="127.0.0.1")
+    result = run_node(project, 0, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = recorded_env(record, "torchrun")
+    assert seen["HCCL_SOCKET_IFNAME"] == "=lo" and "HCCL_IF_IP" not in seen
+    assert result.stdout.splitlines()[0] == f"node 0/1 (NIC =lo): torchrun, 2 process(es), master 127.0.0.1:{port}"
+    assert "node 0: preflight ok: HCCL_SOCKET_IFNAME, master address, master port" in result.stdout
+
+
+def test_a_named_nic_this_host_lacks_stops_the_node_at_preflight(tmp_path: Path) -> None:
+    project = render_project(tmp_path, **{"network.nic": "=nosuch0"})
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, 0, script_env(record, fake_bin(tmp_path, "torchrun")))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "preflight FAIL: HCCL_SOCKET_IFNAME: '=nosuch0' names no interface with an address" in result.stdout
+    assert not (record / "torchrun.argv").exists()
 
 
 def test_shell_loop_exports_rank_arithmetic_on_the_second_node(tmp_path: Path) -> None:
@@ -349,27 +378,66 @@ def test_node_log_records_the_scripts_output(tmp_path: Path) -> None:
     assert log.splitlines()[:3] == [
         "node 0/1 (127.0.0.1): shell, 1 process(es), master 127.0.0.1:29500",
         f"node 0: logs in {project}/runs/latest/logs: this node's in node-0.log, each rank's in rank-<R>.log",
-        "node 0: CANN skipped: /usr/local/Ascend/ascend-toolkit/set_env.sh not found (CPU simulation, device cpu)",
+        "node 0: CANN skipped: no set_env.sh found (CPU simulation, device cpu)",
     ]
 
 
-def test_missing_cann_on_npu_is_a_plain_warning(tmp_path: Path) -> None:
+def test_no_cann_on_npu_stops_the_node_listing_the_places_tried(tmp_path: Path) -> None:
     project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": "/nonexistent/set_env.sh"})
     record = tmp_path / "record"
     record.mkdir()
-    result = run_node(project, 0, script_env(record, fake_bin(tmp_path, "torchrun")))
-    assert result.returncode == 0, result.stdout + result.stderr
+    env = script_env(record, fake_bin(tmp_path, "torchrun"))
+    result = run_node(project, 0, env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    home = env["HOME"]
+    tried = [
+        "/nonexistent/set_env.sh",
+        *(f"/usr/local/Ascend/{layout}/set_env.sh" for layout in ("cann", "ascend-toolkit", "nnae")),
+        *(f"{home}/Ascend/{layout}/set_env.sh" for layout in ("cann", "ascend-toolkit", "nnae")),
+    ]
+    out = result.stdout.splitlines()
     assert (
-        "node 0: WARNING: /nonexistent/set_env.sh not found; device is npu, so torch_npu will not load "
-        "unless CANN is already set up in this shell (source its set_env.sh or set CANN_SET_ENV)"
-    ) in result.stdout.splitlines()
-    assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in recorded_env(record, "torchrun")
+        f"node 0: no CANN set_env.sh found (tried {' '.join(tried)}); "
+        "the preflight fails unless CANN is already set up in this shell"
+    ) in out
+    assert any(
+        line.startswith(f"node 0: preflight FAIL: CANN: no CANN set_env.sh found (tried {', '.join(tried)})")
+        for line in out
+    )
+    assert not (record / "torchrun.argv").exists()
+
+
+def test_cann_is_found_in_a_known_place_when_the_answer_is_missing(tmp_path: Path) -> None:
+    ports = {"network.master_port": free_port(), "network.hccl_base_port": free_port()}
+    project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": "/nonexistent/set_env.sh", **ports})
+    record = tmp_path / "record"
+    record.mkdir()
+    env = script_env(record, fake_bin(tmp_path, "torchrun"))
+    set_env = Path(env["HOME"]) / "Ascend" / "cann" / "set_env.sh"
+    set_env.parent.mkdir(parents=True)
+    set_env.write_text("export ASCEND_HOME_PATH=/opt/home-cann\n")
+    result = run_node(project, 0, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"node 0: CANN environment from {set_env}" in result.stdout.splitlines()
+    assert recorded_env(record, "torchrun")["ASCEND_HOME_PATH"] == "/opt/home-cann"
+
+
+def test_the_set_env_default_follows_the_cann_torch_npu_pairs_with() -> None:
+    def default_for(torch_npu: str) -> str:
+        raw = {"environment.torch_npu_version": torch_npu, "environment.torch_version": torch_npu.split(".post")[0]}
+        return resolve(raw)["environment.cann_set_env"]
+
+    assert default_for("2.9.0.post6") == "/usr/local/Ascend/cann/set_env.sh"  # CANN 9.1.0
+    assert default_for("2.6.0.post5") == "/usr/local/Ascend/cann/set_env.sh"  # CANN 8.5.0
+    assert default_for("2.8.0") == "/usr/local/Ascend/ascend-toolkit/set_env.sh"  # CANN 8.3.RC1
+    assert default_for("2.1.0.post10") == "/usr/local/Ascend/ascend-toolkit/set_env.sh"  # CANN 8.0.0
 
 
 def test_cann_set_env_is_sourced_when_present(tmp_path: Path) -> None:
     set_env = tmp_path / "set_env.sh"
     set_env.write_text('export ASCEND_TOOLKIT_HOME=/opt/fake\nexport LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/opt/lib"\n')
-    project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": str(set_env)})
+    ports = {"network.master_port": free_port(), "network.hccl_base_port": free_port()}
+    project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": str(set_env), **ports})
     record = tmp_path / "record"
     record.mkdir()
     env = script_env(record, fake_bin(tmp_path, "torchrun"))

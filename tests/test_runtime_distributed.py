@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import distributed
+from runtime import distributed, nic
 from runtime.distributed import RankInfo
 from runtime.errors import LaunchError
 
@@ -88,15 +88,25 @@ def test_loopback_maps_to_lo() -> None:
     assert distributed.interface_for_address("::1") == "lo"
 
 
-def test_an_ipv4_address_maps_to_the_interface_holding_it() -> None:
-    # whatever interface routes outward here holds the address a UDP socket is bound to
+def outward_address() -> str:
+    """The IPv4 address this host routes outward from (a UDP socket's bound address)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect(("192.0.2.254", 9))
         except OSError:
             pytest.skip("no IPv4 route on this machine")
-        address = probe.getsockname()[0]
-    name = distributed.interface_for_address(address)
+        return probe.getsockname()[0]
+
+
+def outward_interface() -> str:
+    """The interface holding outward_address()."""
+    name = distributed.interface_for_address(outward_address())
+    assert name is not None
+    return name
+
+
+def test_an_ipv4_address_maps_to_the_interface_holding_it() -> None:
+    name = distributed.interface_for_address(outward_address())
     assert name is not None and name in {n for _i, n in socket.if_nameindex()}
 
 
@@ -107,7 +117,7 @@ def test_an_ipv6_address_maps_through_proc_net_if_inet6(tmp_path: Path, monkeypa
         "fd000000000000000000000000000002 02 40 00 80     eth0\n"
         "fd000000000000000000000000000009 03 40 00 80     ib0\n"
     )
-    monkeypatch.setattr(distributed, "IF_INET6", table)
+    monkeypatch.setattr(nic, "IF_INET6", table)
     assert distributed.interface_for_address("fd00::9") == "ib0"
     assert distributed.interface_for_address("fd00::2") == "eth0"
     assert distributed.interface_for_address("fd00::7") is None
@@ -132,6 +142,29 @@ def test_without_hccl_if_ip_gloo_is_left_alone() -> None:
     env: dict[str, str] = {}
     assert distributed.configure_gloo_interface(env) is None
     assert env == {}
+
+
+def test_gloo_follows_the_nic_hccl_socket_ifname_names() -> None:
+    exact = {"HCCL_SOCKET_IFNAME": "=lo"}
+    assert distributed.configure_gloo_interface(exact) == "lo"
+    assert exact["GLOO_SOCKET_IFNAME"] == "lo"
+    outward = outward_interface()
+    prefix = {"HCCL_SOCKET_IFNAME": f"nosuch,{outward[:2]}"}
+    assert distributed.configure_gloo_interface(prefix) == nic.socket_ifname_interfaces(outward[:2])[0]
+
+
+def test_a_nic_name_this_host_lacks_is_a_clear_error() -> None:
+    with pytest.raises(LaunchError, match=r"^HCCL_SOCKET_IFNAME=nosuch0 names no interface with an address on "):
+        distributed.configure_gloo_interface({"HCCL_SOCKET_IFNAME": "nosuch0"})
+
+
+def test_socket_ifname_patterns_follow_hccl_prefix_exact_and_exclude_rules() -> None:
+    names = ["lo", "eth0", "eth10", "enp3s0", "docker0", "ib0"]
+    assert nic.socket_ifname_interfaces("eth", names) == ["eth0", "eth10"]
+    assert nic.socket_ifname_interfaces("eth,enp", names) == ["eth0", "eth10", "enp3s0"]
+    assert nic.socket_ifname_interfaces("=eth0", names) == ["eth0"]
+    assert nic.socket_ifname_interfaces("=eth1,ib0", names) == ["ib0"]
+    assert nic.socket_ifname_interfaces("^docker,eth", names) == ["enp3s0", "ib0"]
 
 
 def test_an_hccl_if_ip_foreign_to_this_host_is_a_clear_error() -> None:

@@ -134,6 +134,12 @@ def hccl_port_count_for(torch_npu_version: str) -> int:
     return 16 if cann_at_least(torch_npu_version, 8, 2) is False else 32
 
 
+def cann_set_env_for(torch_npu_version: str) -> str:
+    """Where the CANN this torch_npu pairs with installs set_env.sh: cann/ from 8.5, ascend-toolkit/ before."""
+    newer = cann_at_least(torch_npu_version, 8, 5)
+    return f"/usr/local/Ascend/{'cann' if newer else 'ascend-toolkit'}/set_env.sh"
+
+
 EXEC_TIMEOUT_MAX = 2147483647  # A2/A3: [0, 2147483647], 0 = never (CANN envref_07_0078)
 TRAINING_EXEC_TIMEOUT_MAX = 17340  # Atlas training series: (0, 17340]
 TRAINING_EXEC_TIMEOUT_STEP = 68

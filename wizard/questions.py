@@ -43,6 +43,10 @@ def _default_port_count(values: Values) -> int:
     return hardware.hccl_port_count_for(values.get("environment.torch_npu_version", ""))
 
 
+def _default_cann_set_env(values: Values) -> str:
+    return hardware.cann_set_env_for(values.get("environment.torch_npu_version", ""))
+
+
 def _default_torch(values: Values) -> str:
     npu = values.get("environment.torch_npu_version") or hardware.DEFAULT_TORCH_NPU
     return hardware.base_version(npu)
@@ -143,7 +147,8 @@ QUESTIONS: tuple[Question, ...] = (
         optional=True,
         step="topology",
         help="HCCL_SOCKET_IFNAME, to pick the NIC by name instead of by IP: 'eth0' or "
-        "'eth,enp' (prefixes), '=eth0' (exact), '^docker' (exclude). Leave empty to use HCCL_IF_IP.",
+        "'eth,enp' (prefixes), '=eth0' (exact), '^docker' (exclude). The launch scripts then "
+        "leave HCCL_IF_IP unset (HCCL would take it over the name). Leave empty to use HCCL_IF_IP.",
     ),
     Question(
         name="network.hccl_base_port",
@@ -352,10 +357,12 @@ QUESTIONS: tuple[Question, ...] = (
         name="environment.cann_set_env",
         prompt="CANN set_env.sh",
         kind="path",
-        default="/usr/local/Ascend/ascend-toolkit/set_env.sh",
+        default_from=_default_cann_set_env,
         step="environment",
-        help="The script that sets up CANN; launch scripts source it when it exists "
-        "(newer layouts: /usr/local/Ascend/cann/set_env.sh).",
+        help="The script that sets up CANN, by default where the CANN that torch_npu pairs with "
+        "installs (8.5 and later: /usr/local/Ascend/cann/set_env.sh, before: "
+        "/usr/local/Ascend/ascend-toolkit/set_env.sh). Launch scripts try it first, then the "
+        "other known places.",
     ),
     Question(
         name="network.hccl_port_count",

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runtime.preflight import FAIL, NONLOCAL_BIND, PASS, SKIP, WARN, Result
+from runtime.checks import FAIL, PASS, SKIP, WARN, Result
+from runtime.preflight import NONLOCAL_BIND
 from wizard.answers import Answers, load_text, resolve
 from wizard.doctor import network, software
 from wizard.doctor.probe import Software, probe_software

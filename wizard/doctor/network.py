@@ -1,4 +1,4 @@
-"""Doctor's network checks: which node this is, HCCL_IF_IP, ports, the master, HCCL timeouts.
+"""Doctor's network checks: which node this is, HCCL's address or NIC, ports, the master, HCCL timeouts.
 
 The probes (bind, connect, the address test) are runtime/preflight.py's, the
 ones the launch scripts run; here they are judged against the answers, and
@@ -12,8 +12,9 @@ import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runtime import preflight
-from runtime.preflight import FAIL, PASS, SKIP, WARN, Result, compress_numbers
+from runtime import nic, preflight
+from runtime.checks import FAIL, PASS, SKIP, WARN, Result
+from runtime.preflight import compress_numbers
 from wizard import hardware
 from wizard.answers import Answers
 from wizard.errors import TargetError
@@ -82,7 +83,10 @@ def read_port_facts(reserved_path: Path, range_path: Path) -> PortFacts:
 
 
 def check_if_ip(answers: Answers, node: Node, nonlocal_bind: Path) -> Result:
-    """This node's host IP (its HCCL_IF_IP) is an address of this host."""
+    """HCCL's host address is on this host: the NIC the answers name, else this node's host IP."""
+    if answers["network.nic"]:
+        result = preflight.check_socket_ifname(answers["network.nic"])
+        return replace(result, detail=f"node {node.index}: {result.detail}")
     result = preflight.check_hccl_if_ip(node.address, nonlocal_bind)
     if result.status == FAIL and node.how == "guessed":
         ips = ", ".join(answers["network.host_ips"])
@@ -118,13 +122,17 @@ def check_hccl_reserved(answers: Answers, facts: PortFacts) -> Result:
 
 
 def check_hccl_free(answers: Answers, node: Node, if_ip: Result) -> Result:
-    """HCCL's host ports are free on this node's HCCL_IF_IP."""
+    """HCCL's host ports are free on HCCL's address (this node's HCCL_IF_IP, or the named NIC's)."""
     if answers["device"] == "cpu":
         return Result("HCCL ports free", SKIP, "device cpu: gloo uses no HCCL ports")
-    if if_ip.status != PASS:
-        return Result("HCCL ports free", SKIP, f"{node.address} is not on this host")
+    address = node.address
+    if answers["network.nic"]:
+        found = nic.socket_ifname_address(answers["network.nic"])
+        address = found[1] if found else ""
+    if if_ip.status != PASS or not address:
+        return Result("HCCL ports free", SKIP, f"{address or answers['network.nic']} is not on this host")
     base, count = answers["network.hccl_base_port"], answers["network.hccl_port_count"]
-    return preflight.check_ports_free("HCCL ports free", node.address, base, count)
+    return preflight.check_ports_free("HCCL ports free", address, base, count)
 
 
 def check_master_port(answers: Answers, node: Node, facts: PortFacts) -> Result:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from pathlib import Path
 
-from runtime.preflight import FAIL, PASS, SKIP, WARN, Result, check_cann, parse_visible_devices
+from runtime import cann
+from runtime.checks import FAIL, PASS, SKIP, WARN, Result
+from runtime.preflight import parse_visible_devices
 from wizard import hardware
 from wizard.answers import Answers
 from wizard.doctor.probe import Software
@@ -124,13 +126,10 @@ def _pairing(installed: str, torch: str, pinned: str) -> Result:
     return Result("torch_npu", PASS, f"{installed}, pairs with torch {torch}{built_for}")
 
 
-def check_cann_files(answers: Answers, env: Mapping[str, str]) -> Result:
-    """The CANN set_env.sh the launch scripts source (CANN_SET_ENV overrides the answers)."""
-    set_env = env.get("CANN_SET_ENV") or answers["environment.cann_set_env"]
-    result = check_cann(answers["device"], set_env, env)
-    if answers["device"] == "npu" and result.status == WARN:
-        return replace(result, status=FAIL)
-    return result
+def check_cann_files(answers: Answers, env: Mapping[str, str], install_info: Path = cann.INSTALL_INFO) -> Result:
+    """The CANN set_env.sh the launch scripts would source: CANN_SET_ENV or the answer, then the known places."""
+    found, tried = cann.find_set_env(answers["environment.cann_set_env"], env, install_info)
+    return cann.check_cann(answers["device"], found, env, tried)
 
 
 def check_devices(software: Software, answers: Answers, env: Mapping[str, str]) -> Result:
