@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from wizard import rules
-from wizard.errors import MISSING, AnswersError, Problem
+from wizard.answers_yaml import read_document
+from wizard.errors import FILE, NO_VALUE, SHOWN_PROBLEMS, AnswersError, Problem
 from wizard.questions import BY_NAME, QUESTIONS
 from wizard.spec import Invalid
 
@@ -77,18 +78,9 @@ def evaluate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
 
 def load_text(text: str) -> Answers:
     """Load an answers file's text (YAML); raise AnswersError listing every problem."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise AnswersError(
-            [Problem("(file)", MISSING, f"not valid YAML{where}: {getattr(error, 'problem', error)}")]
-        ) from None
-    if document is None:
-        document = {}
+    document = read_document(text)
     if not isinstance(document, dict):
-        raise AnswersError([Problem("(file)", MISSING, "must be a mapping of answers (key: value)")])
+        raise AnswersError([Problem(FILE, NO_VALUE, "the answers file must be a mapping of answers (key: value)")])
     raw, problems = flatten(document)
     try:
         answers = resolve(raw)
@@ -125,7 +117,8 @@ def _take(name: str, value: Any, raw: dict[str, Any], problems: list[Problem]) -
     if name in BY_NAME:
         raw[name] = value
         return
-    hint = _closest_key(name)
+    # A did-you-mean costs a fuzzy match: only for as many problems as a message shows.
+    hint = _closest_key(name) if len(problems) < SHOWN_PROBLEMS and len(name) <= 64 else None
     problems.append(Problem(name, value, f"unknown key; did you mean '{hint}'?" if hint else "unknown key"))
 
 

@@ -251,14 +251,22 @@ def _read_answers_text(source: str) -> str:
     from wizard.errors import TargetError
 
     if source == "-":
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise TargetError(
+                f"the answers on stdin are not UTF-8 text (byte {data[error.start]:#04x} at offset {error.start})"
+            ) from None
     path = Path(source)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TargetError(f"answers file {source} does not exist") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
-        raise TargetError(f"cannot read answers file {source}: {error}") from None
+    except UnicodeDecodeError as error:
+        raise TargetError(f"answers file {source} is not UTF-8 text (bad byte at offset {error.start})") from None
+    except OSError as error:
+        raise TargetError(f"cannot read answers file {source}: {error.strerror or error}") from None
 
 
 def _print_warnings(warnings: Sequence[Problem]) -> None:
@@ -296,18 +304,15 @@ def _interactive(args: argparse.Namespace) -> int:
 
 def _edit_source(args: argparse.Namespace) -> tuple[dict[str, object], list[Problem], Path]:
     """Raw answers to pre-fill from; problems in them are shown in the wizard, not refused."""
-    import yaml
-
     from wizard.answers import flatten
-    from wizard.errors import MISSING, AnswersError, TargetError
+    from wizard.answers_yaml import read_document
+    from wizard.errors import FILE, NO_VALUE, AnswersError, TargetError
 
     if args.answers in (None, "-"):
         raise TargetError("--edit needs an answers file to start from: npu-wizard --answers FILE --edit")
-    try:
-        document = yaml.safe_load(_read_answers_text(args.answers)) or {}
-    except yaml.YAMLError as error:
-        raise AnswersError([Problem("(file)", MISSING, f"not valid YAML: {error}")]) from None
+    text = _read_answers_text(args.answers)
+    document = read_document(text) if text.strip() else {}
     if not isinstance(document, dict):
-        raise AnswersError([Problem("(file)", MISSING, "must be a mapping of answers (key: value)")])
+        raise AnswersError([Problem(FILE, NO_VALUE, "the answers file must be a mapping of answers (key: value)")])
     raw, problems = flatten(document)
     return raw, problems, Path(args.answers)

@@ -15,6 +15,10 @@ class Problem:
     severity: str = "error"
 
     def __str__(self) -> str:
+        if self.field == FILE:
+            return self.message
+        if self.value is NO_VALUE:
+            return f"{self.field}: {self.message}"
         shown = "(missing)" if self.value is _MISSING else _shorten(repr(_plain(self.value)))
         return f"{self.field}: {shown}: {self.message}"
 
@@ -26,9 +30,14 @@ class _Missing:
 
 _MISSING = _Missing()
 MISSING: object = _MISSING
+# A problem with a key itself (given twice, ...), not with its value.
+NO_VALUE: object = object()
+# The field of a problem with the answers file as a whole.
+FILE = "(file)"
 
 
 SHOWN_CHARACTERS = 80
+SHOWN_PROBLEMS = 50
 
 
 def _shorten(text: str) -> str:
@@ -55,7 +64,9 @@ class AnswersError(WizardError):
         self.problems = problems
         count = len(problems)
         lines = [f"{count} problem{'s' if count != 1 else ''} in the answers (nothing was written):"]
-        lines += [f"  - {problem}" for problem in problems]
+        lines += [f"  - {problem}" for problem in problems[:SHOWN_PROBLEMS]]
+        if count > SHOWN_PROBLEMS:
+            lines.append(f"  ... and {count - SHOWN_PROBLEMS} more")
         super().__init__("\n".join(lines))
 
 

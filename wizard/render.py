@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -35,8 +36,13 @@ def render(answers: Answers, output_dir: Path, *, force: bool = False, dry_run: 
         with tempfile.TemporaryDirectory(prefix="npu-wizard-") as scratch:
             files = walk_files(_generate(answers, Path(scratch)))
         return RenderResult(target, tuple(files), answers.warnings, exists)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{answers['project_name']}.staging-", dir=output_dir))
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{answers['project_name']}.staging-", dir=output_dir))
+    except OSError as error:
+        if created_output:
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise TargetError(f"cannot write in {output_dir}: {error.strerror or error}; choose another -o") from None
     try:
         project = _generate(answers, staging)
         files = walk_files(project)
@@ -62,6 +68,8 @@ def _refuse_template_syntax(target: Path) -> None:
 
 
 def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
+    if output_dir.is_symlink() and not output_dir.exists():
+        raise TargetError(f"{output_dir} is a symlink to {os.readlink(output_dir)}, which does not exist")
     if output_dir.exists() and not output_dir.is_dir():
         raise TargetError(f"{output_dir} is not a folder; name a folder with -o")
     if target.is_symlink() or (target.exists() and not target.is_dir()):

@@ -1,0 +1,173 @@
+"""Bad input gets one clear message and exit 1, never a traceback, never a default, and writes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.factories import answers_yaml
+from wizard.answers import load_text
+from wizard.errors import SHOWN_PROBLEMS, AnswersError
+
+GOOD = answers_yaml({"project_name": "demo", "device": "cpu", "devices_per_node": 2})
+
+
+def run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+    """The real command in a fresh interpreter under a UTF-8 locale; output decoded as text."""
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+    )
+    return subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(), result.stderr.decode())
+
+
+def refused(result: subprocess.CompletedProcess[str], *expected: str) -> None:
+    """Exit 1, a short message holding each expected text, no traceback."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr) < 600, result.stderr
+    assert len(result.stderr.splitlines()) <= 3, result.stderr
+    for text in expected:
+        assert text in result.stderr
+
+
+def render_file(tmp_path: Path, text: str | bytes) -> subprocess.CompletedProcess[str]:
+    """Render from an answers file holding `text` into tmp_path/out."""
+    path = tmp_path / "a.yaml"
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return run_cli("--answers", str(path), "-o", str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_an_empty_answers_file_is_refused(text: str, tmp_path: Path) -> None:
+    refused(render_file(tmp_path, text), "the answers file is empty")
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_stdin_is_refused(tmp_path: Path) -> None:
+    refused(run_cli("--answers", "-", "-o", str(tmp_path / "out")), "the answers file is empty")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD + "nodes: 1\nnodes: 2\n", "nodes: given twice, at lines 5 and 6; keep one"),
+        (
+            GOOD + "network:\n  host_ips: [10.0.0.1, 10.0.0.2]\nnodes: 2\nnetwork:\n  master_port: 29600\n",
+            "network: given twice, at lines 5 and 8; keep one",
+        ),
+        (
+            GOOD + "network:\n  master_port: 29600\n  nic: eth0\n  master_port: 29700\n",
+            "network.master_port: given twice, at lines 6 and 8; keep one",
+        ),
+    ],
+    ids=["key", "section", "key-in-section"],
+)
+def test_a_key_or_section_given_twice_is_refused_naming_both_lines(text: str, message: str, tmp_path: Path) -> None:
+    refused(render_file(tmp_path, text), message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    refused(render_file(tmp_path, "\n".join(levels) + "\n"), "more than 16 aliases")
+
+
+def test_a_value_that_holds_itself_is_refused(tmp_path: Path) -> None:
+    refused(render_file(tmp_path, GOOD + "nic: &n [*n]\n"), "an alias refers to the value that holds it")
+
+
+def test_a_few_aliases_still_work(tmp_path: Path) -> None:
+    text = GOOD + "nodes: 2\nnetwork:\n  host_ips: &ips [127.0.0.1, 127.0.0.1]\n  master_addr: 127.0.0.1\n"
+    assert load_text(text)["network.host_ips"] == ("127.0.0.1", "127.0.0.1")
+
+
+def test_deeply_nested_yaml_is_refused(tmp_path: Path) -> None:
+    refused(render_file(tmp_path, "nic: " + "[" * 5000 + "]" * 5000 + "\n"), "nested more than 32 levels deep")
+
+
+def test_an_integer_of_thousands_of_digits_is_refused(tmp_path: Path) -> None:
+    refused(render_file(tmp_path, GOOD + "nodes: " + "9" * 5000 + "\n"), "line 5: a number of 5000 digits")
+
+
+@pytest.mark.parametrize("where", ["stdin", "file"])
+def test_answers_that_are_not_utf8_are_refused(where: str, tmp_path: Path) -> None:
+    data = GOOD.encode() + b"nic: \xff\xfe\n"
+    if where == "stdin":
+        refused(run_cli("--answers", "-", "-o", str(tmp_path / "out"), stdin=data), "stdin are not UTF-8 text")
+    else:
+        refused(render_file(tmp_path, data), "is not UTF-8 text")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_long_bad_value_is_quoted_at_most_80_characters(tmp_path: Path) -> None:
+    result = render_file(tmp_path, GOOD + f"network:\n  nic: {'e' * 10_000}\n")
+    refused(result, "network.nic: 'eeee", "... (10002 characters): too long: at most 255 characters")
+
+
+def test_a_huge_answers_file_is_refused_unread(tmp_path: Path) -> None:
+    text = GOOD + "".join(f"unknown{i}: {i}\n" for i in range(700_000))
+    refused(render_file(tmp_path, text), "characters; at most 1,048,576 are read")
+
+
+def test_many_unknown_keys_list_a_capped_number_of_problems() -> None:
+    text = GOOD + "epochz: 1\n" + "".join(f"unknown_key_{i}: {i}\n" for i in range(1998)) + "nodez: 2\n"
+    with pytest.raises(AnswersError) as error:
+        load_text(text)
+    assert len(error.value.problems) == 2000
+    message = str(error.value).splitlines()
+    assert message[0] == "2000 problems in the answers (nothing was written):"
+    assert len(message) == SHOWN_PROBLEMS + 2
+    assert message[-1] == f"  ... and {2000 - SHOWN_PROBLEMS} more"
+    # Suggestions only for the problems shown: past them no fuzzy matching is done.
+    assert "did you mean" in error.value.problems[0].message
+    assert error.value.problems[-1].message == "unknown key"
+
+
+# ---- the output folder --------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a read-only bind mount (root can write anywhere else)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"mount --bind is not permitted here: {mounted.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_read_only_output_folder_is_refused(read_only_folder: Path, tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    for output in (read_only_folder, read_only_folder / "new" / "deeper"):
+        result = run_cli("--answers", str(tmp_path / "a.yaml"), "-o", str(output))
+        refused(result, f"cannot write in {output}: Read-only file system; choose another -o")
+    assert list(read_only_folder.iterdir()) == []
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    result = run_cli("--answers", str(tmp_path / "a.yaml"), "-o", "/proc/npu-wizard-test")
+    refused(result, "cannot write in /proc/npu-wizard-test")
+
+
+def test_a_dangling_symlink_output_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    result = run_cli("--answers", str(tmp_path / "a.yaml"), "-o", str(tmp_path / "link"))
+    refused(result, f"{tmp_path / 'link'} is a symlink to {tmp_path / 'gone'}, which does not exist")
+    assert not (tmp_path / "gone").exists()
