@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.matrix import ALL, case_answers
+from wizard.answers import resolve
 from wizard.render import render
 
 BIN = Path(sys.executable).parent
@@ -37,9 +38,8 @@ def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {case: render(case_answers(case), root / case.replace(":", "-")).project_dir for case in ALL}
 
 
-@pytest.mark.parametrize("case", ALL)
-def test_shell_scripts_pass_bash_n_and_shellcheck(case: str, projects: dict[str, Path]) -> None:
-    scripts = sorted(str(p) for p in projects[case].rglob("*.sh"))
+def lint_shell(scripts: list[str]) -> None:
+    """bash -n and shellcheck (every severity) pass on `scripts`."""
     assert scripts
     for script in scripts:
         subprocess.run(["bash", "-n", script], check=True)
@@ -47,9 +47,8 @@ def test_shell_scripts_pass_bash_n_and_shellcheck(case: str, projects: dict[str,
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.parametrize("case", ALL)
-def test_python_compiles_and_passes_ruff(case: str, projects: dict[str, Path]) -> None:
-    project = projects[case]
+def lint_python(project: Path) -> None:
+    """Every Python file of `project` compiles and passes ruff check and ruff format with ruff's defaults."""
     sources = sorted(str(p) for p in project.rglob("*.py"))
     for source in sources:
         py_compile.compile(source, doraise=True, cfile=str(Path(source).with_suffix(".pyc.lint")))
@@ -60,9 +59,53 @@ def test_python_compiles_and_passes_ruff(case: str, projects: dict[str, Path]) -
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("case", ALL)
-def test_no_cuda_or_nccl_literals_in_generated_files(case: str, projects: dict[str, Path]) -> None:
-    project = projects[case]
+def no_cuda_or_nccl(project: Path) -> None:
+    """No cuda/nccl literal in the project's own files (the runtime copy may name them)."""
     for path in project.rglob("*"):
         if path.is_file() and path.relative_to(project).parts[0] not in ("runtime", ".npu-wizard"):
             assert not re.search(r"cuda|nccl", path.read_text(), re.IGNORECASE), path
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_shell_scripts_pass_bash_n_and_shellcheck(case: str, projects: dict[str, Path]) -> None:
+    lint_shell(sorted(str(p) for p in projects[case].rglob("*.sh")))
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_python_compiles_and_passes_ruff(case: str, projects: dict[str, Path]) -> None:
+    lint_python(projects[case])
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_no_cuda_or_nccl_literals_in_generated_files(case: str, projects: dict[str, Path]) -> None:
+    no_cuda_or_nccl(projects[case])
+
+
+def test_a_4096_node_project_passes_the_same_lint(tmp_path: Path) -> None:
+    # The node scripts differ from node 0's only in the node's rank, IP and ranks: that is
+    # checked for all 4096, and the linters run on the first, second and last (the widest
+    # numbers) with every other script; linting all 4096 would take minutes.
+    ips = [f"10.{node // 65536}.{node // 256 % 256}.{node % 256}" for node in range(1, 4097)]
+    raw = {"nodes": 4096, "devices_per_node": 16, "hardware": "atlas-a3", "launcher": "torch-npu-run"}
+    answers = resolve({**raw, "network.host_ips": ips, "network.master_addr": ips[0]})
+    project = render(answers, tmp_path).project_dir
+    launch = project / "launch"
+    first = (launch / "node0.sh").read_text().splitlines()
+    varying = {1, first.index("export NODE_RANK=0"), first.index("export NODE_ADDR=10.0.0.1")}
+    for node, ip in enumerate(ips):
+        lines = (launch / f"node{node}.sh").read_text().splitlines()
+        assert [line for n, line in enumerate(lines) if n not in varying] == [
+            line for n, line in enumerate(first) if n not in varying
+        ]
+        assert (
+            f"launch script for node {node} of 4096 (host IP {ip}), ranks {16 * node}-{16 * node + 15} of" in lines[1]
+        )
+        assert (lines[first.index("export NODE_RANK=0")], lines[first.index("export NODE_ADDR=10.0.0.1")]) == (
+            f"export NODE_RANK={node}",
+            f"export NODE_ADDR={ip}",
+        )
+    assert sorted(p.name for p in launch.iterdir()) == sorted([*(f"node{n}.sh" for n in range(4096)), "run-node.sh"])
+    shown = [launch / "node0.sh", launch / "node1.sh", launch / "node4095.sh", launch / "run-node.sh"]
+    lint_shell([str(p) for p in [*shown, *project.glob("sysctl/*.sh")]])
+    lint_python(project)
+    no_cuda_or_nccl(project)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +35,14 @@ def is_generated(name: str) -> bool:
     return not name.startswith(STATE_DIR + "/")
 
 
-def snapshot(project: Path, names: list[str]) -> Pristine:
-    """The named files of `project` as a Pristine of this npu-wizard version."""
-    files = {name: (project / name).read_text(encoding="utf-8") for name in names if is_generated(name)}
+def snapshot(project: Path, names: list[str], known: Mapping[str, str] | None = None) -> Pristine:
+    """The named files of `project` as a Pristine of this npu-wizard version (`known` texts are not read again)."""
+    known = known or {}
+    files = {
+        name: known[name] if name in known else (project / name).read_text(encoding="utf-8")
+        for name in names
+        if is_generated(name)
+    }
     executable = frozenset(name for name in files if (project / name).stat().st_mode & 0o111)
     return Pristine(f"npu-wizard {__version__}", files, executable)
 
@@ -63,11 +69,11 @@ def decode(data: bytes) -> Pristine:
         raise ValueError(f"{PRISTINE} is damaged ({error})") from None
 
 
-def record(project: Path, names: list[str]) -> None:
+def record(project: Path, names: list[str], known: Mapping[str, str] | None = None) -> None:
     """Store the named files of a fresh render as the project's pristine copy."""
     target = project / PRISTINE
     target.parent.mkdir(exist_ok=True)
-    target.write_bytes(encode(snapshot(project, names)))
+    target.write_bytes(encode(snapshot(project, names, known)))
 
 
 def load(project: Path) -> Pristine:

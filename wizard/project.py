@@ -38,15 +38,18 @@ def node_scripts(template_text: str, context: Mapping[str, str]) -> Iterator[tup
 def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
     """Write the per-node launch scripts, copy the runtime and the answers into `project`."""
     template_path = project / NODE_TEMPLATE
+    written: dict[str, str] = {}
     for node, text in node_scripts(template_path.read_text(), context):
-        script = project / "launch" / node_script_name(node)
+        name = f"launch/{node_script_name(node)}"
+        script = project / name
         script.write_text(text)
         script.chmod(0o755)
+        written[name] = text
     template_path.unlink()
     (project / SHARED_SCRIPT).chmod(0o755)
     copy_runtime(project / "runtime")
     (project / "answers.yaml").write_text(dump(answers))
-    pristine.record(project, walk_files(project))  # the base of a later `npu-wizard update`
+    pristine.record(project, walk_files(project), written)  # the base of a later `npu-wizard update`
 
 
 def copy_runtime(target: Path) -> None:
