@@ -95,6 +95,18 @@ def bind_device(
     return torch.device(f"{choice.type}:{local_rank}")
 
 
+def use_binary_kernels(choice: DeviceChoice) -> bool:
+    """On NPUs, run precompiled (binary) kernels instead of compiling operators online; True when set.
+
+    A2 and A3 default to binary kernels; the Atlas training series compiles
+    online unless told (torch_npu's set_compile_mode), which Huawei's scripts do.
+    """
+    if choice.type != "npu":
+        return False
+    _import_torch_npu().npu.set_compile_mode(jit_compile=False)
+    return True
+
+
 def npu_module() -> Any:
     """`torch.npu` (registered by torch_npu), importing torch_npu on first use."""
     torch_npu = _import_torch_npu()

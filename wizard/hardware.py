@@ -115,6 +115,27 @@ def has_torch_npu_run(torch_npu_version: str) -> bool:
     return release >= (2, 4, 0)
 
 
+def _from_release(torch_npu_version: str, firsts: dict[tuple[int, int, int], int], newer: tuple[int, int, int]) -> bool:
+    """Whether a release is at least the first post of its line in `firsts`, or `newer` and later."""
+    parsed = parse_version(torch_npu_version)
+    if parsed is None:
+        return False
+    release, post = parsed[:3], parsed[3]
+    if release in firsts:
+        return post >= firsts[release]
+    return release >= newer
+
+
+def has_task_queue_2(torch_npu_version: str) -> bool:
+    """Whether TASK_QUEUE_ENABLE=2 is validated: 2.1.0.post8 / 2.3.1.post2 / 2.4.0 on (the 6.0.0 branches)."""
+    return _from_release(torch_npu_version, {(2, 1, 0): 8, (2, 3, 1): 2}, (2, 4, 0))
+
+
+def has_cpu_affinity_conf(torch_npu_version: str) -> bool:
+    """Whether torch_npu reads CPU_AFFINITY_CONF: 2.1.0.post10 / 2.3.1.post4 / 2.4.0.post2 on (CANN 8.0.0)."""
+    return _from_release(torch_npu_version, {(2, 1, 0): 10, (2, 3, 1): 4, (2, 4, 0): 2}, (2, 5, 0))
+
+
 def cann_for(torch_npu_version: str) -> str | None:
     """The CANN release a known torch_npu release pairs with, if known."""
     return TORCH_NPU_CANN.get(torch_npu_version)

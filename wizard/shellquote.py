@@ -50,5 +50,5 @@ def template_environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
-        extensions=[ShellQuote],
+        extensions=[ShellQuote, "wizard.release_facts.ReleaseFacts"],
     )

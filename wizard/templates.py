@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wizard import release_facts
 from wizard.shellquote import EXTENSION
 
 _PACKAGE = Path(__file__).parent
 # cookiecutter's own keys, the same for npu-wizard's render and plain cookiecutter.
 TEMPLATE_SETTINGS: dict[str, list[str]] = {
     "_copy_without_render": ["launch/_node.sh.j2"],
-    "_extensions": [EXTENSION],
+    "_extensions": [EXTENSION, release_facts.EXTENSION],
 }
 
 

@@ -38,6 +38,8 @@ def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
     """Bind this rank to its device and join the process group."""
     choice = device.select_device(requested)
     target = device.bind_device(choice, rank.local_rank, rank.local_world_size)
+    # Ascend 910 otherwise compiles each operator online
+    device.use_binary_kernels(choice)
     distributed.init_process_group(rank, choice.backend, PROCESS_GROUP_TIMEOUT_S)
     where = f"rank {rank.rank}/{rank.world_size}: {target} with {choice.backend}"
     print(f"{where} ({choice.reason})", flush=True)
@@ -77,7 +79,13 @@ class Trainer:
         # a single process has no gradients to average: DDP would only cost time
         if rank.world_size > 1:
             device_ids = None if target.type == "cpu" else [target.index]
-            self.model = DDP(self.model, device_ids=device_ids)
+            # Huawei's DDP settings: no buffer broadcast each step, gradients kept in the buckets
+            self.model = DDP(
+                self.model,
+                device_ids=device_ids,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=True,
+            )
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         self.model.load_state_dict(state["model"])

@@ -65,6 +65,39 @@ export HCCL_IF_BASE_PORT={{ cookiecutter.hccl_base_port|int }}
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 
+# ---- performance: Huawei's settings (README.md says what each does) --------------
+{%- set task_queue = cookiecutter.torch_npu_version|torch_npu_has("task_queue_2") %}
+{%- set cpu_affinity = cookiecutter.torch_npu_version|torch_npu_has("cpu_affinity_conf") %}
+{%- if cookiecutter.device == "cpu" %}
+# Left out: this project simulates on the CPU, where torch_npu reads none of them.
+{%- else %}
+# Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.
+{%- if task_queue %}
+{%- if cookiecutter.hardware == "atlas-training" %}
+# Operator dispatch pipelined in two stages (level 2); on this series only with binary
+# kernels, which train.py selects (jit_compile=False).
+{%- else %}
+# Operator dispatch pipelined in two stages (level 2); peak memory may rise a little.
+{%- endif %}
+export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
+{%- else %}
+# TASK_QUEUE_ENABLE=2 needs torch_npu 2.1.0.post8 / 2.3.1.post2 / 2.4.0 or later; this
+# torch_npu ({{ cookiecutter.torch_npu_version }}) keeps its own default.
+{%- endif %}
+{%- if cpu_affinity %}
+# torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
+# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
+{%- elif cookiecutter.launcher == "shell" %}
+# torch_npu {{ cookiecutter.torch_npu_version }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
+# 2.4.0.post2): the rank loop below pins each rank to its share of the cores with taskset
+# (NPU_WIZARD_TASKSET=0 turns that off).
+{%- else %}
+# torch_npu {{ cookiecutter.torch_npu_version }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
+# 2.4.0.post2): no core binding here (the shell-loop launcher pins ranks with taskset).
+{%- endif %}
+{%- endif %}
+
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"
 mkdir -p "$NPU_WIZARD_RUN_DIR/logs"
@@ -218,9 +251,25 @@ wait_children() {
 # One process per device: this loop plays the launcher's part.
 export WORLD_SIZE=$((NNODES * NPROC_PER_NODE))
 export LOCAL_WORLD_SIZE="$NPROC_PER_NODE"
+{%- if cookiecutter.device != "cpu" and not cpu_affinity %}
+# Each rank on its own share of the cores (ModelZoo's train_full_8p.sh does the same).
+pin=0
+cores_per_rank=$(($(nproc) / NPROC_PER_NODE))
+if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_rank > 0)) && command -v taskset >/dev/null 2>&1; then
+    pin=1
+fi
+{%- endif %}
 for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     export LOCAL_RANK="$local_rank"
     export RANK=$((NODE_RANK * NPROC_PER_NODE + LOCAL_RANK))
+{%- if cookiecutter.device != "cpu" and not cpu_affinity %}
+    if ((pin)); then
+        cores="$((local_rank * cores_per_rank))-$((local_rank * cores_per_rank + cores_per_rank - 1))"
+        start_child "rank $RANK (local rank $LOCAL_RANK, cores $cores)" taskset -c "$cores" \
+            "${PYTHON:-python3}" train.py --launcher shell "$@"
+        continue
+    fi
+{%- endif %}
     start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" train.py --launcher shell "$@"
 done
 echo "node $NODE_RANK: started ranks $((NODE_RANK * NPROC_PER_NODE))-$((NODE_RANK * NPROC_PER_NODE + NPROC_PER_NODE - 1)) of $WORLD_SIZE"

@@ -48,6 +48,9 @@ export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
 
+# ---- performance: Huawei's settings (README.md says what each does) --------------
+# Left out: this project simulates on the CPU, where torch_npu reads none of them.
+
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"
 mkdir -p "$NPU_WIZARD_RUN_DIR/logs"

@@ -1,0 +1,146 @@
+"""Huawei's performance settings in the launch scripts and train.py, gated by series and torch_npu release.
+
+The scripts run for real under bash with the recording stand-ins of
+test_launch_scripts (a fake rank for train.py, a recording torchrun); the
+binary-kernel switch runs against a torch_npu test double that records it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from runtime import device
+from tests.test_launch_scripts import (
+    fake_bin,
+    rank_record,
+    recorded_env,
+    render_project,
+    run_node,
+    script_env,
+    with_fake_train,
+)
+from wizard import hardware
+
+NPU = {"device": "npu"}
+SKIP_CHECKS = {"NPU_WIZARD_SKIP_PREFLIGHT": "1", "ASCEND_HOME_PATH": "/opt/cann-set-up-already"}
+
+
+def torchrun_env(tmp_path: Path, **answers: object) -> dict[str, str]:
+    """The environment torchrun gets from node 0's script of a project with `answers`."""
+    project = render_project(tmp_path, **answers)
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, 0, script_env(record, fake_bin(tmp_path, "torchrun"), **SKIP_CHECKS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return recorded_env(record, "torchrun")
+
+
+@pytest.mark.parametrize(
+    ("torch_npu", "task_queue", "affinity"),
+    [
+        ("2.9.0.post6", "2", "1"),
+        ("2.4.0.post2", "2", "1"),
+        ("2.4.0", "2", None),  # the 6.0.0 branch: task queue level 2 yes, CPU_AFFINITY_CONF not yet
+        ("2.1.0.post6", None, None),
+    ],
+)
+def test_task_queue_and_cpu_affinity_follow_the_torch_npu_release(
+    tmp_path: Path, torch_npu: str, task_queue: str | None, affinity: str | None
+) -> None:
+    versions = {"environment.torch_npu_version": torch_npu, "environment.torch_version": torch_npu.split(".post")[0]}
+    env = torchrun_env(tmp_path, **NPU, **versions)
+    assert env.get("TASK_QUEUE_ENABLE") == task_queue
+    assert env.get("CPU_AFFINITY_CONF") == affinity
+
+
+def test_each_setting_keeps_a_value_from_the_environment(tmp_path: Path) -> None:
+    project = render_project(tmp_path, **NPU)
+    record = tmp_path / "record"
+    record.mkdir()
+    env = script_env(
+        record, fake_bin(tmp_path, "torchrun"), TASK_QUEUE_ENABLE="1", CPU_AFFINITY_CONF="force:1", **SKIP_CHECKS
+    )
+    assert run_node(project, 0, env).returncode == 0
+    seen = recorded_env(record, "torchrun")
+    assert (seen["TASK_QUEUE_ENABLE"], seen["CPU_AFFINITY_CONF"]) == ("1", "force:1")
+
+
+def test_a_cpu_project_sets_none_of_them(tmp_path: Path) -> None:
+    env = torchrun_env(tmp_path, device="cpu")
+    assert "TASK_QUEUE_ENABLE" not in env and "CPU_AFFINITY_CONF" not in env
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to give each rank its own")
+def test_the_shell_loop_pins_ranks_with_taskset_where_torch_npu_predates_cpu_affinity(tmp_path: Path) -> None:
+    old = {"environment.torch_npu_version": "2.1.0.post6", "environment.torch_version": "2.1.0"}
+    project = render_project(tmp_path, launcher="shell", devices_per_node=2, **NPU, **old)
+    record = with_fake_train(project, tmp_path)
+    result = run_node(project, 0, script_env(record, **SKIP_CHECKS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    per_rank = len(os.sched_getaffinity(0)) // 2  # the script divides nproc's cores
+    for rank in range(2):
+        assert rank_record(record, rank)["cpus"] == list(range(rank * per_rank, (rank + 1) * per_rank))
+        assert "CPU_AFFINITY_CONF" not in rank_record(record, rank)["env"]
+    (tmp_path / "off").mkdir()
+    unpinned = with_fake_train(project, tmp_path / "off")
+    result = run_node(project, 0, script_env(unpinned, NPU_WIZARD_TASKSET="0", **SKIP_CHECKS))
+    assert result.returncode == 0
+    assert rank_record(unpinned, 1)["cpus"] == sorted(os.sched_getaffinity(0))
+
+
+def test_the_shell_loop_leaves_core_binding_to_torch_npu_where_it_reads_cpu_affinity(tmp_path: Path) -> None:
+    project = render_project(tmp_path, launcher="shell", devices_per_node=2, **NPU)
+    record = with_fake_train(project, tmp_path)
+    assert run_node(project, 0, script_env(record, **SKIP_CHECKS)).returncode == 0
+    assert rank_record(record, 1)["cpus"] == sorted(os.sched_getaffinity(0))
+    assert rank_record(record, 1)["env"]["CPU_AFFINITY_CONF"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("version", "task_queue", "affinity"),
+    [
+        ("2.1.0.post7", False, False),
+        ("2.1.0.post8", True, False),
+        ("2.1.0.post10", True, True),
+        ("2.3.1.post2", True, False),
+        ("2.3.1.post4", True, True),
+        ("2.4.0.post1", True, False),
+        ("2.4.0.post2", True, True),
+        ("2.5.1", True, True),
+        ("2.12.0", True, True),
+    ],
+)
+def test_release_gates_follow_ascend_md(version: str, task_queue: bool, affinity: bool) -> None:
+    assert hardware.has_task_queue_2(version) is task_queue
+    assert hardware.has_cpu_affinity_conf(version) is affinity
+
+
+class CompileModeRecorder:
+    """Test double of torch_npu (no NPU exists here): records torch_npu.npu.set_compile_mode."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+        self.npu = SimpleNamespace(set_compile_mode=lambda **kwargs: self.calls.append(kwargs))
+
+
+def test_binary_kernels_are_asked_of_torch_npu_on_an_npu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    double = CompileModeRecorder()
+    monkeypatch.setattr(device, "_import_torch_npu", lambda: double)
+    assert device.use_binary_kernels(device.DeviceChoice("npu", "hccl", "test")) is True
+    assert double.calls == [{"jit_compile": False}]
+    assert device.use_binary_kernels(device.DeviceChoice("cpu", "gloo", "test")) is False
+    assert double.calls == [{"jit_compile": False}]
+
+
+@pytest.mark.parametrize(("series", "calls"), [("atlas-training", 1), ("atlas-a2", 0), ("atlas-a3", 0)])
+def test_train_py_selects_binary_kernels_on_the_atlas_training_series_only(
+    tmp_path: Path, series: str, calls: int
+) -> None:
+    amp = {"amp": "fp16"} if series == "atlas-training" else {}
+    text = (render_project(tmp_path, hardware=series, **amp) / "train.py").read_text()
+    assert text.count("device.use_binary_kernels(choice)") == calls
+    assert "broadcast_buffers=False,\n                gradient_as_bucket_view=True," in text
