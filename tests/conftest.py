@@ -15,3 +15,13 @@ def held_port() -> Iterator[int]:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         yield holder.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_animations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual animations off in every test: a screen is drawn in its final state however busy the machine is."""
+    import textual.constants
+
+    # App() reads the level when it is made; the variable reaches apps started in a subprocess
+    monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
+    monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")

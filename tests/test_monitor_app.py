@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Log, Sparkline, Static
 
+from tests.tui_driver import until
 from wizard.monitor.app import MonitorApp
 from wizard.monitor.state import JobState
 
@@ -185,10 +186,8 @@ async def test_quit_after_every_rank_finished_waits_for_the_launchers_and_is_no_
     app = MonitorApp(job, title="job", owns_job=True, tick_s=0)
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.press("q")
-        for _ in range(100):  # the quit worker ends the app itself; waiting on it would race that
-            if app.return_value is not None:
-                break
-            await pilot.pause(0.05)
+        # the quit worker ends the app itself; waiting on the worker would race that
+        await until(pilot, lambda: app.return_value is not None, "the view to exit by itself")
     assert job.stops == []
     assert app.return_value == "finished"
 
@@ -199,6 +198,10 @@ async def test_quit_only_detaches_from_a_watched_run(tmp_path: Path) -> None:
     async with app.run_test(size=(110, 32)) as pilot:
         await pilot.press("q")
     assert job.stops == []
+
+
+def test_the_live_view_runs_with_animations_off_in_tests(tmp_path: Path) -> None:
+    assert app_for(fake_job(tmp_path)).animation_level == "none"
 
 
 def test_the_live_view_looks_the_same(tmp_path: Path, snap_compare: object) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,15 @@ def run_wizard(scenario: Scenario, app: WizardApp | None = None) -> WizardApp:
 
     asyncio.run(main())
     return app
+
+
+async def until(pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Let the app run until `condition()` holds; fail after `timeout` seconds (a loaded machine is slow)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await pilot.pause(0.05)
 
 
 def field(pilot: Pilot[int], name: str) -> Field:
