@@ -151,6 +151,7 @@ class ReviewScreen(Screen[None]):
         if self.updates(target):
             self.update(target)
         elif target.exists():
+            self.show_target()  # the folder may have appeared since the page was drawn
             question = f"{target} already exists.\nReplace it whole with the new project?"
             self.app.push_screen(ConfirmScreen(question), self.confirmed)
         else:
