@@ -37,7 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=".",
         help="folder to create the project in (default: the current folder)",
     )
-    parser.add_argument("--force", action="store_true", help="replace an existing project folder whole")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing project folder; its checkpoints/ and runs/ move into the new one (see --clean). "
+        "Refused while a run of the project is alive or a mount point is inside it",
+    )
+    parser.add_argument("--clean", action="store_true", help="with --force: drop the old checkpoints/ and runs/ too")
     parser.add_argument("--dry-run", action="store_true", help="list the files and warnings; write nothing")
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")
     parser.epilog += (
@@ -180,7 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from wizard.update_command import update
 
         return _guarded(lambda: update(build_update_parser().parse_args(argv[1:])))
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.clean and not args.force:
+        parser.error("--clean only goes with --force (it drops the old project's checkpoints/ and runs/)")
     return _guarded(
         lambda: _render_from_file(args) if args.answers is not None and not args.edit else _interactive(args)
     )
@@ -279,7 +288,7 @@ def _render_from_file(args: argparse.Namespace) -> int:
     from wizard.render import render
 
     answers = load_text(_read_answers_text(args.answers))
-    result = render(answers, Path(args.output), force=args.force, dry_run=args.dry_run)
+    result = render(answers, Path(args.output), force=args.force, dry_run=args.dry_run, clean=args.clean)
     _print_warnings(result.warnings)
     if args.dry_run:
         verb = "would replace" if result.replaced else "would create"

@@ -11,6 +11,7 @@ from pathlib import Path
 from wizard.answers import Answers, to_context
 from wizard.errors import Problem, RenderError, TargetError
 from wizard.project import finish, walk_files
+from wizard.replace import carry_over, check_replaceable, give_back
 from wizard.spec import shorten
 from wizard.templates import TEMPLATE_SETTINGS, project_template
 
@@ -25,8 +26,13 @@ class RenderResult:
     replaced: bool
 
 
-def render(answers: Answers, output_dir: Path, *, force: bool = False, dry_run: bool = False) -> RenderResult:
-    """Render the project for `answers` into `output_dir/<project_name>`; return what was written."""
+def render(
+    answers: Answers, output_dir: Path, *, force: bool = False, dry_run: bool = False, clean: bool = False
+) -> RenderResult:
+    """Render the project for `answers` into `output_dir/<project_name>`; return what was written.
+
+    With `force`, an existing project is replaced, keeping its checkpoints/ and runs/ unless `clean`.
+    """
     output_dir = Path(output_dir)
     target = output_dir / answers["project_name"]
     _refuse_template_syntax(target.absolute())
@@ -36,6 +42,8 @@ def render(answers: Answers, output_dir: Path, *, force: bool = False, dry_run: 
         with tempfile.TemporaryDirectory(prefix="npu-wizard-") as scratch:
             files = walk_files(_generate(answers, Path(scratch)))
         return RenderResult(target, tuple(files), answers.warnings, exists)
+    if exists:
+        check_replaceable(target)
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{answers['project_name']}.staging-", dir=output_dir))
@@ -46,7 +54,7 @@ def render(answers: Answers, output_dir: Path, *, force: bool = False, dry_run: 
     try:
         project = _generate(answers, staging)
         files = walk_files(project)
-        _move_into_place(project, target, replace=exists)
+        _move_into_place(project, target, replace=exists, keep=not clean)
     except TargetError:
         raise
     except Exception as error:  # any failure: nothing may be left behind
@@ -95,14 +103,20 @@ def _generate(answers: Answers, into: Path) -> Path:
     return project
 
 
-def _move_into_place(project: Path, target: Path, *, replace: bool) -> None:
+def _move_into_place(project: Path, target: Path, *, replace: bool, keep: bool) -> None:
     if not replace:
         project.rename(target)
         return
+    kept = carry_over(target, project) if keep else []
     retired = project.parent / "retired"
-    target.rename(retired)
+    try:
+        target.rename(retired)
+    except OSError:
+        give_back(project, target, kept)
+        raise
     try:
         project.rename(target)
     except OSError:
         retired.rename(target)
+        give_back(project, target, kept)
         raise
