@@ -30,6 +30,7 @@ def grow(project: Path) -> None:
     (project / "checkpoints" / "step-8.pt").write_bytes(b"weights")
     (project / "runs" / "20260101-000000" / "logs").mkdir(parents=True)
     (project / "runs" / "20260101-000000" / "logs" / "node-0.log").write_text("trained\n")
+    (project / "checkpoints.old-20260101-000000").mkdir()  # what run --fresh sets aside
 
 
 def leftovers(output: Path) -> list[str]:
@@ -44,6 +45,7 @@ def test_force_keeps_checkpoints_and_runs(tmp_path: Path) -> None:
     render(answers(), tmp_path / "out", force=True)
     assert (project / "checkpoints" / "step-8.pt").read_bytes() == b"weights"
     assert (project / "runs" / "20260101-000000" / "logs" / "node-0.log").read_text() == "trained\n"
+    assert (project / "checkpoints.old-20260101-000000").is_dir()
     assert (project / "train.py").read_text() != "edited"
     assert leftovers(tmp_path / "out") == []
 
@@ -54,6 +56,7 @@ def test_force_clean_drops_them(tmp_path: Path) -> None:
     render(answers(), tmp_path / "out", force=True, clean=True)
     assert not (project / "checkpoints").exists()
     assert not (project / "runs").exists()
+    assert not (project / "checkpoints.old-20260101-000000").exists()
     assert leftovers(tmp_path / "out") == []
 
 

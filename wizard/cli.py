@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing project folder; its checkpoints/ and runs/ move into the new one (see --clean). "
+        help="replace an existing project folder; its checkpoints/ (and those --fresh set aside) and runs/ "
+        "move into the new one (see --clean). "
         "Refused while a run of the project is alive or a mount point is inside it",
     )
     parser.add_argument("--clean", action="store_true", help="with --force: drop the old checkpoints/ and runs/ too")

@@ -75,10 +75,12 @@ def live_runs(project: Path) -> list[str]:
 
 
 def carry_over(old: Path, new: Path) -> list[str]:
-    """Move the run-time folders (KEPT) of the old project into the new one; return their names."""
+    """Move the run-time folders (KEPT, and checkpoints set aside) into the new project; return their names."""
     moved: list[str] = []
+    # `npu-wizard run --fresh` sets old checkpoints aside as checkpoints.old-<stamp>: kept as well.
+    names = [*KEPT, *sorted(path.name for path in old.glob("checkpoints.old-*"))]
     try:
-        for name in KEPT:
+        for name in names:
             source = old / name
             if (source.is_dir() or source.is_symlink()) and not (new / name).exists():
                 source.rename(new / name)  # a symlink moves as a link: its target is never touched
