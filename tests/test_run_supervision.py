@@ -192,7 +192,9 @@ def test_a_node_that_never_joins_is_named_at_the_start_up_deadline(tmp_path: Pat
     finally:
         clean_up(project, node0)
     assert node0.returncode == 3, output
-    assert "START-UP DEADLINE: node 1 never joined: no status from its ranks 2, 3 within 40s" in output
-    assert "root cause: the job: start-up deadline passed: node 1 never joined" in output
+    # on a loaded machine node 0's own ranks may still be importing torch: they are named too, first
+    assert "START-UP DEADLINE: " in output
+    assert "\nnode 1 never joined: no status from its ranks 2, 3 within 40s" in output.replace("DEADLINE: ", "\n")
+    assert "root cause: the job: start-up deadline passed: " in output
     summary = summary_of(run_dirs(project)[0])
     assert summary["outcome"] == "hung" and summary["never_reported"] == [2, 3]
