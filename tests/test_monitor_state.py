@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from wizard.monitor.hints import explain
-from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, JobState
+from wizard.monitor.report import failure_report
+from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, Failure, JobState
 
 # (message as a rank reports it, expected code, caused by another rank)
 MESSAGES = [
@@ -21,6 +24,13 @@ MESSAGES = [
     ("pair.cc:545] Read error [127.0.0.1]:3477: Connection reset by peer.", "peer lost", True),
     ("pair.cc:561] Connection closed by peer [127.0.0.1]:3477", "peer lost", True),
     ("Watchdog caught collective operation timeout", "collective timeout", True),
+    ("EE1002: Stream synchronize timeout, stream_id=3", "EE1002", True),
+    (
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms while trying to "
+        "connect to (10.0.0.1, 29500).",
+        "c10d client timeout",
+        False,
+    ),
 ]
 
 
@@ -30,6 +40,41 @@ def test_known_failures_are_decoded_with_their_fix(message: str, code: str, peer
     assert hint is not None and hint.code == code
     assert hint.caused_by_peer is peer
     assert hint.fix
+
+
+def test_the_socket_timeout_hint_names_the_device_network_and_tls() -> None:
+    hint = explain("EI0006: Getting socket times out")
+    assert hint is not None
+    assert "device network" in hint.fix and "hccn_tool -i N -ip -g" in hint.fix and "TLS" in hint.fix
+
+
+def test_ee1002_says_how_to_rerun_with_more_cann_logging() -> None:
+    hint = explain("EE1002: Stream synchronize timeout")
+    assert hint is not None and "ASCEND_GLOBAL_LOG_LEVEL=1 ASCEND_GLOBAL_EVENT_ENABLE=1" in hint.fix
+
+
+def failed_rank(device: str) -> Failure:
+    """The root cause of a job whose rank 3 (node 1, pid 4242) failed on `device`."""
+    state = JobState(4, hang_after=10, clock=lambda: 50.0)
+    for rank in range(4):
+        state.ingest(event(rank, "started", 10.0, node=rank // 2, pid=4240 + rank, device=device, world_size=4))
+    state.ingest(event(3, "error", 30.0, type="RuntimeError", message="EE1002: Stream synchronize timeout"))
+    failure = state.root_cause()
+    assert failure is not None
+    return failure
+
+
+def test_the_report_of_a_failed_npu_rank_points_at_its_cann_logs(tmp_path: Path) -> None:
+    lines = failure_report(failed_rank("npu:1"), tmp_path).splitlines()
+    assert lines[-2] == (
+        "CANN logs of rank 3: on node 1, plog-4243_*.log in the CANN log folder ($ASCEND_PROCESS_LOG_PATH "
+        "if set, else ~/ascend/log) under debug/plog/ (plog/ on older CANN); device logs in device-<id>/ beside it"
+    )
+    assert lines[-1].startswith("more detail: run again with ASCEND_GLOBAL_LOG_LEVEL=1 ASCEND_GLOBAL_EVENT_ENABLE=1")
+
+
+def test_the_report_of_a_cpu_rank_has_no_cann_lines(tmp_path: Path) -> None:
+    assert "CANN logs" not in failure_report(failed_rank("cpu"), tmp_path)
 
 
 def test_an_unknown_error_has_no_hint() -> None:

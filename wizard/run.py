@@ -343,7 +343,7 @@ class Job:
             f"hung: no heartbeat or step for {silent:.0f}s at step {view.step} "
             f"(process {view.pid} stopped, frozen or unreachable?){others}"
         )
-        return Failure(view.rank, view.node, now, "hung", summary)
+        return Failure(view.rank, view.node, now, "hung", summary, device=view.device, pid=view.pid)
 
     def _fail(self, failure: Failure | None) -> str:
         return self._end("failed", failure)

@@ -36,7 +36,10 @@ HINTS: tuple[Hint, ...] = (
         "EI0006",
         r"EI0006|Getting socket times? out",
         "HCCL connection setup timed out",
-        "A rank is slow, dead or unreachable: check HCCL_IF_IP on every node and the firewall, "
+        "A rank is slow, dead or unreachable: check HCCL_IF_IP (or the named NIC) on every node and the "
+        "firewall; check the device network, where ranks on different nodes meet: every device's address set "
+        "and in one subnet with the same device on the other nodes (hccn_tool -i N -ip -g), its link up "
+        "(-link -g), and the same TLS switch on every node (-tls -g; npu-wizard doctor checks these); "
         "or raise HCCL_CONNECT_TIMEOUT.",
         caused_by_peer=True,
     ),
@@ -89,6 +92,21 @@ HINTS: tuple[Hint, ...] = (
         r"EI0005",
         "the ranks disagree on operator arguments or CANN versions",
         "Install the same CANN and torch_npu on every node.",
+    ),
+    _hint(
+        "EE1002",
+        r"EE1002|Stream synchronize timeout",
+        "a device stream waited past its limit",
+        "A rank stalled or died, or an operator hung: look for another rank's error first; then run again with "
+        "ASCEND_GLOBAL_LOG_LEVEL=1 ASCEND_GLOBAL_EVENT_ENABLE=1 and read each rank's CANN log (plog).",
+        caused_by_peer=True,
+    ),
+    _hint(
+        "c10d client timeout",
+        r"client socket has timed out after \d+ ?ms|timed out after 1800000 ?ms",
+        "this rank waited 30 minutes for the master's store (PyTorch's default) and gave up",
+        "The master is unreachable from this node, or the nodes were given different MASTER_ADDR or "
+        "MASTER_PORT values: probe the master from every node before training (npu-wizard doctor --node N).",
     ),
     _hint(
         "peer lost",

@@ -76,7 +76,22 @@ def failure_report(failure: Failure, run_dir: Path) -> str:
         lines.append(f"(rank {failure.rank}'s log is on node {failure.node if failure.node is not None else '?'})")
     if failure.hint is not None:
         lines.append(f"hint: {failure.hint}")
+    lines += cann_log_lines(failure)
     return "\n".join(lines)
+
+
+def cann_log_lines(failure: Failure) -> list[str]:
+    """Where CANN wrote the failing NPU rank's own logs (plog), and how to get more of them."""
+    if failure.rank is None or not (failure.device or "").startswith("npu"):
+        return []
+    node = f"node {failure.node}" if failure.node is not None else "its node"
+    files = f"plog-{failure.pid}_*.log" if failure.pid else "the plog-<pid>_*.log of its process"
+    return [
+        f"CANN logs of rank {failure.rank}: on {node}, {files} in the CANN log folder ($ASCEND_PROCESS_LOG_PATH "
+        "if set, else ~/ascend/log) under debug/plog/ (plog/ on older CANN); device logs in device-<id>/ beside it",
+        "more detail: run again with ASCEND_GLOBAL_LOG_LEVEL=1 ASCEND_GLOBAL_EVENT_ENABLE=1 set on every node "
+        "(info-level and event logs in the same folders)",
+    ]
 
 
 def summarize(

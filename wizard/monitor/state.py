@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from runtime.status import LOST
 from wizard.monitor.hints import Hint, explain
@@ -62,6 +62,7 @@ class RankView:
     rank: int
     node: int | None = None
     host: str | None = None
+    device: str | None = None  # as the rank reported it: npu:3, cpu
     pid: int | None = None
     world_size: int | None = None
     step: int = 0
@@ -106,6 +107,8 @@ class Failure:
     summary: str
     traceback: str = ""
     hint: Hint | None = None
+    device: str | None = None  # the rank's device (npu:3), when it said
+    pid: int | None = None
 
     @property
     def secondary(self) -> bool:
@@ -181,6 +184,7 @@ class JobState:
         view.starts += 1
         view.node = event.get("node", view.node)
         view.host = event.get("host", view.host)
+        view.device = event.get("device", view.device)
         view.pid = event.get("pid", view.pid)
         view.world_size = event.get("world_size", view.world_size)
         view.total_steps = event.get("total_steps", view.total_steps)
@@ -367,6 +371,8 @@ class JobState:
                         summary,
                         view.error.get("traceback", ""),
                         explain(text),
+                        view.device,
+                        view.pid,
                     )
                 )
             elif view.outcome == LOST:
@@ -374,7 +380,8 @@ class JobState:
                     f"its process{f' {view.pid}' if view.pid else ''} vanished without an error "
                     f"at step {view.step} (killed: kill -9, the OOM killer, or a crash in native code?)"
                 )
-                found.append(Failure(view.rank, view.node, view.ended_at or 0.0, "vanished", summary))
+                lost = Failure(view.rank, view.node, view.ended_at or 0.0, "vanished", summary)
+                found.append(replace(lost, device=view.device, pid=view.pid))
         return sorted(found, key=lambda failure: failure.time)
 
     def root_cause(self) -> Failure | None:
