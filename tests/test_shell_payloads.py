@@ -22,7 +22,7 @@ import pytest
 
 from tests.factories import answers
 from tests.runs import free_port, wait_for
-from wizard.answers import Answers
+from wizard.answers import Answers, to_context
 from wizard.errors import AnswersError, TargetError
 from wizard.render import render
 from wizard.shellquote import sh, template_environment
@@ -248,13 +248,9 @@ def test_choice_values_are_quoted_too_and_the_preview_as_the_render(payload: str
     from wizard.tui.preview import build_preview
 
     folder = project_template() / "{{cookiecutter.project_name}}"
-    context = {key: "1" for key in ("nodes", "devices_per_node", "master_port", "hccl_base_port")}
-    context.update(dict.fromkeys(("hccl_port_count", "connect_timeout", "exec_timeout"), "16"))
-    context.update(
-        {key: payload for key in ("project_name", "host_ips", "master_addr", "nic", "launcher", "device")},
-        hardware="atlas-a2",
-        cann_set_env=payload,
-    )
+    context = to_context(answers(launcher="shell"))
+    keys = ("project_name", "host_ips", "master_addr", "nic", "launcher", "device", "cann_set_env")
+    context.update(dict.fromkeys(keys, payload))
     shared = template_environment().from_string((folder / SHARED_SCRIPT).read_text())
     texts = [text for _node, text in node_scripts((folder / "launch" / "_node.sh.j2").read_text(), context)]
     texts += [shared.render(cookiecutter=context), build_preview(unchecked(payload), tmp_path).launch_script]
