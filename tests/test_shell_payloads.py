@@ -280,3 +280,17 @@ def test_template_syntax_in_the_output_path_is_refused_before_cookiecutter_reads
         render(Answers(MappingProxyType(values)), output)
     assert markers(tmp_path) == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_value_a_shell_template_writes_goes_through_sh_or_int() -> None:
+    folder = project_template() / "{{cookiecutter.project_name}}"
+    templates = sorted([*folder.rglob("*.sh"), *folder.rglob("*.sh.j2")])
+    assert templates
+    bare = []
+    for template in templates:
+        for number, line in enumerate(template.read_text().splitlines(), 1):
+            for expression in re.findall(r"{{-?\s*(.*?)\s*-?}}", line):
+                numeric = "|int" in expression.replace(" ", "") or expression in ("node_rank", "loop.index0")
+                if not (expression.replace(" ", "").endswith("|sh") or numeric):
+                    bare.append(f"{template.relative_to(folder)}:{number}: {{{{ {expression} }}}}")
+    assert bare == []

@@ -82,18 +82,18 @@ export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 {%- else %}
 # TASK_QUEUE_ENABLE=2 needs torch_npu 2.1.0.post8 / 2.3.1.post2 / 2.4.0 or later; this
-# torch_npu ({{ cookiecutter.torch_npu_version }}) keeps its own default.
+# torch_npu ({{ cookiecutter.torch_npu_version|sh }}) keeps its own default.
 {%- endif %}
 {%- if cpu_affinity %}
 # torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
 # 2: fine-grained; "force:1" where a container's cgroup limits the cores).
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 {%- elif cookiecutter.launcher == "shell" %}
-# torch_npu {{ cookiecutter.torch_npu_version }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
+# torch_npu {{ cookiecutter.torch_npu_version|sh }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
 # 2.4.0.post2): the rank loop below pins each rank to its share of the cores with taskset
 # (NPU_WIZARD_TASKSET=0 turns that off).
 {%- else %}
-# torch_npu {{ cookiecutter.torch_npu_version }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
+# torch_npu {{ cookiecutter.torch_npu_version|sh }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
 # 2.4.0.post2): no core binding here (the shell-loop launcher pins ranks with taskset).
 {%- endif %}
 {%- endif %}
