@@ -40,7 +40,7 @@ def test_a_count_the_series_refuses_blocks_next_with_the_series_message() -> Non
         await answer(pilot, "devices_per_node", 4)
         assert problem_text(pilot, "devices_per_node") == ""
         await next_step(pilot)
-        assert step_of(pilot) == "launcher"
+        assert step_of(pilot) == "cluster"
 
     run_wizard(scenario)
 

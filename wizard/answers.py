@@ -22,7 +22,7 @@ from wizard.questions import BY_NAME, QUESTIONS
 from wizard.spec import Invalid
 
 SCHEMA = 1
-SECTIONS = ("network", "training", "environment")
+SECTIONS = ("cluster", "network", "training", "environment")
 
 
 @dataclass(frozen=True)

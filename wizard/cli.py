@@ -113,6 +113,11 @@ def build_run_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start from step 0: first move this node's checkpoint folder aside (renamed, nothing is deleted)",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print exactly what would be submitted or executed (commands, batch script); start nothing",
+    )
     return parser
 
 
@@ -155,8 +160,7 @@ def build_update_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--write-conflicts",
         action="store_true",
-        help="on conflicts, write the merge anyway with <<<<<<< / ======= / >>>>>>> markers to resolve by hand",
-    )
+        help="on conflicts, write the merge anyway with     )
     return parser
 
 
@@ -209,8 +213,9 @@ def _guarded(command: Callable[[], int]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+<<<<<<< HEAD
     from wizard.checkpoints import checkpoint_dir, set_aside
-    from wizard.run import Job, RunOptions, run_plain
+    from wizard.run import Job, RunOptions, dry_run, run_plain
 
     train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(
@@ -224,6 +229,9 @@ def _run(args: argparse.Namespace) -> int:
         status_port=args.status_port,
         train_args=train_args,
     )
+    if args.dry_run:
+        print(dry_run(Path(args.project), options), end="")
+        return EXIT_OK
     job = Job(Path(args.project), options)
     if args.fresh:
         aside = set_aside(checkpoint_dir(job.project))

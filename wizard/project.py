@@ -18,9 +18,12 @@ import runtime
 from wizard import pristine
 from wizard.answers import Answers, dump
 from wizard.shellquote import template_environment
+from wizard.cluster_questions import SCHEDULERS
 
 NODE_TEMPLATE = Path("launch") / "_node.sh.j2"
 SHARED_SCRIPT = Path("launch") / "run-node.sh"
+ENTRY_SCRIPT = Path("launch") / "entry.sh"
+SBATCH_FILE = Path("slurm") / "job.sbatch"
 
 
 def node_script_name(node: int) -> str:
@@ -36,17 +39,26 @@ def node_scripts(template_text: str, context: Mapping[str, str]) -> Iterator[tup
 
 
 def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
-    """Write the per-node launch scripts, copy the runtime and the answers into `project`."""
+    """Write the launch scripts the engine needs, copy the runtime and the answers into `project`."""
     template_path = project / NODE_TEMPLATE
     written: dict[str, str] = {}
-    for node, text in node_scripts(template_path.read_text(), context):
-        name = f"launch/{node_script_name(node)}"
-        script = project / name
-        script.write_text(text)
-        script.chmod(0o755)
-        written[name] = text
+    # Under a scheduler the nodes are chosen at run time: launch/entry.sh, not one script per node.
+    scheduled = answers["cluster.engine"] in SCHEDULERS
+    if not scheduled:
+        for node, text in node_scripts(template_path.read_text(), context):
+            name = f"launch/{node_script_name(node)}"
+            script = project / name
+            script.write_text(text)
+            script.chmod(0o755)
+            written[name] = text
     template_path.unlink()
     (project / SHARED_SCRIPT).chmod(0o755)
+    if scheduled:
+        (project / ENTRY_SCRIPT).chmod(0o755)
+    else:
+        (project / ENTRY_SCRIPT).unlink()
+    if answers["cluster.engine"] != "slurm":
+        shutil.rmtree(project / SBATCH_FILE.parent)
     copy_runtime(project / "runtime")
     (project / "answers.yaml").write_text(dump(answers))
     pristine.record(project, walk_files(project), written)  # the base of a later `npu-wizard update`

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from wizard import hardware
+from wizard.cluster_questions import ENGINE, SETTINGS, scheduled
 from wizard.spec import Choice, Question, Values
 
 STEP_TITLES: dict[str, str] = {
     "project": "Project",
     "hardware": "Hardware series",
     "topology": "Topology",
+    "cluster": "Cluster",
     "launcher": "Launcher",
     "precision": "Mixed precision",
     "training": "Training",
@@ -50,6 +52,10 @@ def _default_cann_set_env(values: Values) -> str:
 def _default_torch(values: Values) -> str:
     npu = values.get("environment.torch_npu_version") or hardware.DEFAULT_TORCH_NPU
     return hardware.base_version(npu)
+
+
+def _by_address(values: Values) -> bool:
+    return not scheduled(values)
 
 
 def _needs_data_dir(values: Values) -> bool:
@@ -112,11 +118,14 @@ QUESTIONS: tuple[Question, ...] = (
         step="topology",
         help="Processes (one per device) on each node. The series decides which counts work.",
     ),
+    ENGINE,
+    *SETTINGS,
     Question(
         name="network.host_ips",
         prompt="Host IP of each node",
         kind="ip_list",
         default_from=_default_host_ips,
+        when=_by_address,
         step="topology",
         help="The address of each node on the network HCCL should use (HCCL_IF_IP), node 0 "
         "first. Loopback addresses simulate every node on this host.",
@@ -126,6 +135,7 @@ QUESTIONS: tuple[Question, ...] = (
         prompt="Master address",
         kind="host",
         default_from=_default_master_addr,
+        when=_by_address,
         step="topology",
         help="Where rank 0 listens for the others to meet (MASTER_ADDR): node 0's host IP.",
     ),
@@ -138,7 +148,8 @@ QUESTIONS: tuple[Question, ...] = (
         maximum=65535,
         step="topology",
         help="A free TCP port on the master node (MASTER_PORT), outside the HCCL port range "
-        "and, ideally, outside the ephemeral range 32768-60999.",
+        "and, ideally, outside the ephemeral range 32768-60999. Under Slurm the job adds its "
+        "job id modulo 1000, so jobs sharing a node never collide.",
     ),
     Question(
         name="network.nic",
@@ -159,7 +170,8 @@ QUESTIONS: tuple[Question, ...] = (
         maximum=65520,
         step="topology",
         help="HCCL_IF_BASE_PORT: the first host port HCCL listens on; the ports from here on "
-        "are reserved by the sysctl snippet.",
+        "are reserved by the sysctl snippet. Under Slurm each job takes one of 64 slots of "
+        "port-count ports from here, by job id.",
     ),
     Question(
         name="launcher",

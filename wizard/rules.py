@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from wizard import hardware
+from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN, NOT_YET
 from wizard.errors import Problem
 from wizard.spec import is_ip, is_loopback
 
@@ -170,6 +171,46 @@ def versions_pair(v: Values) -> Iterator[Problem]:
         )
 
 
+def engine_available(v: Values) -> Iterator[Problem]:
+    """The Kubernetes engines are named in the schema but not run yet."""
+    if v["cluster.engine"] in NOT_YET:
+        yield _error(
+            "cluster.engine",
+            v["cluster.engine"],
+            "not yet: the Kubernetes engines (ascendjob, pytorchjob) come in a later npu-wizard; "
+            "use manual, ssh or slurm",
+        )
+
+
+def one_ssh_host_per_node(v: Values) -> Iterator[Problem]:
+    """ssh hosts, when given, name each node once."""
+    hosts, nodes = v.get("cluster.ssh_hosts"), v["nodes"]
+    if hosts is not None and len(hosts) != nodes:
+        yield _error("cluster.ssh_hosts", hosts, f"give one host per node: {nodes} expected, {len(hosts)} given")
+
+
+def scheduled_ports_apart(v: Values) -> Iterator[Problem]:
+    """Under Slurm the master ports and HCCL slots that job ids pick stay apart and below 65536."""
+    if v["cluster.engine"] != "slurm":
+        return
+    port, base, count = v["network.master_port"], v["network.hccl_base_port"], v["network.hccl_port_count"]
+    last_master, last_hccl = port + MASTER_PORT_SPAN - 1, base + HCCL_SLOTS * count - 1
+    if last_master > 65535:
+        yield _error("network.master_port", port, f"under Slurm the master ports {port}-{last_master} run past 65535")
+    if last_hccl > 65535:
+        yield _error(
+            "network.hccl_base_port",
+            base,
+            f"under Slurm the {HCCL_SLOTS} HCCL port slots {base}-{last_hccl} run past 65535; lower the base port",
+        )
+    elif port <= last_hccl and base <= last_master:
+        yield _error(
+            "network.master_port",
+            port,
+            f"under Slurm the master ports {port}-{last_master} overlap the HCCL slots {base}-{last_hccl}",
+        )
+
+
 RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...] = (
     (("hardware", "devices_per_node"), devices_fit_series),
     (("hardware", "amp"), amp_fits_series),
@@ -179,6 +220,12 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
+    (("cluster.engine",), engine_available),
+    (("nodes", "cluster.engine"), one_ssh_host_per_node),
+    (
+        ("cluster.engine", "network.master_port", "network.hccl_base_port", "network.hccl_port_count"),
+        scheduled_ports_apart,
+    ),
 )
 
 

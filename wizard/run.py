@@ -15,11 +15,10 @@ import contextlib
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -27,6 +26,8 @@ from runtime.events import ENV_HEARTBEAT, EventFollower
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers import Answers, load_text
 from wizard.checkpoints import finished_note
+from wizard.engines import Engine, Launch, engine_for
+from wizard.engines.base import ENDED
 from wizard.errors import TargetError, WizardError
 from wizard.monitor import procs
 from wizard.monitor.attach import REMOTE_DIR, RUN_FILE
@@ -40,7 +41,6 @@ from wizard.monitor.report import (
 )
 from wizard.monitor.state import DEFAULT_HANG_AFTER, START_MARGIN_S, Failure, JobState
 from wizard.monitor.status_server import StatusServer
-from wizard.spec import is_loopback
 
 GRACE_SECONDS = 4.0
 RESTARTING_LAUNCHERS = ("torchrun", "torch-npu-run")
@@ -108,21 +108,6 @@ class RunOptions:
     env: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class NodeProcess:
-    """One node's launch script, started in its own process group."""
-
-    node: int
-    process: subprocess.Popen[bytes]
-
-    def stop(self, sig: int) -> None:
-        """Send `sig` to every process of this node's group."""
-        try:
-            os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def load_project(project: Path) -> Answers:
     """The answers a rendered project was made from."""
     answers_file = project / "answers.yaml"
@@ -132,14 +117,8 @@ def load_project(project: Path) -> Answers:
 
 
 def nodes_to_start(answers: Answers, node: int | None, all_nodes: bool = False) -> list[int]:
-    """This node, or every node when asked or when all of them are loopback (simulated here)."""
-    if node is not None:
-        if not 0 <= node < answers["nodes"]:
-            raise TargetError(f"--node {node}: this project has nodes 0 to {answers['nodes'] - 1}")
-        return [node]
-    if all_nodes or all(is_loopback(ip) for ip in answers["network.host_ips"]):
-        return list(range(answers["nodes"]))
-    raise TargetError("the nodes are separate hosts: run this on each node with --node N (node 0 on the master)")
+    """The nodes a run of this project starts from here, as its engine decides."""
+    return list(engine_for(answers).nodes_to_start(answers, node, all_nodes))
 
 
 def restart_note(launcher: str, max_restarts: int) -> str | None:
@@ -173,7 +152,8 @@ class Job:
         self.project = project.resolve()
         self.options = options
         self.answers = load_project(self.project)
-        self.nodes = nodes_to_start(self.answers, options.node, options.all_nodes)
+        self.engine: Engine = engine_for(self.answers)
+        self.nodes = list(self.engine.nodes_to_start(self.answers, options.node, options.all_nodes))
         self.clock = clock
         start_deadline = options.start_timeout or self.answers["network.connect_timeout"] + START_MARGIN_S
         self.state = JobState(
@@ -187,7 +167,9 @@ class Job:
         self.status_token = {**os.environ, **options.env}.get(ENV_STATUS_TOKEN) or secrets.token_hex(16)
         self.run_dir = new_run_dir(self.project)
         self.notes: list[str] = []
-        self.processes: list[NodeProcess] = []
+        self.engine_lines: list[str] = []
+        self.job_id: str | None = None
+        self.engine_reason: str | None = None
         self.server: StatusServer | None = None
         self.started_at = clock()
         self.ended_at: float | None = None
@@ -196,9 +178,9 @@ class Job:
         self.failure: Failure | None = None
         self.summary: dict | None = None
         self._followers = [EventFollower(self.run_dir), EventFollower(self.run_dir / REMOTE_DIR)]
-        self._local_ranks = {r for n in self.nodes for r in self._ranks_of(n)}
+        self._local_ranks: set[int] = set()  # the engine says which nodes run here, once started
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
-            self.state.expected = self._local_ranks
+            self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
         note = restart_note(self.answers["launcher"], options.max_restarts)
         if note:
             self.notes.append(note)
@@ -213,60 +195,49 @@ class Job:
 
     # ---- start ---------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open the status stream (on node 0) and start each node's launch script."""
-        status_addr = self._open_status_stream()
-        env = {
-            **os.environ,
-            **self.options.env,
-            "NPU_WIZARD_RUN_DIR": str(self.run_dir),
-            "NPU_WIZARD_MAX_RESTARTS": str(self.options.max_restarts),
-        }
-        env.setdefault(ENV_HEARTBEAT, str(self.options.heartbeat))
-        if status_addr:
-            env[ENV_STATUS_ADDR] = status_addr
-            env[ENV_STATUS_TOKEN] = self.status_token
-        write_json(
-            self.run_dir / RUN_FILE,
-            {
-                "project": str(self.project),
-                "runner_pid": os.getpid(),
-                "nodes": self.nodes,
-                "world_size": self.answers.world_size,
-                "node_count": self.answers["nodes"],
-                "launcher": self.answers["launcher"],
-                "started_at": self.started_at,
-                "hang_after": self.options.hang_after,
-                "status_addr": status_addr,
-            },
-        )
-        for node in self.nodes:
-            script = self.project / "launch" / f"node{node}.sh"
-            process = subprocess.Popen(
-                ["bash", str(script), *self.options.train_args],
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            self.processes.append(NodeProcess(node, process))
+    def launch(self) -> Launch:
+        """What the engine is asked to start: the nodes, the run folder, the ranks' extra environment."""
+        return _launch(self.project, self.answers, self.nodes, self.run_dir, self.options)
 
-    def _open_status_stream(self) -> str | None:
-        master = self.answers["network.master_addr"]
-        if 0 not in self.nodes:
-            port = self.options.status_port or self.answers["network.master_port"] + 1
-            return f"{master}:{port}"
-        # every node simulated here: any free port will do, the ranks learn it from the environment
-        port = self.options.status_port or (0 if len(self.nodes) > 1 else self.answers["network.master_port"] + 1)
+    def start(self) -> None:
+        """Check the engine can start the job, open the status stream, and have the engine start every node."""
+        launch = self.launch()
+        self.engine.check(launch)
+        status_addr = self._open_status_stream(launch)
+        if status_addr:
+            launch = replace(
+                launch, env={**launch.env, ENV_STATUS_ADDR: status_addr, ENV_STATUS_TOKEN: self.status_token}
+            )
+        info = {
+            "project": str(self.project),
+            "runner_pid": os.getpid(),
+            "engine": self.engine.name,
+            "nodes": self.nodes,
+            "world_size": self.answers.world_size,
+            "node_count": self.answers["nodes"],
+            "launcher": self.answers["launcher"],
+            "started_at": self.started_at,
+            "hang_after": self.options.hang_after,
+            "status_addr": status_addr,
+        }
+        write_json(self.run_dir / RUN_FILE, info)
+        self.job_id = self.engine.submit(launch)
+        write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id})
+        self._local_ranks = {r for n in self.engine.local_nodes() for r in self._ranks_of(n)}
+
+    def _open_status_stream(self, launch: Launch) -> str | None:
+        plan = self.engine.status_plan(launch, self.options.status_port)
+        if plan.listen is None:
+            return _address(plan.advertise, plan.port)
         try:
-            self.server = StatusServer(master, port, self.status_token, clock=self.clock)
+            self.server = StatusServer(plan.listen, plan.port, self.status_token, clock=self.clock)
         except OSError as error:
             self.notes.append(
-                f"warning: cannot listen on {master}:{port} for the ranks' status ({error}); "
+                f"warning: cannot listen on {plan.listen}:{plan.port} for the ranks' status ({error}); "
                 "this monitor sees only this node's ranks (choose another --status-port)"
             )
             return None
-        return self.server.address
+        return _address(plan.advertise, self.server.bound_port)
 
     def _ranks_of(self, node: int) -> range:
         per_node = self.answers["devices_per_node"]
@@ -283,17 +254,22 @@ class Job:
         self._ingest()
         for rank in gone:
             self.state.vanished(rank, now)
-        codes = [node.process.poll() for node in self.processes]
-        failed_node = next((n for n, code in zip(self.processes, codes, strict=True) if code not in (None, 0)), None)
+        description = self.engine.describe()
+        self.engine_lines.extend(self.engine.stream())
+        self.engine_reason = description.reason or self.engine_reason
+        codes = description.exit_codes
+        failed_node = next((node for node, code in sorted(codes.items()) if code not in (None, 0)), None)
         if failed_node is not None:
-            return self._fail(self.state.root_cause() or self._launcher_failure(failed_node))
+            return self._fail(self.state.root_cause() or self._launcher_failure(failed_node, codes[failed_node]))
         if self.options.max_restarts == 0 and self.state.root_cause() is not None:
             return self._fail(self.state.root_cause())
         if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
             return self._end("hung", self._hang_failure())
-        if all(code == 0 for code in codes):
+        if description.state == ENDED:
             self._ingest()
-            return self._end("finished", None)
+            if codes and all(code == 0 for code in codes.values()):
+                return self._end("finished", None)
+            return self._fail(self.state.root_cause() or self._engine_failure())
         return None
 
     def _ingest(self) -> None:
@@ -317,17 +293,20 @@ class Job:
         view = self.state.ranks.get(rank)
         return view is not None and view.pid is not None and view.outcome is None and not procs.is_alive(view.pid)
 
-    def _launcher_failure(self, node: NodeProcess) -> Failure:
-        code = node.process.returncode
-        log = self.run_dir / "logs" / f"node-{node.node}.log"
-        said = node_log_reason(self.run_dir, node.node)
+    def _launcher_failure(self, node: int, code: int | None) -> Failure:
+        log = self.run_dir / "logs" / f"node-{node}.log"
+        said = node_log_reason(self.run_dir, node)
         stopped = "stopped in its preflight" if any("preflight FAIL:" in line for line in said) else "exited"
         summary = f"its launch script {stopped} (exit code {code}) before any rank reported an error"
         if said:
             summary += f"; from {log}:\n" + "\n".join(f"  | {line}" for line in said)
         else:
             summary += f"; see {log}"
-        return Failure(None, node.node, self.clock(), "launcher", summary)
+        return Failure(None, node, self.clock(), "launcher", summary)
+
+    def _engine_failure(self) -> Failure:
+        reason = self.engine_reason or "no reason given"
+        return Failure(None, None, self.clock(), "engine", f"the {self.engine.name} job ended early: {reason}")
 
     def _hang_failure(self) -> Failure:
         now = self.clock()
@@ -363,6 +342,8 @@ class Job:
             self.state.stopping()
             self._stop_processes()
             self._ingest()
+            self.engine_reason = self.engine.describe().reason or self.engine_reason
+        self.engine_lines.extend(self.engine.stream())
         self.outcome, self.failure, self.ended_at = outcome, failure, self.clock()
         if self.server is not None:
             self.server.close()
@@ -377,24 +358,12 @@ class Job:
         return outcome
 
     def _stop_processes(self) -> None:
-        """TERM each node's launcher (it stops its ranks), then KILL whatever of the job is left."""
+        """Have the engine stop every process of the job on every node."""
         # a second Ctrl-C, TERM or HUP must not cut the stopping short and orphan what is left
         stoppers = (signal.SIGINT, *STOP_SIGNALS)
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if _main_thread() else {}
         try:
-            for node in self.processes:
-                node.stop(signal.SIGTERM)
-            deadline = time.monotonic() + self.options.grace
-            for node in self.processes:
-                try:
-                    node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
-            for node in self.processes:
-                node.stop(signal.SIGKILL)
-            procs.kill_job(self.run_dir, grace=1.0)
-            for node in self.processes:
-                node.process.wait()
+            self.engine.cancel()
         finally:
             for sig, action in previous.items():
                 signal.signal(sig, action)
@@ -405,7 +374,10 @@ class Job:
         """The failure report, or the hang report, for the end of a failed run."""
         if self.failure is None:
             return "the job was stopped"
-        return failure_report(self.failure, self.run_dir)
+        report = failure_report(self.failure, self.run_dir)
+        if self.engine_reason and self.engine_reason not in report:
+            report += f"\n{self.engine.name}: {self.engine_reason}"
+        return report
 
     def raise_for_outcome(self) -> None:
         """Raise RunFailed or RunInterrupted unless the job finished."""
@@ -418,10 +390,39 @@ class Job:
             raise RunInterrupted(message, self.stop_signal)
 
 
+def _launch(project: Path, answers: Answers, nodes: Sequence[int], run_dir: Path, options: RunOptions) -> Launch:
+    env = {
+        **options.env,
+        "NPU_WIZARD_RUN_DIR": str(run_dir),
+        "NPU_WIZARD_MAX_RESTARTS": str(options.max_restarts),
+    }
+    env.setdefault(ENV_HEARTBEAT, os.environ.get(ENV_HEARTBEAT, str(options.heartbeat)))
+    return Launch(project, answers, tuple(nodes), run_dir, env, tuple(options.train_args), options.grace)
+
+
+def dry_run(project: Path, options: RunOptions) -> str:
+    """Exactly what a run would submit or execute (commands, batch script), without creating or starting anything."""
+    project = project.resolve()
+    answers = load_project(project)
+    engine = engine_for(answers)
+    nodes = engine.nodes_to_start(answers, options.node, options.all_nodes)
+    launch = _launch(project, answers, nodes, project / "runs" / time.strftime("%Y%m%d-%H%M%S"), options)
+    plan = engine.status_plan(launch, options.status_port)
+    host = f"[{plan.advertise}]" if ":" in plan.advertise else plan.advertise
+    port = str(plan.port) if plan.port else "<a free port, chosen at start>"
+    token = "<this run's token>"
+    launch = replace(launch, env={**launch.env, ENV_STATUS_ADDR: f"{host}:{port}", ENV_STATUS_TOKEN: token})
+    return engine.dry_run(launch)
+
+
 def _main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _json_line(event: dict) -> str:
@@ -456,6 +457,9 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
                 if late:
                     print(f"START-UP DEADLINE: {late}", file=out, flush=True)
                     reported_late = True
+                for line in job.engine_lines:
+                    print(line, file=out, flush=True)
+                job.engine_lines.clear()
                 if outcome is not None:
                     break
                 if now >= next_line:
@@ -464,6 +468,9 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
                 time.sleep(poll)
     except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
         job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
+    for line in job.engine_lines:  # what the engine said while stopping the job
+        print(line, file=out)
+    job.engine_lines.clear()
     print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
     if job.summary is not None:
         print(format_summary(job.summary), file=out)

@@ -95,6 +95,10 @@ _ALLOWED_TEXT = {
     "version": "a release number such as 2.9.0 or 2.9.0.post6",
     "nic": "an interface name or HCCL_SOCKET_IFNAME pattern (e.g. eth0, =eth0, eth,enp, ^docker)",
     "relpath": "a folder path of letters, digits and ./_+@:- (no spaces or quotes)",
+    "host_list": "a list of host names or addresses, one per node",
+    "slurm_time": "a time limit as HH:MM:SS (or D-HH:MM:SS)",
+    "slurm_name": "a name of letters, digits and ._- (as Slurm shows it)",
+    "gres": "a Slurm GRES such as gpu:910b:8 (letters, digits and ._:,-)",
 }
 
 # Longest accepted text per kind: a value is read by people and shells, never megabytes.
@@ -108,6 +112,9 @@ _HOSTNAME = re.compile(
 _NIC = re.compile(r"^[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
 _PATH = re.compile(r"^/[A-Za-z0-9_./+@:-]*$")
 _RELPATH = re.compile(r"^[A-Za-z0-9_./+@:-]+$")
+_SLURM_TIME = re.compile(r"^(\d{1,3}-)?\d{1,4}:[0-5]\d:[0-5]\d$")
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_GRES = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
 
 
 def _parse_int(question: Question, raw: Any) -> int:
@@ -186,6 +193,23 @@ def _parse_ip_list(question: Question, raw: Any) -> tuple[str, ...]:
     return tuple(str(ipaddress.ip_address(item)) for item in items)
 
 
+def _parse_host_list(question: Question, raw: Any) -> tuple[str, ...]:
+    items = [part.strip() for part in raw.split(",")] if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple) or not items:
+        raise Invalid(f"must be {question.allowed()}")
+    bad = [str(item) for item in items if not isinstance(item, str) or not (is_ip(item) or _HOSTNAME.match(item))]
+    if bad:
+        raise Invalid(f"not a host name or address: {', '.join(bad)}")
+    return tuple(str(item) for item in items)
+
+
+def _parse_slurm_time(question: Question, raw: Any) -> str:
+    # YAML 1.1 reads a bare 12:00:00 as the integer 43200 (base 60): take it back as a time.
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+        return f"{raw // 3600:02d}:{raw // 60 % 60:02d}:{raw % 60:02d}"
+    return _parse_pattern(_SLURM_TIME)(question, raw)
+
+
 def _parse_version(question: Question, raw: Any) -> str:
     text = str(raw).strip() if isinstance(raw, str | int | float) and not isinstance(raw, bool) else ""
     if hardware.parse_version(text) is None:
@@ -204,6 +228,10 @@ _PARSERS: dict[str, Callable[[Question, Any], Any]] = {
     "choice_int": _parse_choice_int,
     "host": _parse_host,
     "ip_list": _parse_ip_list,
+    "host_list": _parse_host_list,
+    "slurm_time": _parse_slurm_time,
+    "slurm_name": _parse_pattern(_SLURM_NAME),
+    "gres": _parse_pattern(_GRES),
     "version": _parse_version,
 }
 

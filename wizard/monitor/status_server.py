@@ -75,6 +75,11 @@ class StatusServer:
         self._thread.start()
 
     @property
+    def bound_port(self) -> int:
+        """The port it listens on (the one the system chose, when asked for 0)."""
+        return int(self._listener.getsockname()[1])
+
+    @property
     def address(self) -> str:
         """`host:port` for NPU_WIZARD_STATUS_ADDR."""
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -9,6 +9,7 @@ from pathlib import Path
 from wizard.answers import Answers, to_context
 
 SYSCTL_TEMPLATE = Path("sysctl") / "reserve-ports.conf"
+SBATCH_TEMPLATE = Path("slurm") / "job.sbatch"
 # cookiecutter changes the working directory while it renders: one render at a time.
 RENDER_LOCK = threading.Lock()
 
@@ -22,6 +23,8 @@ class Preview:
     files: tuple[str, ...]
     launch_script: str
     sysctl_snippet: str
+    sbatch: str | None = None
+    """slurm/job.sbatch, for a Slurm project."""
 
 
 def build_preview(answers: Answers, output_dir: Path) -> Preview:
@@ -37,12 +40,18 @@ def build_preview(answers: Answers, output_dir: Path) -> Preview:
     environment = template_environment()
     launch = environment.from_string((folder / SHARED_SCRIPT).read_text(encoding="utf-8"))
     sysctl = environment.from_string((folder / SYSCTL_TEMPLATE).read_text(encoding="utf-8"))
+    sbatch = None
+    if answers["cluster.engine"] == "slurm":
+        sbatch = environment.from_string((folder / SBATCH_TEMPLATE).read_text(encoding="utf-8")).render(
+            cookiecutter=context
+        )
     return Preview(
         target=result.project_dir,
         exists=result.replaced,
         files=result.files,
         launch_script=launch.render(cookiecutter=context),
         sysctl_snippet=sysctl.render(cookiecutter=context),
+        sbatch=sbatch,
     )
 
 

@@ -70,6 +70,9 @@ class ReviewScreen(Screen[None]):
                 yield Static("", id="answers")
             with TabPane("Files", id="tab-files"), VerticalScroll():
                 yield Static("working out the files...", id="files")
+            if self.app.state.values.get("cluster.engine") == "slurm":
+                with TabPane("slurm/job.sbatch", id="tab-sbatch"), ScrollableContainer():
+                    yield Static("", id="sbatch", classes="source")
             with TabPane("launch/run-node.sh", id="tab-launch"), ScrollableContainer():
                 yield Static("", id="launch", classes="source")
             with TabPane("sysctl snippet", id="tab-sysctl"), ScrollableContainer():
@@ -129,12 +132,16 @@ class ReviewScreen(Screen[None]):
         self.query_one("#target", Static).update(Text("x " + message, style="bold red"))
         for name in ("files", "launch", "sysctl"):
             self.query_one("#" + name, Static).update(Text(message))
+        for sbatch in self.query("#sbatch").results(Static):
+            sbatch.update(Text(message))
 
     def show_preview(self, preview: Preview) -> None:
         """Show the file tree and the previews."""
         self.query_one("#files", Static).update(Text(file_tree(preview.target.name, preview.files)))
         self.query_one("#launch", Static).update(Text(preview.launch_script))
         self.query_one("#sysctl", Static).update(Text(preview.sysctl_snippet))
+        for sbatch in self.query("#sbatch").results(Static):
+            sbatch.update(Text(preview.sbatch or ""))
 
     def action_back(self) -> None:
         """Back to the last step."""

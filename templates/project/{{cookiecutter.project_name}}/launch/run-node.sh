@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
+{%- if cookiecutter.engine in ["slurm", "ascendjob", "pytorchjob"] %}
+# {{ cookiecutter.project_name|sh }}: what every node runs. launch/entry.sh finds which node this is and runs it.
+{%- else %}
 # {{ cookiecutter.project_name|sh }}: what every node runs. launch/nodeK.sh says which node this is and runs it.
+{%- endif %}
 #
 {%- if cookiecutter.hardware == "atlas-training" %}
 # Hardware:  Atlas training series (Atlas 800 training server, Ascend 910)
@@ -10,7 +14,11 @@
 {%- endif %}
 # Topology:  {{ cookiecutter.nodes|int }} node(s) x {{ cookiecutter.devices_per_node|int }} device(s) = world size {{ cookiecutter.nodes|int * cookiecutter.devices_per_node|int }}; node K runs ranks K x {{ cookiecutter.devices_per_node|int }} to K x {{ cookiecutter.devices_per_node|int }} + {{ cookiecutter.devices_per_node|int - 1 }}
 # Launcher:  {{ cookiecutter.launcher|sh }}
+{%- if cookiecutter.master_addr %}
 # Master:    {{ cookiecutter.master_addr|sh }}:{{ cookiecutter.master_port|int }} (rank 0 listens there)
+{%- else %}
+# Master:    the job's first node; MASTER_ADDR, MASTER_PORT and HCCL_IF_BASE_PORT come from launch/entry.sh
+{%- endif %}
 #
 # The caller sets who this node is (launch/nodeK.sh does, or a scheduler's entry script):
 #   NODE_RANK  this node's index, 0 to {{ cookiecutter.nodes|int - 1 }}; node 0 hosts the master
@@ -26,13 +34,14 @@
 # NPU_WIZARD_MAX_RESTARTS: how often the launcher restarts failed workers (default 0).
 {%- endif %}
 set -euo pipefail
+{%- set how_to_start = "run launch/nodeK.sh" if cookiecutter.master_addr else "start launch/entry.sh" %}
 
 if ! [[ "${NODE_RANK:-}" =~ ^(0|[1-9][0-9]*)$ ]] || ((NODE_RANK >= {{ cookiecutter.nodes|int }})); then
-    echo "run-node.sh: NODE_RANK must be this node's index, 0 to {{ cookiecutter.nodes|int - 1 }} (got '${NODE_RANK:-}'); run launch/nodeK.sh instead" >&2
+    echo "run-node.sh: NODE_RANK must be this node's index, 0 to {{ cookiecutter.nodes|int - 1 }} (got '${NODE_RANK:-}'); {{ how_to_start }} instead" >&2
     exit 2
 fi
 if [[ -z "${NODE_ADDR:-}" ]]; then
-    echo "run-node.sh: NODE_ADDR must be this node's host IP; run launch/nodeK.sh instead" >&2
+    echo "run-node.sh: NODE_ADDR must be this node's host IP; {{ how_to_start }} instead" >&2
     exit 2
 fi
 
@@ -43,8 +52,15 @@ PROJECT_DIR="$(pwd)"
 export NODE_RANK
 export NNODES={{ cookiecutter.nodes|int }}
 export NPROC_PER_NODE={{ cookiecutter.devices_per_node|int }}
+{%- if cookiecutter.master_addr %}
 export MASTER_ADDR={{ cookiecutter.master_addr|sh }}
 export MASTER_PORT="${MASTER_PORT:-{{ cookiecutter.master_port|int }}}"
+{%- else %}
+# The nodes are chosen when the job starts: launch/entry.sh found the master and the job's ports.
+: "${MASTER_ADDR:?is not set: start this script through launch/entry.sh}"
+: "${MASTER_PORT:?is not set: start this script through launch/entry.sh}"
+export MASTER_ADDR MASTER_PORT
+{%- endif %}
 LAUNCHER={{ cookiecutter.launcher|sh }}
 
 # ---- HCCL ---------------------------------------------------------------------
@@ -60,8 +76,14 @@ export HCCL_IF_IP="$NODE_ADDR"
 HCCL_NIC="$HCCL_IF_IP"
 {%- endif %}
 export HCCL_WHITELIST_DISABLE=1
+{%- if cookiecutter.master_addr %}
 # Host ports {{ cookiecutter.hccl_base_port|int }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }}: reserve them with sysctl/reserve-ports.sh.
 export HCCL_IF_BASE_PORT={{ cookiecutter.hccl_base_port|int }}
+{%- else %}
+# This job's slot of the HCCL host ports, from launch/entry.sh.
+: "${HCCL_IF_BASE_PORT:?is not set: start this script through launch/entry.sh}"
+export HCCL_IF_BASE_PORT
+{%- endif %}
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 

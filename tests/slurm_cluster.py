@@ -1,0 +1,173 @@
+"""A real two-node Slurm cluster in a temporary folder: munged, slurmctld and two slurmd.
+
+Everything lives under the folder (configuration, spool, state, logs, the munge
+key and socket), `SLURM_CONF` points sbatch, squeue, scontrol and scancel at it,
+and the daemons are stopped by their PIDs. Both nodes are this host (127.0.0.1)
+on their own slurmd ports; CLUSTERS.md has the recipe this follows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+NODES = ("n1", "n2")
+
+
+def have_slurm() -> bool:
+    """Whether slurmctld, slurmd, munged and sbatch are installed."""
+    return all(
+        shutil.which(name) or Path("/usr/sbin", name).exists() for name in ("slurmctld", "slurmd", "munged", "sbatch")
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int) -> str:
+    """The cluster's slurm.conf: two nodes on 127.0.0.1, munge through the folder's own socket."""
+    lines = [
+        "ClusterName=npuwizardtest",
+        "SlurmctldHost=localhost",
+        f"SlurmctldPort={ctld_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={root / 'munge.sock'}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "MpiDefault=none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "ReturnToService=2",
+        "KillWait=5",
+        "MinJobAge=600",
+        f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={root / 'spool'}/%n",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root}/slurmd-%n.pid",
+        f"SlurmctldLogFile={root / 'slurmctld.log'}",
+        f"SlurmdLogFile={root}/slurmd-%n.log",
+    ]
+    for name, port in node_ports.items():
+        lines.append(
+            f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs={cpus} RealMemory=2000"
+        )
+    lines.append("PartitionName=debug Nodes=ALL Default=YES State=UP OverSubscribe=YES MaxTime=INFINITE")
+    return "\n".join(lines) + "\n"
+
+
+class SlurmCluster:
+    """A running test cluster: its folder, the environment to talk to it, and its daemons."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.conf = root / "slurm.conf"
+        self.pids: list[int] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        """This process's environment with SLURM_CONF pointing at the cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(self, *command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command against this cluster."""
+        return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def start(self) -> None:
+        """Start munged, slurmctld and both slurmd; return once both nodes are idle."""
+        (self.root / "state").mkdir()
+        for name in NODES:
+            (self.root / "spool" / name).mkdir(parents=True)
+        key = self.root / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        ports = {name: _free_port() for name in NODES}
+        self.conf.write_text(slurm_conf(self.root, _free_port(), ports, cpus=os.cpu_count() or 2))
+        self._daemon(
+            [
+                "munged",
+                "-f",
+                f"--key-file={key}",
+                f"--socket={self.root / 'munge.sock'}",
+                f"--pid-file={self.root / 'munged.pid'}",
+                f"--log-file={self.root / 'munged.log'}",
+                f"--seed-file={self.root / 'munged.seed'}",
+            ],
+            self.root / "munged.pid",
+        )
+        self._daemon(["slurmctld", "-f", str(self.conf)], self.root / "slurmctld.pid")
+        for name in NODES:
+            self._daemon(["slurmd", "-f", str(self.conf), "-N", name], self.root / f"slurmd-{name}.pid")
+        _wait(self._idle, 120, "both Slurm nodes idle (sinfo)")
+
+    def _daemon(self, command: list[str], pid_file: Path) -> None:
+        subprocess.run(command, env=self.env, check=True, timeout=60, capture_output=True)
+        _wait(lambda: pid_file.is_file() and pid_file.read_text().strip().isdigit(), 60, f"{pid_file.name}")
+        self.pids.append(int(pid_file.read_text().strip()))
+
+    def _idle(self) -> bool:
+        result = self.run("sinfo", "-h", "-N", "-o", "%N %t")
+        states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
+        return all(states.get(name) == "idle" for name in NODES)
+
+    def queue(self) -> list[str]:
+        """The ids of the jobs squeue still lists."""
+        return self.run("squeue", "-h", "-o", "%i").stdout.split()
+
+    def stop(self) -> None:
+        """Stop every daemon by its PID (TERM, then KILL), newest first."""
+        for pid in reversed(self.pids):
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for pid in reversed(self.pids):
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+@contextmanager
+def slurm_cluster(root: Path) -> Iterator[SlurmCluster]:
+    """A started cluster under `root`, stopped when the block ends."""
+    cluster = SlurmCluster(root)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

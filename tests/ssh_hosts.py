@@ -1,0 +1,121 @@
+"""Two ssh hosts on this machine: network namespaces on the test's own bridge, each with its sshd.
+
+The root namespace holds the bridge (10.X.Y.1, where `npu-wizard run` runs);
+each host is a namespace with its own address (10.X.Y.2, 10.X.Y.3) and an sshd
+bound to it with a host key and authorized_keys made here. The client key and
+options are in `ssh_command`, meant for NPU_WIZARD_SSH_COMMAND. Everything is
+removed afterwards: the daemons by PID, the namespaces, the bridge.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+
+
+def have_ssh_hosts() -> bool:
+    """Whether sshd, ssh, rsync and ip are installed and this process may make namespaces (root)."""
+    tools = all(shutil.which(name) for name in ("ssh", "rsync", "ip", "ssh-keygen"))
+    return tools and Path(SSHD).exists() and os.geteuid() == 0
+
+
+def _run(*command: str) -> None:
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+
+@dataclass
+class SshHosts:
+    """The hosts' addresses, the ssh command that reaches them, and what to tear down."""
+
+    root: Path
+    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}{random.randrange(100, 999)}")
+    addresses: list[str] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    bridge: str = ""
+    gateway: str = ""
+
+    @property
+    def ssh_command(self) -> str:
+        """The ssh client command for NPU_WIZARD_SSH_COMMAND: the test's key, no known_hosts, batch mode."""
+        return (
+            f"ssh -F /dev/null -i {self.root / 'client_key'} -o BatchMode=yes -o StrictHostKeyChecking=no "
+            "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=10"
+        )
+
+    def start(self, count: int = 2) -> None:
+        """Make the bridge, `count` namespaces with addresses, keys and an sshd each."""
+        subnet = f"10.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
+        self.bridge, self.gateway = f"nwb{self.tag}", f"{subnet}.1"
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.root / "client_key"))
+        authorized = self.root / "authorized_keys"
+        shutil.copyfile(self.root / "client_key.pub", authorized)
+        authorized.chmod(0o600)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
+        for index in range(count):
+            self._host(index, f"{subnet}.{index + 2}")
+
+    def _host(self, index: int, address: str) -> None:
+        namespace, outside, inside = f"nwh{self.tag}{index}", f"nwv{self.tag}{index}", f"nwi{self.tag}{index}"
+        _run("ip", "netns", "add", namespace)
+        self.namespaces.append(namespace)
+        _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
+        _run("ip", "link", "set", outside, "master", self.bridge, "up")
+        _run("ip", "link", "set", inside, "netns", namespace)
+        _run("ip", "-n", namespace, "addr", "add", f"{address}/24", "dev", inside)
+        _run("ip", "-n", namespace, "link", "set", inside, "up")
+        _run("ip", "-n", namespace, "link", "set", "lo", "up")
+        host_key = self.root / f"host{index}_key"
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
+        pid_file = self.root / f"sshd{index}.pid"
+        config = self.root / f"sshd{index}.conf"
+        config.write_text(
+            f"ListenAddress {address}\nPort 22\nHostKey {host_key}\nPidFile {pid_file}\n"
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+            "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n"
+        )
+        _run("ip", "netns", "exec", namespace, SSHD, "-f", str(config), "-E", str(self.root / f"sshd{index}.log"))
+        deadline = time.monotonic() + 30
+        while not (pid_file.is_file() and pid_file.read_text().strip().isdigit()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"sshd on {address} did not start; see {self.root / f'sshd{index}.log'}")
+            time.sleep(0.1)
+        self.pids.append(int(pid_file.read_text()))
+        self.addresses.append(address)
+
+    def stop(self) -> None:
+        """Stop each sshd by PID, delete the namespaces and the bridge."""
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for namespace in self.namespaces:
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=60, check=False)
+        if self.bridge:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=60, check=False)
+
+
+@contextmanager
+def ssh_hosts(root: Path, count: int = 2) -> Iterator[SshHosts]:
+    """Started hosts under `root`, torn down when the block ends."""
+    hosts = SshHosts(root)
+    try:
+        hosts.start(count)
+        yield hosts
+    finally:
+        hosts.stop()

@@ -1,0 +1,131 @@
+"""launch/entry.sh under a scheduler's variables: the same ranks as the per-node scripts, or a loud stop.
+
+The entry script and the shared launch script run for real under bash. A test
+double stands in for `scontrol` (no Slurm controller is asked here; the real
+cluster is in test_slurm_engine.py), and the fake rank of test_launch_scripts
+records each rank's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_launch_scripts import fake_bin, render_project, script_env, with_fake_train
+
+# scontrol double: the job's nodes are n1 and n2, both at 127.0.0.1.
+SCONTROL_DOUBLE = """\
+#!/usr/bin/env bash
+case "$1 $2" in
+"show hostnames") printf 'n1\\nn2\\n' ;;
+"show node") echo "NodeName=$3 Arch=x86_64 CoresPerSocket=1"; echo "   NodeAddr=127.0.0.1 NodeHostName=localhost" ;;
+*) echo "scontrol double: unexpected $*" >&2; exit 1 ;;
+esac
+"""
+JOB_ID = 1234
+
+
+def slurm_variables(node: int, **overrides: str) -> dict[str, str]:
+    """What srun gives each task of a two-node job with one task per node."""
+    variables = {
+        "SLURM_JOB_ID": str(JOB_ID),
+        "SLURM_NODEID": str(node),
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_PROCID": str(node),
+    }
+    variables.update(overrides)
+    return variables
+
+
+def doubles(tmp_path: Path) -> Path:
+    """A folder with the scontrol double and a recording torchrun stand-in, to put first on PATH."""
+    folder = fake_bin(tmp_path, "torchrun")
+    (folder / "scontrol").write_text(SCONTROL_DOUBLE)
+    (folder / "scontrol").chmod(0o755)
+    return folder
+
+
+def ranks_seen(record: Path) -> dict[int, dict[str, str]]:
+    """Each recorded rank's place in the job and its address variables."""
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "HCCL_IF_IP", "NODE_RANK")
+    seen = {}
+    for path in sorted(record.glob("rank-*.json")):
+        env = json.loads(path.read_text())["env"]
+        seen[int(env["RANK"])] = {key: env.get(key, "") for key in keys}
+    return seen
+
+
+def run_script(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("launcher", ["shell", "torchrun"])
+def test_entry_under_slurm_gives_the_ranks_the_per_node_scripts_give(tmp_path: Path, launcher: str) -> None:
+    by_hand = render_project(tmp_path / "manual", nodes=2, launcher=launcher)
+    slurm = render_project(
+        tmp_path / "slurm",
+        nodes=2,
+        launcher=launcher,
+        **{"cluster.engine": "slurm", "network.host_ips": None, "network.master_addr": None},
+    )
+    records = {}
+    for name, project in (("manual", by_hand), ("slurm", slurm)):
+        record = with_fake_train(project, tmp_path / name)
+        for node in (0, 1):
+            if name == "manual":
+                command, extra = ["bash", f"launch/node{node}.sh"], {}
+            else:
+                command, extra = ["bash", "launch/entry.sh"], slurm_variables(node)
+            env = script_env(record, doubles(tmp_path), NPU_WIZARD_SKIP_PREFLIGHT="1", **extra)
+            result = run_script(command, project, env)
+            assert result.returncode == 0, result.stdout + result.stderr
+        records[name] = record
+    if launcher == "torchrun":  # the fake torchrun recorded the flags it was given on the last node
+        argv = (records["slurm"] / "torchrun.argv").read_text().split()
+        assert argv[argv.index("--master-port") + 1] == str(29500 + JOB_ID % 1000)
+        assert argv[argv.index("--node-rank") + 1] == "1"
+        assert argv[argv.index("--master-addr") + 1] == "127.0.0.1"
+        return
+    assert ranks_seen(records["slurm"]) == ranks_seen(records["manual"])
+    env = json.loads((records["slurm"] / "rank-3.json").read_text())["env"]
+    assert env["MASTER_PORT"] == str(29500 + JOB_ID % 1000)
+    assert env["HCCL_IF_BASE_PORT"] == str(60000 + (JOB_ID % 64) * 16)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"SLURM_NNODES": "3"}, "the job has 3 node(s) but this project was rendered for 2"),
+        ({"SLURM_NODEID": ""}, "SLURM_NODEID is not set: run this through srun in slurm/job.sbatch"),
+        ({"SLURM_NODEID": "x"}, "SLURM_NODEID='x' is not a node index"),
+        ({"SLURM_NTASKS_PER_NODE": "2"}, "one task per node expected"),
+        ({"CUDA_VISIBLE_DEVICES": "0"}, "this node sees 1 device(s) (0) but runs 2 rank(s)"),
+    ],
+)
+def test_entry_stops_loudly_on_a_surprise_and_starts_nothing(
+    tmp_path: Path, overrides: dict[str, str], message: str
+) -> None:
+    project = render_project(
+        tmp_path, nodes=2, **{"cluster.engine": "slurm", "network.host_ips": None, "network.master_addr": None}
+    )
+    record = with_fake_train(project, tmp_path)
+    env = script_env(record, doubles(tmp_path), NPU_WIZARD_SKIP_PREFLIGHT="1", **slurm_variables(0, **overrides))
+    result = run_script(["bash", "launch/entry.sh"], project, env)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert list(record.iterdir()) == []
+
+
+def test_the_shared_script_refuses_to_start_without_the_entry_script(tmp_path: Path) -> None:
+    project = render_project(
+        tmp_path, nodes=2, **{"cluster.engine": "slurm", "network.host_ips": None, "network.master_addr": None}
+    )
+    record = with_fake_train(project, tmp_path)
+    result = run_script(["bash", "launch/run-node.sh"], project, script_env(record))
+    assert result.returncode == 2
+    assert "start launch/entry.sh instead" in result.stderr

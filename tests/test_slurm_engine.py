@@ -1,0 +1,146 @@
+"""`npu-wizard run` on a real two-node Slurm cluster (tests/slurm_cluster.py), CPU demo with engine slurm.
+
+slurmctld and two slurmd run on this host from a temporary folder; the job goes
+through the project's own slurm/job.sbatch and launch/entry.sh. Each test bounds
+every wait, and the cluster's daemons are stopped by PID when the module ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runs import (
+    clean_up,
+    events_of,
+    kinds,
+    node_env,
+    run_dirs,
+    start_runner,
+    started_pid,
+    wait_for,
+)
+from tests.slurm_cluster import SlurmCluster, have_slurm, slurm_cluster
+from wizard.answers import resolve
+from wizard.render import render
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not have_slurm(), reason="needs slurm-wlm and munge (.ci/run installs them)"),
+]
+
+START_S = 240  # sbatch, two slurmd, then four torch processes on a loaded two-core machine
+LONG_RUN = {"training.samples": 65536, "training.epochs": 2}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """One running two-node cluster for the module's tests."""
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+def render_slurm(tmp_path: Path, **overrides: Any) -> Path:
+    """The CPU demo (2 nodes x 2 ranks, gloo) rendered with engine slurm."""
+    raw: dict[str, Any] = {
+        "project_name": "slurm-demo",
+        "device": "cpu",
+        "nodes": 2,
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "off",
+        "cluster.engine": "slurm",
+        "cluster.time": "00:20:00",
+        "training.samples": 1024,
+        "training.batch_size": 16,
+        "training.epochs": 2,
+        "training.log_every": 4,
+    }
+    raw.update(overrides)
+    return render(resolve(raw), tmp_path).project_dir
+
+
+def runner_env(cluster: SlurmCluster, project: Path) -> dict[str, str]:
+    return node_env(project / "runs" / "unused", SLURM_CONF=str(cluster.conf))
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_the_cpu_demo_trains_to_the_end_through_sbatch(tmp_path: Path, cluster: SlurmCluster) -> None:
+    project = render_slurm(tmp_path)
+    runner = start_runner(project, "--interval", "2", env=runner_env(cluster, project))
+    try:
+        output, _ = runner.communicate(timeout=START_S + 300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    (run_dir,) = run_dirs(project)
+    summary = summary_of(run_dir)
+    assert summary["outcome"] == "finished"
+    assert [info["node"] for info in summary["ranks"].values()] == [0, 0, 1, 1]
+    assert summary["steps"] == 1024 // 16 // 4 * 2
+    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+    assert f"slurm: submitted job {job_id}" in output and f"slurm: job {job_id} COMPLETED ExitCode=0:0" in output
+    assert (run_dir / "logs" / f"slurm-{job_id}.out").is_file()
+    # the nodes found their master and ports from the job id, not from the answers
+    assert f"master 127.0.0.1:{29500 + int(job_id) % 1000}" in (run_dir / "logs" / "node-1.log").read_text()
+    wait_for(lambda: not cluster.queue(), 60, "squeue to be empty")
+
+
+def test_a_killed_rank_fails_the_job_with_the_rank_and_slurms_state(tmp_path: Path, cluster: SlurmCluster) -> None:
+    project = render_slurm(tmp_path, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1", env=runner_env(cluster, project))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        victim = wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
+        os.kill(victim, signal.SIGKILL)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    assert "root cause: rank 3 (node 1)" in output
+    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+    assert f"slurm: job {job_id} CANCELLED" in output or f"slurm: job {job_id} FAILED" in output
+    assert summary_of(run_dir)["failure"]["rank"] == 3
+    wait_for(lambda: not cluster.queue(), 60, "squeue to be empty")
+
+
+def test_ctrl_c_cancels_the_job(tmp_path: Path, cluster: SlurmCluster) -> None:
+    project = render_slurm(tmp_path, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1", env=runner_env(cluster, project))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: kinds(events_of(run_dir).get(0, []), "step"), START_S, "rank 0 to train")
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 130, output
+    assert cluster.queue() == []
+    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+    assert f"slurm: job {job_id} CANCELLED" in output
+
+
+def test_a_dry_run_prints_the_sbatch_command_and_script_and_starts_nothing(tmp_path: Path) -> None:
+    project = render_slurm(tmp_path)
+    import contextlib
+    import io
+
+    from wizard.cli import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["run", str(project), "--dry-run"]) == 0
+    text = printed.getvalue()
+    assert "sbatch --parsable" in text and "slurm/job.sbatch" in text
+    assert (project / "slurm" / "job.sbatch").read_text() in text
+    assert "NPU_WIZARD_STATUS_ADDR=" in text and "PYTHON=/" in text
+    assert not (project / "runs").exists()

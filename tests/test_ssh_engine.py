@@ -1,0 +1,147 @@
+"""`npu-wizard run` over ssh to two real hosts: network namespaces with their own sshd (tests/ssh_hosts.py).
+
+The CPU demo is rendered with engine ssh and the hosts' addresses; the runner in
+the root namespace copies it with rsync, starts each node over ssh (the test's
+key through NPU_WIZARD_SSH_COMMAND), follows the ranks through the status
+stream and stops every node on a failure or Ctrl-C. The hosts share this
+machine's filesystem and process table, so "no process left" is checked for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runs import clean_up, leftover_processes, node_env, run_dirs, start_runner, started_pid, wait_for
+from tests.ssh_hosts import SshHosts, have_ssh_hosts, ssh_hosts
+from wizard.answers import resolve
+from wizard.cli import main
+from wizard.render import render
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not have_ssh_hosts(), reason="needs root, sshd, ssh, rsync and ip (.ci/run installs them)"),
+]
+
+START_S = 240
+LONG_RUN = {"training.samples": 65536, "training.epochs": 2}
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHosts]:
+    """Two hosts with their own addresses and sshd, for the module's tests."""
+    with ssh_hosts(tmp_path_factory.mktemp("ssh")) as started:
+        yield started
+
+
+def render_ssh(tmp_path: Path, addresses: list[str], **overrides: Any) -> Path:
+    """The CPU demo (2 nodes x 2 ranks, gloo) rendered with engine ssh on these addresses."""
+    raw: dict[str, Any] = {
+        "project_name": "ssh-demo",
+        "device": "cpu",
+        "nodes": len(addresses),
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "off",
+        "cluster.engine": "ssh",
+        "network.host_ips": addresses,
+        "network.master_addr": addresses[0],
+        "training.samples": 1024,
+        "training.batch_size": 16,
+        "training.epochs": 2,
+        "training.log_every": 4,
+    }
+    raw.update(overrides)
+    return render(resolve(raw), tmp_path).project_dir
+
+
+def runner_env(hosts: SshHosts, project: Path) -> dict[str, str]:
+    return node_env(project / "runs" / "unused", NPU_WIZARD_SSH_COMMAND=hosts.ssh_command)
+
+
+def test_the_cpu_demo_trains_to_the_end_across_two_hosts(tmp_path: Path, hosts: SshHosts) -> None:
+    project = render_ssh(tmp_path, hosts.addresses)
+    runner = start_runner(project, "--interval", "2", env=runner_env(hosts, project))
+    try:
+        output, _ = runner.communicate(timeout=START_S + 300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    (run_dir,) = run_dirs(project)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["outcome"] == "finished"
+    assert [info["node"] for info in summary["ranks"].values()] == [0, 0, 1, 1]
+    for node, address in enumerate(hosts.addresses):
+        assert f"ssh: node {node} started on {address}" in output
+        assert f"node {node}/2 ({address})" in (run_dir / "logs" / f"node-{node}.log").read_text()
+    assert not leftover_processes(project)
+
+
+def test_kill_9_of_a_rank_on_the_second_host_stops_every_node_and_names_it(tmp_path: Path, hosts: SshHosts) -> None:
+    project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1", env=runner_env(hosts, project))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        victim = wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train on the second host")
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        output, _ = runner.communicate(timeout=60)
+        took = time.monotonic() - killed_at
+        wait_for(lambda: not leftover_processes(project), 20, "every process of the job to end on both hosts")
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    assert took < 20, output
+    assert "root cause: rank 3 (node 1)" in output
+    assert json.loads((run_dir / "summary.json").read_text())["failure"]["rank"] == 3
+
+
+def test_ctrl_c_stops_every_node_on_every_host(tmp_path: Path, hosts: SshHosts) -> None:
+    project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1", env=runner_env(hosts, project))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 2), START_S, "rank 2 to train on the second host")
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=60)
+        wait_for(lambda: not leftover_processes(project), 20, "every process of the job to end on both hosts")
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 130, output
+
+
+def test_an_unreachable_host_is_named_before_anything_starts(tmp_path: Path, hosts: SshHosts) -> None:
+    nowhere = hosts.gateway.rsplit(".", 1)[0] + ".250"  # on the bridge's subnet, but no host answers there
+    project = render_ssh(tmp_path, [hosts.addresses[0], nowhere])
+    runner = start_runner(project, env=runner_env(hosts, project))
+    try:
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 1, output
+    assert f"node 1 ({nowhere})" in output and "nothing was started" in output
+    assert f"node 0 ({hosts.addresses[0]})" not in output
+    assert run_dirs(project) == []  # no run.json: the job never started
+
+
+def test_a_dry_run_prints_the_rsync_and_ssh_commands_and_starts_nothing(tmp_path: Path) -> None:
+    project = render_ssh(tmp_path, ["192.0.2.10", "192.0.2.11"], **{"cluster.ssh_hosts": ["atlas-a", "atlas-b"]})
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["run", str(project), "--dry-run"]) == 0
+    text = printed.getvalue()
+    for node, host in enumerate(["atlas-a", "atlas-b"]):
+        assert "rsync -a --exclude=/runs/ --exclude=__pycache__/ -e 'ssh -o BatchMode=yes" in text
+        assert f"{project}/ {host}:{project}/" in text
+        assert f"launch/node{node}.sh" in text
+    assert "setsid -w" in text and "PYTHON=/" in text
+    assert not (project / "runs").exists()

@@ -1,0 +1,82 @@
+"""The cluster step as a person meets it: the engine after the topology, only its own questions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from tests.test_tui_flow import answers_file, render_with_answers_file
+from tests.tui_driver import answer, answer_all, field, next_step, pick, render_into, run_wizard, snapshot_of
+from wizard.cluster_questions import SETTINGS
+from wizard.tui.review import ReviewScreen
+from wizard.tui.screens import StepScreen
+
+SSH_SETTINGS = {"cluster.ssh_hosts", "cluster.remote_dir"}
+SLURM_SETTINGS = {q.name for q in SETTINGS} - SSH_SETTINGS
+
+
+def shown_settings(pilot: Pilot[int]) -> set[str]:
+    """The engine settings the cluster step shows now."""
+    return {q.name for q in SETTINGS if field(pilot, q.name).display}
+
+
+async def go_to_cluster(pilot: Pilot[int]) -> None:
+    """Press Next with the defaults until the cluster step shows."""
+    while not (isinstance(pilot.app.screen, StepScreen) and pilot.app.screen.step == "cluster"):
+        await next_step(pilot)
+
+
+def test_the_engine_is_asked_after_the_topology_with_only_its_own_questions() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await go_to_cluster(pilot)
+        assert shown_settings(pilot) == set()
+        await pick(pilot, "cluster.engine", "ssh")
+        assert shown_settings(pilot) == SSH_SETTINGS
+        await pick(pilot, "cluster.engine", "slurm")
+        assert shown_settings(pilot) == SLURM_SETTINGS
+        await answer(pilot, "cluster.time", "12 hours")
+        problem = str(field(pilot, "cluster.time").query_one(".problem", Static).render())
+        assert "HH:MM:SS" in problem
+
+    run_wizard(scenario)
+
+
+def test_a_kubernetes_engine_is_refused_as_not_yet() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await go_to_cluster(pilot)
+        states = {c.choice.value: c.refusal for c in pilot.app.state.choices("cluster.engine")}
+        assert states["manual"] is None and states["ssh"] is None and states["slurm"] is None
+        assert "not yet" in (states["ascendjob"] or "") and "not yet" in (states["pytorchjob"] or "")
+
+    run_wizard(scenario)
+
+
+def test_a_slurm_project_typed_in_renders_as_its_answers_file_and_the_review_previews_sbatch(tmp_path: Path) -> None:
+    raw = {
+        "project_name": "slurm-typed",
+        "nodes": 2,
+        "cluster.engine": "slurm",
+        "cluster.partition": "npu",
+        "cluster.time": "02:00:00",
+        "cluster.gres": "gpu:910b:8",
+    }
+
+    async def scenario(pilot: Pilot[int]) -> None:
+        await answer_all(pilot, raw)
+        screen = pilot.app.screen
+        assert isinstance(screen, ReviewScreen)
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        sbatch = str(screen.query_one("#sbatch", Static).render())
+        assert "#SBATCH --nodes=2" in sbatch and "#SBATCH --gres=gpu:910b:8" in sbatch
+        assert "srun --kill-on-bad-exit=1" in sbatch
+        await render_into(pilot, tmp_path / "tui")
+
+    run_wizard(scenario)
+    render_with_answers_file(answers_file(tmp_path, raw), tmp_path / "cli")
+    tui_files = snapshot_of(tmp_path / "tui" / "slurm-typed")
+    assert tui_files == snapshot_of(tmp_path / "cli" / "slurm-typed")
+    assert {"slurm/job.sbatch", "launch/entry.sh", "launch/run-node.sh"} <= set(tui_files)
+    assert "network:\n  host_ips" not in tui_files["answers.yaml"][0].decode()

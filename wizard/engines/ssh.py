@@ -1,0 +1,242 @@
+"""The ssh engine: copy the project to every host, start each node there, stop them all together.
+
+Every remote step goes through one ssh command: `ssh -o BatchMode=yes` (a missing
+key fails at once instead of prompting), or the whole of NPU_WIZARD_SSH_COMMAND,
+so the user's ~/.ssh/config, keys, jump hosts and ports apply. rsync copies the
+project over that same ssh. Each node's launch script runs in a session (process
+group) of its own on its host; stopping a node signals that group and then any
+process left whose environment names the run folder (torchrun puts its workers
+in sessions of their own, and a dropped ssh connection alone stops nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from wizard.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
+from wizard.engines.common import ENV_STATUS_HOST, node_environment, route_source, run_command
+
+ENV_SSH_COMMAND = "NPU_WIZARD_SSH_COMMAND"
+DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15")
+PASSED_PREFIXES = ("NPU_WIZARD_", "HCCL_", "ASCEND_")
+PASSED_NAMES = ("MASTER_PORT", "CANN_SET_ENV")
+NOT_PASSED = (ENV_SSH_COMMAND, ENV_STATUS_HOST)
+PGID_MARK = "npu-wizard-pgid "
+T = TypeVar("T")
+
+
+def ssh_command() -> list[str]:
+    """The ssh client command: NPU_WIZARD_SSH_COMMAND as a whole, else ssh in batch mode."""
+    override = os.environ.get(ENV_SSH_COMMAND, "").strip()
+    return shlex.split(override) if override else list(DEFAULT_SSH)
+
+
+def _parallel(function: Callable[[int], T], count: int) -> list[T]:
+    with ThreadPoolExecutor(max_workers=max(1, min(count, 32))) as pool:
+        return list(pool.map(function, range(count)))
+
+
+class SshEngine(Engine):
+    """Starts launch/nodeK.sh on node K's host over ssh and follows each session."""
+
+    name = "ssh"
+
+    def __init__(self) -> None:
+        self.launch: Launch | None = None
+        self.sessions: dict[int, subprocess.Popen[bytes]] = {}
+        self._lines: list[str] = []
+
+    # ---- where things are -------------------------------------------------------------
+
+    @staticmethod
+    def hosts(launch: Launch) -> tuple[str, ...]:
+        """Each node's host as ssh reaches it: cluster.ssh_hosts, else the nodes' host IPs."""
+        return tuple(launch.answers.get("cluster.ssh_hosts") or launch.answers["network.host_ips"])
+
+    @staticmethod
+    def remote_dir(launch: Launch) -> str:
+        """The project's folder on every host: cluster.remote_dir, else its path here."""
+        return str(launch.answers.get("cluster.remote_dir") or launch.project)
+
+    def remote_run_dir(self, launch: Launch) -> str:
+        """The run folder on the hosts, at the same place inside the project."""
+        return str(Path(self.remote_dir(launch)) / launch.run_dir.relative_to(launch.project))
+
+    def node_env(self, launch: Launch) -> dict[str, str]:
+        """What each node's launch script gets on top of its host's environment."""
+        passed = {
+            key: value
+            for key, value in os.environ.items()
+            if (key.startswith(PASSED_PREFIXES) or key in PASSED_NAMES) and key not in NOT_PASSED
+        }
+        env = node_environment({**passed, **launch.env})
+        env["NPU_WIZARD_RUN_DIR"] = self.remote_run_dir(launch)
+        return env
+
+    # ---- commands ------------------------------------------------------------------
+
+    def rsync_command(self, launch: Launch, node: int) -> list[str]:
+        """rsync of the project to node's host over the same ssh (only what changed; runs/ stays)."""
+        remote = self.remote_dir(launch)
+        return [
+            "rsync",
+            "-a",
+            "--exclude=/runs/",
+            "--exclude=__pycache__/",
+            "-e",
+            shlex.join(ssh_command()),
+            f"--rsync-path=mkdir -p {shlex.quote(remote)} && rsync",
+            f"{launch.project}/",
+            f"{self.hosts(launch)[node]}:{remote}/",
+        ]
+
+    def start_command(self, launch: Launch, node: int) -> list[str]:
+        """ssh running node's launch script in a session of its own, printing that session's id first."""
+        env = self.node_env(launch)
+        python_dir = os.path.dirname(env["PYTHON"])
+        assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(env.items()))
+        inner = f'echo "{PGID_MARK}$$"; exec bash launch/node{node}.sh "$@"'
+        remote = (
+            f"cd {shlex.quote(self.remote_dir(launch))} && "
+            f'exec env {assignments} PATH={shlex.quote(python_dir)}:"$PATH" '
+            f"setsid -w bash -c {shlex.quote(inner)} npu-wizard-node {shlex.join(launch.train_args)}"
+        ).rstrip()
+        return [*ssh_command(), self.hosts(launch)[node], remote]
+
+    def stop_command(self, launch: Launch, node: int, pgid: int | None, signal_name: str) -> list[str]:
+        """ssh signalling node's session and, with KILL, every process of the run left on the host."""
+        parts = [f"kill -{signal_name} -- -{pgid} 2>/dev/null" if pgid else "true"]
+        if signal_name == "KILL":
+            needle = shlex.quote(f"NPU_WIZARD_RUN_DIR={self.remote_run_dir(launch)}")
+            parts.append(
+                "for p in /proc/[0-9]*; do "
+                f'tr "\\0" "\\n" <"$p/environ" 2>/dev/null | grep -qxF {needle} '
+                '&& kill -KILL "${p#/proc/}" 2>/dev/null; '
+                "done"
+            )
+        return [*ssh_command(), self.hosts(launch)[node], "; ".join(parts) + "; true"]
+
+    def dry_run(self, launch: Launch) -> str:
+        """The rsync and ssh commands, node by node."""
+        lines = [f"# ssh engine: {len(launch.nodes)} node(s); ssh command: {shlex.join(ssh_command())}"]
+        for node in launch.nodes:
+            lines.append(f"# node {node} on {self.hosts(launch)[node]}")
+            lines.append(shlex.join(self.rsync_command(launch, node)))
+            lines.append(shlex.join(self.start_command(launch, node)))
+        return "\n".join(lines) + "\n"
+
+    # ---- the job -------------------------------------------------------------------
+
+    def status_plan(self, launch: Launch, port: int | None) -> StatusPlan:
+        """Listen on every address; advertise the one this host reaches node 0 from."""
+        override = launch.env.get(ENV_STATUS_HOST) or os.environ.get(ENV_STATUS_HOST)
+        target = (launch.answers.get("network.host_ips") or self.hosts(launch))[0]
+        host = override or route_source(target) or os.uname().nodename
+        return StatusPlan("::" if ":" in host else "0.0.0.0", port or 0, host)
+
+    def check(self, launch: Launch) -> None:
+        """Every host answers over ssh (in parallel); refuse naming each one that does not."""
+        hosts = self.hosts(launch)
+        results = _parallel(lambda node: run_command([*ssh_command(), hosts[node], "true"], timeout=60), len(hosts))
+        failed = [(node, result) for node, result in enumerate(results) if result.returncode != 0]
+        if failed:
+            lines = [
+                f"node {node} ({hosts[node]}): {(result.stderr.strip().splitlines() or ['ssh failed'])[-1]}"
+                for node, result in failed
+            ]
+            raise EngineError(
+                "cannot reach every host over ssh; nothing was started:\n  "
+                + "\n  ".join(lines)
+                + f"\n(the ssh command is `{shlex.join(ssh_command())}`; set {ENV_SSH_COMMAND} to change it)"
+            )
+
+    def submit(self, launch: Launch) -> str:
+        """Copy the project to every host, then start every node's launch script there."""
+        self.launch = launch
+        logs = launch.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        copies = _parallel(
+            lambda index: run_command(self.rsync_command(launch, launch.nodes[index]), timeout=600), len(launch.nodes)
+        )
+        failed = [(node, result) for node, result in zip(launch.nodes, copies, strict=True) if result.returncode]
+        if failed:
+            raise EngineError(
+                "copying the project failed; nothing was started:\n  "
+                + "\n  ".join(f"node {node} ({self.hosts(launch)[node]}): {r.stderr.strip()}" for node, r in failed)
+            )
+        for node in launch.nodes:
+            with (logs / f"ssh-node-{node}.log").open("wb") as log:
+                self.sessions[node] = subprocess.Popen(
+                    self.start_command(launch, node),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            self._lines.append(f"ssh: node {node} started on {self.hosts(launch)[node]}")
+        return ",".join(self.hosts(launch)[node] for node in launch.nodes)
+
+    def describe(self) -> Description:
+        """Each node's exit code as its ssh session reports it (255: the connection failed)."""
+        codes = {node: session.poll() for node, session in self.sessions.items()}
+        lost = [node for node, code in codes.items() if code == 255]
+        reason = None
+        if lost and self.launch is not None:
+            reason = (
+                "ssh to "
+                + ", ".join(self.hosts(self.launch)[n] for n in lost)
+                + " failed (exit 255); see logs/ssh-node-K.log"
+            )
+        state = ENDED if codes and all(code is not None for code in codes.values()) else RUNNING
+        return Description(state, codes, reason)
+
+    def stream(self) -> list[str]:
+        """Nodes started, since the last call."""
+        lines, self._lines = self._lines, []
+        return lines
+
+    def pgid(self, node: int) -> int | None:
+        """The session id node's launch script runs in on its host, once it said so."""
+        assert self.launch is not None
+        try:
+            text = (self.launch.run_dir / "logs" / f"ssh-node-{node}.log").read_text(errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(PGID_MARK) and line[len(PGID_MARK) :].strip().isdigit():
+                return int(line[len(PGID_MARK) :])
+        return None
+
+    def cancel(self) -> None:
+        """TERM every node's session on its host, wait the grace, then KILL what is left of the run."""
+        launch = self.launch
+        if launch is None:
+            return
+        nodes = list(self.sessions)
+        pgids = {node: self.pgid(node) for node in nodes}
+        _parallel(
+            lambda i: run_command(self.stop_command(launch, nodes[i], pgids[nodes[i]], "TERM"), timeout=60), len(nodes)
+        )
+        deadline = time.monotonic() + launch.grace
+        for session in self.sessions.values():
+            try:
+                session.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        _parallel(
+            lambda i: run_command(self.stop_command(launch, nodes[i], pgids[nodes[i]], "KILL"), timeout=60), len(nodes)
+        )
+        for session in self.sessions.values():
+            if session.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(session.pid, signal.SIGKILL)
+            session.wait()
