@@ -163,6 +163,13 @@ def learning_rate(world_size: int) -> float:
     return BASE_LR * global_batch / BASE_BATCH_SIZE
 
 
+# ---- yours: the data and the model ------------------------------------------------
+# Replace load_train_data and build_model (and anything between these two markers)
+# with your own. npu-wizard renders this part from training.dataset and
+# training.model only, so `npu-wizard update` keeps your version through every
+# other change of the answers: nodes, launcher, precision, versions.
+
+
 def load_train_data(
     rank: distributed.RankInfo, target: torch.device
 ) -> tuple[data.TensorBatches, data.DataSpec]:
@@ -191,6 +198,9 @@ def build_model(spec: data.DataSpec) -> nn.Module:
         nn.ReLU(),
         nn.Linear(256, spec.num_classes),
     )
+
+
+# ---- end of yours -------------------------------------------------------------------
 
 
 def main(local_rank: int | None, args: argparse.Namespace) -> None:

@@ -4,5 +4,5 @@
 # Arguments go to train.py (e.g. --epochs 1); launch/run-node.sh does the rest and lists
 # the environment overrides.
 export NODE_RANK=1
-export NODE_ADDR="192.168.1.12"
+export NODE_ADDR=192.168.1.12
 exec bash "$(dirname "${BASH_SOURCE[0]}")/run-node.sh" "$@"

@@ -34,8 +34,9 @@ PROJECT_DIR="$(pwd)"
 export NODE_RANK
 export NNODES=2
 export NPROC_PER_NODE=8
-export MASTER_ADDR="192.168.1.11"
+export MASTER_ADDR=192.168.1.11
 export MASTER_PORT="${MASTER_PORT:-29500}"
+LAUNCHER=torchrun
 
 # ---- HCCL ---------------------------------------------------------------------
 # HCCL_IF_IP: the address HCCL uses on this node; without it HCCL picks a NIC by name.
@@ -54,12 +55,13 @@ NODE_LOG="$NPU_WIZARD_RUN_DIR/logs/node-$NODE_RANK.log"
 # INT/TERM so that it outlives Ctrl-C and records how the ranks were stopped.
 exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
-echo "node $NODE_RANK/$NNODES ($HCCL_IF_IP): torchrun, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
+echo "node $NODE_RANK/$NNODES ($HCCL_IF_IP): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
 
 # ---- CANN ---------------------------------------------------------------------
-CANN_SET_ENV="${CANN_SET_ENV:-/usr/local/Ascend/ascend-toolkit/set_env.sh}"
-DEVICE="${NPU_WIZARD_DEVICE:-npu}"
+# (Unquoted on purpose: quotes inside "${VAR:-...}" would be kept as text.)
+CANN_SET_ENV=${CANN_SET_ENV:-/usr/local/Ascend/ascend-toolkit/set_env.sh}
+DEVICE=${NPU_WIZARD_DEVICE:-npu}
 if [[ -f "$CANN_SET_ENV" ]]; then
     # set_env.sh reads variables that may be unset.
     set +u
