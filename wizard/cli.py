@@ -160,7 +160,8 @@ def build_update_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--write-conflicts",
         action="store_true",
-        help="on conflicts, write the merge anyway with     )
+        help="on conflicts, write the merge anyway with <<<<<<< / ======= / >>>>>>> markers to resolve by hand",
+    )
     return parser
 
 
@@ -213,7 +214,6 @@ def _guarded(command: Callable[[], int]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-<<<<<<< HEAD
     from wizard.checkpoints import checkpoint_dir, set_aside
     from wizard.run import Job, RunOptions, dry_run, run_plain
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import runtime
 from wizard import pristine
 from wizard.answers import Answers, dump
-from wizard.shellquote import template_environment
 from wizard.cluster_questions import SCHEDULERS
+from wizard.shellquote import template_environment
 
 NODE_TEMPLATE = Path("launch") / "_node.sh.j2"
 SHARED_SCRIPT = Path("launch") / "run-node.sh"
