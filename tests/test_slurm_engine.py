@@ -129,6 +129,27 @@ def test_ctrl_c_cancels_the_job(tmp_path: Path, cluster: SlurmCluster) -> None:
     assert f"slurm: job {job_id} CANCELLED" in output
 
 
+def test_smoke_through_slurm_reports_every_rank(tmp_path: Path, cluster: SlurmCluster) -> None:
+    project = render_slurm(tmp_path)
+    runner = start_runner(project, "--smoke", env=runner_env(cluster, project))
+    try:
+        output, _ = runner.communicate(timeout=START_S + 120)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    assert "smoke ok" in output
+    rank_lines = [line for line in output.splitlines() if line.strip().startswith("rank ") and "all_reduce" in line]
+    assert [line.split()[1:4:2] for line in rank_lines] == [["0", "0"], ["1", "0"], ["2", "1"], ["3", "1"]]
+
+
+def test_doctor_on_a_slurm_project_points_at_smoke_instead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from wizard.cli import main
+
+    project = render_slurm(tmp_path)
+    assert main(["doctor", str(project)]) == 1
+    assert "nodes are chosen when the job starts" in capsys.readouterr().err
+
+
 def test_a_dry_run_prints_the_sbatch_command_and_script_and_starts_nothing(tmp_path: Path) -> None:
     project = render_slurm(tmp_path)
     import contextlib

@@ -119,6 +119,23 @@ def test_ctrl_c_stops_every_node_on_every_host(tmp_path: Path, hosts: SshHosts) 
     assert runner.returncode == 130, output
 
 
+def test_smoke_through_ssh_into_another_folder_reports_every_rank(tmp_path: Path, hosts: SshHosts) -> None:
+    elsewhere = tmp_path / "on-the-hosts"  # not the project's folder: only rsync and the status stream connect them
+    project = render_ssh(tmp_path / "here", hosts.addresses, **{"cluster.remote_dir": str(elsewhere)})
+    runner = start_runner(project, "--smoke", env=runner_env(hosts, project))
+    try:
+        output, _ = runner.communicate(timeout=START_S + 120)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    assert "smoke ok" in output
+    rank_lines = [line for line in output.splitlines() if line.strip().startswith("rank ") and "all_reduce" in line]
+    assert [line.split()[1:4:2] for line in rank_lines] == [["0", "0"], ["1", "0"], ["2", "1"], ["3", "1"]]
+    assert all(line.split()[-2] == "ok" for line in rank_lines), output
+    assert (elsewhere / "train.py").read_text() == (project / "train.py").read_text()
+    assert list((elsewhere / "runs").iterdir())  # the nodes' logs and events stayed on the hosts
+
+
 def test_an_unreachable_host_is_named_before_anything_starts(tmp_path: Path, hosts: SshHosts) -> None:
     nowhere = hosts.gateway.rsplit(".", 1)[0] + ".250"  # on the bridge's subnet, but no host answers there
     project = render_ssh(tmp_path, [hosts.addresses[0], nowhere])

@@ -48,8 +48,12 @@ def smoke_lines(events: Mapping[int, Sequence[Mapping[str, Any]]], world_size: i
 def print_smoke_report(run_dir: Path, world_size: int, out: TextIO = sys.stdout) -> bool:
     """Print the smoke report of the run in `run_dir`; return whether every rank here passed."""
     from runtime.events import read_events
+    from wizard.monitor.attach import REMOTE_DIR
 
-    lines, ok = smoke_lines(read_events(run_dir), world_size)
+    # other hosts' ranks reach this runner only through the status stream, recorded under remote/
+    here, streamed = read_events(run_dir), read_events(run_dir / REMOTE_DIR)
+    events = {rank: here.get(rank) or streamed[rank] for rank in {*here, *streamed}}
+    lines, ok = smoke_lines(events, world_size)
     for line in lines:
         print(line, file=out)
     return ok

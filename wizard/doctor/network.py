@@ -54,6 +54,11 @@ class PortFacts:
 
 def which_node(answers: Answers, requested: int | None, nonlocal_bind: Path) -> Node:
     """This host's node: --node, else node 0 when simulated, else the node whose host IP is here."""
+    if "network.host_ips" not in answers.values:  # a scheduler picks the nodes when the job starts
+        raise TargetError(
+            f"a {answers['cluster.engine']} project's nodes are chosen when the job starts, so doctor cannot tell "
+            "which node this is: `npu-wizard run PROJECT --smoke` runs every node's preflight and a smoke test there"
+        )
     ips = answers["network.host_ips"]
     if requested is not None:
         if not 0 <= requested < len(ips):

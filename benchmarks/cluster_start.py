@@ -1,0 +1,160 @@
+"""Time from `npu-wizard run` to the first logged step, by engine, against baselines in the same run.
+
+- ssh: the CPU demo (2 nodes x 2 ranks, gloo) across two real hosts (network
+  namespaces with their own sshd, tests/ssh_hosts.py) against the manual engine
+  running the same job on one host (both nodes on 127.0.0.1). The ssh engine
+  adds the reachability check, rsync and ssh start-up. Goal: under 2 s more.
+- Slurm: `npu-wizard run` of the same job with engine slurm against a plain
+  `sbatch slurm/job.sbatch` of the same project on the same two-node cluster
+  (tests/slurm_cluster.py), timed from the command to the first step event.
+
+Rounds alternate the engines; the medians are printed. Needs root, sshd, rsync,
+ip, slurm-wlm and munge (as the tests do).
+
+    python benchmarks/cluster_start.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.events import read_events  # noqa: E402
+from tests.runs import free_port, node_env  # noqa: E402
+from tests.slurm_cluster import slurm_cluster  # noqa: E402
+from tests.ssh_hosts import ssh_hosts  # noqa: E402
+from wizard.answers import resolve  # noqa: E402
+from wizard.render import render  # noqa: E402
+
+TIMEOUT_S = 600
+
+
+def render_demo(folder: Path, name: str, **overrides: Any) -> Path:
+    """The CPU demo, one epoch, every step logged."""
+    raw: dict[str, Any] = {
+        "project_name": name,
+        "device": "cpu",
+        "nodes": 2,
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "off",
+        "network.master_port": free_port(),
+        "training.samples": 2048,
+        "training.batch_size": 16,
+        "training.epochs": 1,
+        "training.log_every": 1,
+    }
+    raw.update(overrides)
+    return render(resolve(raw), folder, force=True).project_dir
+
+
+def first_step(folders: Callable[[], list[Path]]) -> bool:
+    """Whether any rank logged a step in any of the folders (events/ or remote/events/)."""
+    for folder in folders():
+        for events in (read_events(folder), read_events(folder / "remote")):
+            if any(e.get("event") == "step" for rank_events in events.values() for e in rank_events):
+                return True
+    return False
+
+
+def timed(command: list[str], env: dict[str, str], cwd: Path, folders: Callable[[], list[Path]]) -> float:
+    """Seconds from starting `command` to the first step event; then wait for the job to end."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    while not first_step(folders):
+        if time.monotonic() - started > TIMEOUT_S:
+            process.kill()
+            raise RuntimeError(f"no step within {TIMEOUT_S}s: {' '.join(command)}")
+        if process.poll() not in (None, 0):
+            raise RuntimeError(f"{' '.join(command)} failed:\n{process.communicate()[0].decode()}")
+        time.sleep(0.05)
+    took = time.monotonic() - started
+    output, _ = process.communicate(timeout=TIMEOUT_S)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}:\n{output.decode()}")
+    return took
+
+
+def runs_of(project: Path) -> Callable[[], list[Path]]:
+    return lambda: sorted((project / "runs").glob("*")) if (project / "runs").is_dir() else []
+
+
+def run_command(project: Path) -> list[str]:
+    return [sys.executable, "-m", "wizard", "run", str(project), "--plain"]
+
+
+def wait_idle(env: dict[str, str]) -> None:
+    """Wait until the cluster's queue is empty (the previous job fully ended)."""
+    deadline = time.monotonic() + 120
+    while subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip():
+        if time.monotonic() > deadline:
+            raise RuntimeError("squeue never emptied")
+        time.sleep(0.5)
+
+
+def ssh_against_manual(work: Path, rounds: int) -> tuple[list[float], list[float]]:
+    """First-step times of the ssh engine across two hosts and of the manual engine on one."""
+    ssh_times, manual_times = [], []
+    with ssh_hosts(work / "hosts") as hosts:
+        over_ssh = render_demo(
+            work / "ssh",
+            "over-ssh",
+            **{"cluster.engine": "ssh", "network.host_ips": hosts.addresses, "network.master_addr": hosts.addresses[0]},
+        )
+        by_hand = render_demo(work / "manual", "by-hand", **{"network.host_ips": ["127.0.0.1"] * 2})
+        env = node_env(work / "unused", NPU_WIZARD_SSH_COMMAND=hosts.ssh_command)
+        for _ in range(rounds):
+            manual_times.append(timed(run_command(by_hand), env, by_hand, runs_of(by_hand)))
+            ssh_times.append(timed(run_command(over_ssh), env, over_ssh, runs_of(over_ssh)))
+    return ssh_times, manual_times
+
+
+def slurm_against_sbatch(work: Path, rounds: int) -> tuple[list[float], list[float]]:
+    """First-step times of `npu-wizard run` (engine slurm) and of a plain sbatch of the same project."""
+    run_times, sbatch_times = [], []
+    with slurm_cluster(work / "cluster") as cluster:
+        project = render_demo(work / "slurm", "on-slurm", **{"cluster.engine": "slurm"})
+        for index in range(rounds):
+            env = node_env(work / "unused", SLURM_CONF=str(cluster.conf))
+            wait_idle(env)
+            run_times.append(timed(run_command(project), env, project, runs_of(project)))
+            wait_idle(env)
+            plain_dir = project / "plain-runs" / str(index)
+            env = node_env(plain_dir, SLURM_CONF=str(cluster.conf))
+            sbatch_times.append(timed(["sbatch", "--wait", "slurm/job.sbatch"], env, project, lambda d=plain_dir: [d]))
+    return run_times, sbatch_times
+
+
+def line(name: str, times: list[float], baseline: list[float], base_name: str) -> str:
+    ours, base = statistics.median(times), statistics.median(baseline)
+    spread = ", ".join(f"{t:.1f}" for t in times)
+    return f"{name:<26} median {ours:6.2f} s ({spread})  vs {base_name} {base:6.2f} s: {ours - base:+.2f} s"
+
+
+def main() -> None:
+    """Run both comparisons and print the medians against their baselines."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("cluster_start.py needs root (network namespaces, slurmd)")
+    with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-") as scratch:
+        work = Path(scratch)
+        ssh_times, manual_times = ssh_against_manual(work, args.rounds)
+        print(line("ssh engine (2 hosts)", ssh_times, manual_times, "manual engine (1 host)"), flush=True)
+        run_times, sbatch_times = slurm_against_sbatch(work, args.rounds)
+        print(line("npu-wizard run (slurm)", run_times, sbatch_times, "plain sbatch"), flush=True)
+
+
+if __name__ == "__main__":
+    main()
