@@ -116,12 +116,11 @@ class SshEngine(Engine):
         """ssh signalling node's session and, with KILL, every process of the run left on the host."""
         parts = [f"kill -{signal_name} -- -{pgid} 2>/dev/null" if pgid else "true"]
         if signal_name == "KILL":
+            # one grep over every process's environment (NUL-separated lines) finds what is left of the run
             needle = shlex.quote(f"NPU_WIZARD_RUN_DIR={self.remote_run_dir(launch)}")
             parts.append(
-                "for p in /proc/[0-9]*; do "
-                f'tr "\\0" "\\n" <"$p/environ" 2>/dev/null | grep -qxF {needle} '
-                '&& kill -KILL "${p#/proc/}" 2>/dev/null; '
-                "done"
+                f"for f in $(grep -lzxF {needle} /proc/[0-9]*/environ 2>/dev/null); do "
+                'p="${f#/proc/}"; kill -KILL "${p%/environ}" 2>/dev/null; done'
             )
         return [*ssh_command(), self.hosts(launch)[node], "; ".join(parts) + "; true"]
 

@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
 from wizard.errors import Problem, WizardError
-from wizard.questions import QUESTIONS, STEP_TITLES
+from wizard.questions import QUESTIONS, STEP_TITLES, STEPS
 from wizard.tui.preview import RENDER_LOCK, Preview, build_preview, file_tree
 from wizard.tui.screens import ConfirmScreen
 from wizard.tui.state import as_text
@@ -36,7 +36,8 @@ def answers_text(values: dict[str, object], problems: list[Problem]) -> Text:
     if problems:
         text.append("\n")
     step = None
-    for question in QUESTIONS:
+    # step by step as the wizard asked them (the engine is asked after the topology)
+    for question in sorted(QUESTIONS, key=lambda q: STEPS.index(q.step)):
         if question.name not in values:
             continue
         if question.step != step:
