@@ -19,7 +19,7 @@ from pathlib import Path
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import NONLOCAL_BIND
 from wizard.answers import Answers, load_text, resolve
-from wizard.doctor import network, software
+from wizard.doctor import device_network, network, software
 from wizard.doctor.probe import Software, probe_software
 from wizard.errors import TargetError
 
@@ -83,6 +83,7 @@ def examine(
         software.check_torch_npu(found, answers),
         software.check_cann_files(answers, system.env),
         software.check_devices(found, answers, system.env),
+        device_network.check_device_network(answers, system.env),
         if_ip,
         network.check_hccl_reserved(answers, ports),
         network.check_hccl_free(answers, this, if_ip),
