@@ -203,3 +203,41 @@ def test_the_mouse_picks_an_option_and_the_help_follows_the_focus() -> None:
         assert help_panel.display
 
     run_wizard(scenario)
+
+
+def test_a_pasted_range_answers_every_node_at_once() -> None:
+    async def scenario(pilot: Pilot[int]) -> None:
+        await go_to(pilot, "topology")
+        await answer(pilot, "nodes", 64)
+        await pilot.pause()
+        from tests.tui_driver import type_into
+
+        paste = field(pilot, "network.host_ips").query_one(".paste-input", Input)
+        await type_into(pilot, paste, "10.0.0.11-10.0.0.74")
+        await answer(pilot, "network.master_addr", "10.0.0.11")
+        await pilot.pause()
+        assert pilot.app.state.values["network.host_ips"] == tuple(f"10.0.0.{n}" for n in range(11, 75))
+        assert problem_text(pilot, "network.host_ips") == ""
+        rows = [i.value for i in field(pilot, "network.host_ips").query(".row-input").results(Input)]
+        assert rows == [f"10.0.0.{n}" for n in range(11, 75)]
+
+    run_wizard(scenario)
+
+
+def test_a_hostfile_path_stands_in_for_the_host_ip_rows(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("10.0.0.11 slots=8\n10.0.0.12 slots=8\n10.0.0.13 slots=8\n")
+
+    async def scenario(pilot: Pilot[int]) -> None:
+        await go_to(pilot, "topology")
+        await answer(pilot, "nodes", 3)
+        await answer(pilot, "network.host_ips", ["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+        await answer(pilot, "network.hostfile", str(hosts))
+        await answer(pilot, "network.master_addr", "10.0.0.11")
+        await pilot.pause()
+        assert not field(pilot, "network.host_ips").display
+        assert pilot.app.state.values["network.host_ips"] == ("10.0.0.11", "10.0.0.12", "10.0.0.13")
+        assert "network.host_ips" not in pilot.app.state.raw
+        assert problem_text(pilot, "network.hostfile") == ""
+
+    run_wizard(scenario)

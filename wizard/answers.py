@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -72,16 +73,21 @@ def evaluate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
             values[question.name] = question.parse(raw[question.name])
         except Invalid as invalid:
             problems.append(Problem(question.name, raw[question.name], str(invalid)))
+    if values.get("network.hostfile") and raw.get("network.host_ips") not in (None, "", [], ()):
+        problems.append(Problem("network.host_ips", raw["network.host_ips"], "give network.hostfile or this, not both"))
     problems.extend(rules.check(values))
     return values, problems
 
 
-def load_text(text: str) -> Answers:
-    """Load an answers file's text (YAML); raise AnswersError listing every problem."""
+def load_text(text: str, base: Path | None = None) -> Answers:
+    """Load an answers file's text (YAML); a relative hostfile is taken from `base`; raise listing every problem."""
     document = read_document(text)
     if not isinstance(document, dict):
         raise AnswersError([Problem(FILE, NO_VALUE, "the answers file must be a mapping of answers (key: value)")])
     raw, problems = flatten(document)
+    hostfile = raw.get("network.hostfile")
+    if base is not None and isinstance(hostfile, str) and hostfile.strip() and not Path(hostfile).is_absolute():
+        raw["network.hostfile"] = str(base / hostfile.strip())
     try:
         answers = resolve(raw)
     except AnswersError as error:
@@ -123,11 +129,13 @@ def _take(name: str, value: Any, raw: dict[str, Any], problems: list[Problem]) -
 
 
 def _closest_key(name: str) -> str | None:
-    """The known key a misspelt one most likely meant, matching whole names, then their last part."""
+    """The known key a misspelt one most likely meant: a misplaced exact name, else the closest whole name or part."""
+    by_leaf = {question.rsplit(".", 1)[-1]: question for question in BY_NAME}
+    if name.rsplit(".", 1)[-1] in by_leaf:  # network.batch_size: the key is right, its section is not
+        return by_leaf[name.rsplit(".", 1)[-1]]
     close = difflib.get_close_matches(name, [*BY_NAME, "schema", *SECTIONS], n=1)
     if close:
         return close[0]
-    by_leaf = {question.rsplit(".", 1)[-1]: question for question in BY_NAME}
     close = difflib.get_close_matches(name.rsplit(".", 1)[-1], list(by_leaf), n=1)
     return by_leaf[close[0]] if close else None
 
@@ -136,7 +144,8 @@ def to_document(answers: Answers) -> dict[str, Any]:
     """Answers as the nested mapping of an answers file, in question order."""
     document: dict[str, Any] = {"schema": SCHEMA}
     for question in QUESTIONS:
-        if question.name not in answers.values:
+        if question.name not in answers.values or question.name == "network.hostfile":
+            # a hostfile is recorded as what it said: network.host_ips
             continue
         value = answers[question.name]
         value = list(value) if isinstance(value, tuple) else value
@@ -163,7 +172,7 @@ def to_context(answers: Answers) -> dict[str, str]:
     """Answers as flat text variables, the way cookiecutter hands them to templates."""
     context: dict[str, str] = {}
     for question in QUESTIONS:
-        value = answers.get(question.name)
+        value = None if question.name == "network.hostfile" else answers.get(question.name)
         if value is None:
             text = ""
         elif isinstance(value, tuple):

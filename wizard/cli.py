@@ -287,6 +287,11 @@ def _read_answers_text(source: str) -> str:
         raise TargetError(f"cannot read answers file {source}: {error.strerror or error}") from None
 
 
+def answers_base(source: str) -> Path:
+    """The folder a relative path in an answers file is taken from: the file's own (stdin: the current one)."""
+    return Path.cwd() if source == "-" else Path(source).absolute().parent
+
+
 def _print_warnings(warnings: Sequence[Problem]) -> None:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -296,7 +301,7 @@ def _render_from_file(args: argparse.Namespace) -> int:
     from wizard.answers import load_text
     from wizard.render import render
 
-    answers = load_text(_read_answers_text(args.answers))
+    answers = load_text(_read_answers_text(args.answers), answers_base(args.answers))
     result = render(answers, Path(args.output), force=args.force, dry_run=args.dry_run, clean=args.clean)
     _print_warnings(result.warnings)
     if args.dry_run:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wizard import hardware
+from wizard import hardware, hostfile
 from wizard.cluster_questions import ENGINE, SETTINGS, scheduled
 from wizard.spec import Choice, Question, Values
 
@@ -33,6 +33,8 @@ def _default_devices(values: Values) -> int:
 
 
 def _default_host_ips(values: Values) -> tuple[str, ...]:
+    if values.get("network.hostfile"):
+        return tuple(host.address for host in hostfile.read(values["network.hostfile"]))
     return ("127.0.0.1",) * int(values.get("nodes") or 1)
 
 
@@ -120,6 +122,18 @@ QUESTIONS: tuple[Question, ...] = (
     ),
     ENGINE,
     *SETTINGS,
+    Question(
+        name="network.hostfile",
+        prompt="Hostfile (for many nodes)",
+        kind="hostfile",
+        optional=True,
+        replaces="network.host_ips",
+        when=_by_address,
+        step="topology",
+        help="A file of the nodes' addresses instead of typing them: one IP per line, node 0 first, "
+        "optionally slots=N (devices per node), # for comments; ranges like 10.0.0.11-10.0.0.74 too. "
+        "A relative path is taken from the answers file's folder. Its addresses become host_ips.",
+    ),
     Question(
         name="network.host_ips",
         prompt="Host IP of each node",

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from wizard import hardware
+from wizard import hardware, hostfile
 from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN, NOT_YET
 from wizard.errors import Problem
 from wizard.spec import is_ip, is_loopback
@@ -51,12 +51,17 @@ def amp_fits_series(v: Values) -> Iterator[Problem]:
 def one_ip_per_node(v: Values) -> Iterator[Problem]:
     """One host IP per node, distinct unless every node is simulated on loopback."""
     ips, nodes = v["network.host_ips"], v["nodes"]
+    # a hostfile's problems are reported at the hostfile
+    field, value = (
+        ("network.hostfile", v["network.hostfile"]) if v.get("network.hostfile") else ("network.host_ips", ips)
+    )
     if len(ips) != nodes:
-        yield _error("network.host_ips", ips, f"give one address per node: {nodes} expected, {len(ips)} given")
+        yield _error(field, value, f"give one address per node: {nodes} expected, {len(ips)} given")
         return
     repeated = sorted(ip for ip, count in Counter(ips).items() if count > 1)
     if repeated and not all(is_loopback(ip) for ip in ips):
-        yield _error("network.host_ips", ips, f"each node needs its own address; repeated: {', '.join(repeated)}")
+        shown = ", ".join(repeated[:5]) + (f" and {len(repeated) - 5} more" if len(repeated) > 5 else "")
+        yield _error(field, value, f"each node needs its own address; repeated: {shown}")
     if nodes > 1 and v["device"] != "cpu" and all(is_loopback(ip) for ip in ips):
         yield _warning(
             "network.host_ips",
@@ -211,10 +216,23 @@ def scheduled_ports_apart(v: Values) -> Iterator[Problem]:
         )
 
 
+def hostfile_fits(v: Values) -> Iterator[Problem]:
+    """A hostfile's slots, where given, equal the devices per node."""
+    path, devices = v["network.hostfile"], v["devices_per_node"]
+    if not path:
+        return
+    wrong = [host for host in hostfile.read(path) if host.slots is not None and host.slots != devices]
+    if wrong:
+        lines = ", ".join(f"line {host.line} slots={host.slots}" for host in wrong[:5])
+        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+        yield _error("network.hostfile", path, f"{lines}{more}: every node runs devices_per_node = {devices} ranks")
+
+
 RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...] = (
     (("hardware", "devices_per_node"), devices_fit_series),
     (("hardware", "amp"), amp_fits_series),
     (("nodes", "device", "network.host_ips"), one_ip_per_node),
+    (("network.hostfile", "devices_per_node"), hostfile_fits),
     (("network.master_addr", "network.host_ips"), master_is_a_node),
     (("network.master_port", "network.hccl_base_port", "network.hccl_port_count"), ports_apart),
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),

@@ -11,6 +11,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from wizard import hardware
@@ -48,6 +49,7 @@ class Question:
     when: Callable[[Values], bool] | None = None
     check: Callable[[Any], None] | None = None
     default_from: Callable[[Values], Any] | None = field(default=None, repr=False)
+    replaces: str | None = None  # another question this one's answer stands in for
 
     def applies(self, values: Values) -> bool:
         """Whether the question is asked, given the answers before it."""
@@ -90,7 +92,8 @@ class Question:
 _ALLOWED_TEXT = {
     "slug": "lowercase letters, digits, '-' and '_', starting with a letter (at most 64)",
     "host": "an IPv4 or IPv6 address, or a host name",
-    "ip_list": "a list of IPv4 or IPv6 addresses, one per node",
+    "ip_list": "a list of IPv4 or IPv6 addresses, one per node (ranges such as 10.0.0.11-10.0.0.74 allowed)",
+    "hostfile": "the path of a hostfile: one IP per line, optionally slots=N, # for comments",
     "path": "an absolute path without quotes, '$', '`', braces or spaces",
     "version": "a release number such as 2.9.0 or 2.9.0.post6",
     "nic": "an interface name or HCCL_SOCKET_IFNAME pattern (e.g. eth0, =eth0, eth,enp, ^docker)",
@@ -102,7 +105,7 @@ _ALLOWED_TEXT = {
 }
 
 # Longest accepted text per kind: a value is read by people and shells, never megabytes.
-_MAX_LENGTH = {"slug": 64, "host": 253, "nic": 255, "path": 1024, "relpath": 1024, "version": 32}
+_MAX_LENGTH = {"slug": 64, "host": 253, "nic": 255, "path": 1024, "relpath": 1024, "version": 32, "hostfile": 4096}
 # An IPv6 zone id names an interface: Linux interface names are at most 15 of these characters.
 _ZONE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 _SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -180,9 +183,11 @@ def _check_zone(text: str) -> None:
 
 
 def _parse_ip_list(question: Question, raw: Any) -> tuple[str, ...]:
-    items = [part.strip() for part in raw.split(",")] if isinstance(raw, str) else raw
+    # text may be pasted: commas, spaces or newlines between addresses
+    items = re.split(r"[,\s]+", raw.strip()) if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not items:
         raise Invalid(f"must be {question.allowed()}")
+    items = _expand_ranges(items)
     for item in items:
         if isinstance(item, str) and "%" in item and is_ip(item.split("%", 1)[0]):
             _check_zone(item)
@@ -210,6 +215,37 @@ def _parse_slurm_time(question: Question, raw: Any) -> str:
     return _parse_pattern(_SLURM_TIME)(question, raw)
 
 
+def _expand_ranges(items: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """Items with each range FIRST-LAST replaced by its addresses."""
+    from wizard.hostfile import MAX_HOSTS, expand, is_range
+
+    expanded: list[Any] = []
+    for item in items:
+        if isinstance(item, str) and is_range(item):
+            try:
+                expanded.extend(expand(item))
+            except ValueError as error:
+                raise Invalid(str(error)) from None
+        else:
+            expanded.append(item.strip() if isinstance(item, str) else item)
+        if len(expanded) > MAX_HOSTS:
+            raise Invalid(f"more than {MAX_HOSTS} addresses")
+    return expanded
+
+
+def _parse_hostfile(question: Question, raw: Any) -> str:
+    from wizard.hostfile import HostListError, read
+
+    if not isinstance(raw, str):
+        raise Invalid(f"must be {question.allowed()}")
+    path = str(Path(raw.strip()).expanduser().absolute())
+    try:
+        read(path)
+    except HostListError as error:
+        raise Invalid(str(error)) from None
+    return path
+
+
 def _parse_version(question: Question, raw: Any) -> str:
     text = str(raw).strip() if isinstance(raw, str | int | float) and not isinstance(raw, bool) else ""
     if hardware.parse_version(text) is None:
@@ -232,6 +268,7 @@ _PARSERS: dict[str, Callable[[Question, Any], Any]] = {
     "slurm_time": _parse_slurm_time,
     "slurm_name": _parse_pattern(_SLURM_NAME),
     "gres": _parse_pattern(_GRES),
+    "hostfile": _parse_hostfile,
     "version": _parse_version,
 }
 

@@ -18,6 +18,7 @@ from wizard.spec import Question
 from wizard.tui.state import WizardState, as_rows, as_text
 
 MAX_ROWS = 256
+PASTE_HINT = "or paste them all: addresses or ranges (10.0.0.11-10.0.0.74), or give a hostfile"
 
 
 class Field(Vertical):
@@ -60,7 +61,7 @@ class Field(Vertical):
 
     def show(self) -> None:
         """Bring the field in line with the state: value, visibility, problems."""
-        self.display = self.state.applies(self.question.name)
+        self.display = self.state.applies(self.question.name) and not self.state.replaced(self.question.name)
         self.show_value()
         problems = self.state.problems_at(self.question.name)
         line = self.query_one(".problem", Static)
@@ -165,12 +166,20 @@ class ListField(Field):
     """A list question with one row per node: it grows and shrinks with the node count."""
 
     def compose_input(self) -> ComposeResult:
-        """The rows' container; rows are added in show_value."""
+        """A box to paste a whole list into, and the rows' container (rows are added in show_value)."""
+        paste = Input(placeholder=PASTE_HINT, select_on_focus=False, compact=True, classes="answer paste-input")
+        paste.cursor_blink = self.blink
+        yield paste
         yield Vertical(classes="rows")
 
     def show_value(self) -> None:
         """Show one row per node, keeping rows typed earlier."""
-        rows = as_rows(self.state.shown(self.question.name))
+        name = self.question.name
+        pasted = isinstance(self.state.raw.get(name), str)
+        # a pasted list shows as the addresses it stands for, once it parses
+        rows = (
+            list(self.state.values[name]) if pasted and name in self.state.values else as_rows(self.state.shown(name))
+        )
         count = self.state.values.get("nodes") or len(self.query(".row")) or len(rows) or 1
         count = min(count, MAX_ROWS)
         container = self.query_one(".rows", Vertical)
@@ -183,13 +192,13 @@ class ListField(Field):
             container.mount(Horizontal(Label(f"node {index}", classes="row-label"), entry, classes="row"))
             with entry.prevent(Input.Changed):
                 entry.value = rows[index] if index < len(rows) else self._new_row(rows)
-        if self.question.name not in self.state.raw:
+        if name not in self.state.raw or pasted:
             for index, row in enumerate(existing[:count]):
                 entry = row.query_one(Input)
                 with entry.prevent(Input.Changed):
                     entry.value = rows[index] if index < len(rows) else ""
-        elif len(existing) != count and existing:
-            self.call_after_refresh(self._report)
+        elif len(existing) != count and existing and not pasted:
+            self.call_after_refresh(self._report)  # a pasted list stays as pasted: rows show at most MAX_ROWS
 
     def _new_row(self, rows: list[str]) -> str:
         """A new node's row: loopback while every node is simulated here, else empty to fill in."""
@@ -201,8 +210,12 @@ class ListField(Field):
 
     @on(Input.Changed)
     def typed(self, event: Input.Changed) -> None:
-        """Record the rows after any of them changed."""
+        """Record a pasted list as it is, or the rows after any of them changed."""
         event.stop()
+        if event.input.has_class("paste-input"):
+            if event.value.strip():
+                self.edited(event.value)
+            return
         self._report()
 
 

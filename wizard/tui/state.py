@@ -8,6 +8,7 @@ interactive path accepts and refuses exactly what `--answers` does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +54,7 @@ def as_rows(value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
-        return [part.strip() for part in value.split(",")]
+        return [part for part in re.split(r"[,\s]+", value.strip()) if part] or [""]
     if isinstance(value, list | tuple):
         return [str(item) for item in value]
     return [str(value)]
@@ -72,9 +73,16 @@ class WizardState:
         self.values, self.problems = evaluate(self.effective_raw())
 
     def set(self, name: str, raw: Any) -> None:
-        """Record what the person entered for a question."""
+        """Record what the person entered for a question (an answer standing in for another drops that one)."""
         self.raw[name] = raw
+        replaced = BY_NAME[name].replaces
+        if replaced and raw not in (None, ""):
+            self.raw.pop(replaced, None)
         self.refresh()
+
+    def replaced(self, name: str) -> bool:
+        """Whether another answer stands in for this question (a hostfile for the host IPs)."""
+        return any(q.replaces == name and self.values.get(q.name) for q in BY_NAME.values())
 
     def effective_raw(self) -> dict[str, Any]:
         """The raw answers of the questions that apply (kept answers of hidden ones are left out)."""
