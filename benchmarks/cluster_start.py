@@ -69,9 +69,10 @@ def first_step(folders: Callable[[], list[Path]]) -> bool:
 
 def timed(command: list[str], env: dict[str, str], cwd: Path, folders: Callable[[], list[Path]]) -> float:
     """Seconds from starting `command` to the first step event; then wait for the job to end."""
+    earlier = set(folders())  # an earlier round's run folders hold steps already
     started = time.monotonic()
     process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    while not first_step(folders):
+    while not first_step(lambda: [folder for folder in folders() if folder not in earlier]):
         if time.monotonic() - started > TIMEOUT_S:
             process.kill()
             raise RuntimeError(f"no step within {TIMEOUT_S}s: {' '.join(command)}")
@@ -105,6 +106,7 @@ def wait_idle(env: dict[str, str]) -> None:
 def ssh_against_manual(work: Path, rounds: int) -> tuple[list[float], list[float]]:
     """First-step times of the ssh engine across two hosts and of the manual engine on one."""
     ssh_times, manual_times = [], []
+    (work / "hosts").mkdir()
     with ssh_hosts(work / "hosts") as hosts:
         over_ssh = render_demo(
             work / "ssh",
@@ -122,6 +124,7 @@ def ssh_against_manual(work: Path, rounds: int) -> tuple[list[float], list[float
 def slurm_against_sbatch(work: Path, rounds: int) -> tuple[list[float], list[float]]:
     """First-step times of `npu-wizard run` (engine slurm) and of a plain sbatch of the same project."""
     run_times, sbatch_times = [], []
+    (work / "cluster").mkdir()
     with slurm_cluster(work / "cluster") as cluster:
         project = render_demo(work / "slurm", "on-slurm", **{"cluster.engine": "slurm"})
         for index in range(rounds):
