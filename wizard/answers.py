@@ -148,7 +148,10 @@ def to_document(answers: Answers) -> dict[str, Any]:
             # a hostfile is recorded as what it said: network.host_ips
             continue
         value = answers[question.name]
-        value = list(value) if isinstance(value, tuple) else value
+        if question.kind == "labels" and value is not None:
+            value = dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
         if "." in question.name:
             section, key = question.name.split(".", 1)
             document.setdefault(section, {})[key] = value
@@ -175,6 +178,8 @@ def to_context(answers: Answers) -> dict[str, str]:
         value = None if question.name == "network.hostfile" else answers.get(question.name)
         if value is None:
             text = ""
+        elif question.kind == "labels":
+            text = ",".join(f"{key}={label}" for key, label in value)
         elif isinstance(value, tuple):
             text = ",".join(value)
         else:

@@ -18,6 +18,8 @@ import runtime
 from wizard import pristine
 from wizard.answers import Answers, dump
 from wizard.cluster_questions import SCHEDULERS
+from wizard.k8s import write_manifests
+from wizard.questions_k8s import KUBERNETES_ENGINES
 from wizard.shellquote import template_environment
 
 NODE_TEMPLATE = Path("launch") / "_node.sh.j2"
@@ -61,6 +63,9 @@ def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
         shutil.rmtree(project / SBATCH_FILE.parent)
     copy_runtime(project / "runtime")
     (project / "answers.yaml").write_text(dump(answers))
+    if answers.get("cluster.engine") in KUBERNETES_ENGINES:
+        # After the files above, which the ConfigMap carries
+        write_manifests(project, answers)
     pristine.record(project, walk_files(project), written)  # the base of a later `npu-wizard update`
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from wizard import hardware, hostfile
 from wizard.cluster_questions import ENGINE, SETTINGS, scheduled
+from wizard.questions_k8s import KUBERNETES_QUESTIONS
 from wizard.spec import Choice, Question, Values
 
 STEP_TITLES: dict[str, str] = {
@@ -122,6 +123,7 @@ QUESTIONS: tuple[Question, ...] = (
     ),
     ENGINE,
     *SETTINGS,
+    *KUBERNETES_QUESTIONS,
     Question(
         name="network.hostfile",
         prompt="Hostfile (for many nodes)",

@@ -228,6 +228,24 @@ def hostfile_fits(v: Values) -> Iterator[Problem]:
         yield _error("network.hostfile", path, f"{lines}{more}: every node runs devices_per_node = {devices} ranks")
 
 
+def kubernetes_settings(v: Values) -> Iterator[Problem]:
+    """A Kubernetes job needs its image; its data comes from one place at most."""
+    if v["cluster.engine"] not in ("ascendjob", "pytorchjob"):
+        return
+    if "cluster.image" in v and v["cluster.image"] is None:
+        yield _error(
+            "cluster.image",
+            None,
+            "a value is required: the training image with CANN, torch and torch_npu that every pod runs",
+        )
+    if v.get("cluster.data_host_path") and v.get("cluster.data_pvc"):
+        yield _error(
+            "cluster.data_pvc",
+            v["cluster.data_pvc"],
+            "the data comes from a hostPath or a volume claim, not both: leave one of them empty",
+        )
+
+
 RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...] = (
     (("hardware", "devices_per_node"), devices_fit_series),
     (("hardware", "amp"), amp_fits_series),
@@ -244,6 +262,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
         ("cluster.engine", "network.master_port", "network.hccl_base_port", "network.hccl_port_count"),
         scheduled_ports_apart,
     ),
+    (("cluster.engine",), kubernetes_settings),
 )
 
 

@@ -102,6 +102,10 @@ _ALLOWED_TEXT = {
     "slurm_time": "a time limit as HH:MM:SS (or D-HH:MM:SS)",
     "slurm_name": "a name of letters, digits and ._- (as Slurm shows it)",
     "gres": "a Slurm GRES such as gpu:910b:8 (letters, digits and ._:,-)",
+    "image": "a container image reference such as registry.example.com/team/train:8.1 (no spaces or quotes)",
+    "k8s_name": "a Kubernetes name: lowercase letters, digits and '-', starting and ending with a letter or digit "
+    "(at most 63)",
+    "labels": "label pairs key=value, separated by commas (in YAML, a mapping); keys may have a prefix/",
 }
 
 # Longest accepted text per kind: a value is read by people and shells, never megabytes.
@@ -118,6 +122,16 @@ _RELPATH = re.compile(r"^[A-Za-z0-9_./+@:-]+$")
 _SLURM_TIME = re.compile(r"^(\d{1,3}-)?\d{1,4}:[0-5]\d:[0-5]\d$")
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _GRES = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
+# A container image reference: [host[:port]/]path[:tag][@digest] (the distribution reference grammar, simplified).
+_IMAGE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+_K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_LABEL_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(rf"^([a-z0-9]([a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
 
 
 def _parse_int(question: Question, raw: Any) -> int:
@@ -246,6 +260,27 @@ def _parse_hostfile(question: Question, raw: Any) -> str:
     return path
 
 
+def _parse_labels(question: Question, raw: Any) -> tuple[tuple[str, str], ...]:
+    """Label pairs from a YAML mapping or from `key=value, key=value` text, in the order given."""
+    if isinstance(raw, str):
+        pairs = []
+        for part in (p.strip() for p in raw.split(",")):
+            key, equals, value = part.partition("=")
+            if not equals:
+                raise Invalid(f"{part!r} is not key=value; must be {question.allowed()}")
+            pairs.append((key.strip(), value.strip()))
+    elif isinstance(raw, Mapping):
+        pairs = [(key, "" if value is None else value) for key, value in raw.items()]
+    else:
+        raise Invalid(f"must be {question.allowed()}")
+    for key, value in pairs:
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise Invalid(f"not a label key: {key!r}")
+        if isinstance(value, bool) or not isinstance(value, str | int) or not _LABEL_VALUE.match(str(value)):
+            raise Invalid(f"not a label value for {key}: {value!r} (at most 63 letters, digits, '-', '_', '.')")
+    return tuple((key, str(value)) for key, value in pairs)
+
+
 def _parse_version(question: Question, raw: Any) -> str:
     text = str(raw).strip() if isinstance(raw, str | int | float) and not isinstance(raw, bool) else ""
     if hardware.parse_version(text) is None:
@@ -270,6 +305,9 @@ _PARSERS: dict[str, Callable[[Question, Any], Any]] = {
     "gres": _parse_pattern(_GRES),
     "hostfile": _parse_hostfile,
     "version": _parse_version,
+    "image": _parse_pattern(_IMAGE),
+    "k8s_name": _parse_pattern(_K8S_NAME),
+    "labels": _parse_labels,
 }
 
 
