@@ -6,8 +6,6 @@ from wizard.spec import Choice, Question, Values
 
 SCHEDULERS = ("slurm", "ascendjob", "pytorchjob")
 """Engines that choose the nodes at run time: no host IPs are asked, each node finds its own."""
-NOT_YET = ("ascendjob", "pytorchjob")
-"""Engines named in the schema that this release cannot run yet."""
 MASTER_PORT_SPAN = 1000
 """Under a scheduler MASTER_PORT = master_port + job id modulo this, so packed jobs differ."""
 HCCL_SLOTS = 64

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from wizard import hardware, hostfile
-from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN, NOT_YET
+from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN
 from wizard.errors import Problem
 from wizard.spec import is_ip, is_loopback
 
@@ -176,17 +176,6 @@ def versions_pair(v: Values) -> Iterator[Problem]:
         )
 
 
-def engine_available(v: Values) -> Iterator[Problem]:
-    """The Kubernetes engines are named in the schema but not run yet."""
-    if v["cluster.engine"] in NOT_YET:
-        yield _error(
-            "cluster.engine",
-            v["cluster.engine"],
-            "not yet: the Kubernetes engines (ascendjob, pytorchjob) come in a later npu-wizard; "
-            "use manual, ssh or slurm",
-        )
-
-
 def one_ssh_host_per_node(v: Values) -> Iterator[Problem]:
     """ssh hosts, when given, name each node once."""
     hosts, nodes = v.get("cluster.ssh_hosts"), v["nodes"]
@@ -256,7 +245,6 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
-    (("cluster.engine",), engine_available),
     (("nodes", "cluster.engine"), one_ssh_host_per_node),
     (
         ("cluster.engine", "network.master_port", "network.hccl_base_port", "network.hccl_port_count"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from wizard.answers import Answers
-from wizard.cluster_questions import NOT_YET
 from wizard.engines.base import Description, Engine, EngineError, Launch, StatusPlan
 
 
@@ -31,8 +30,23 @@ def _slurm() -> Engine:
     return SlurmEngine()
 
 
-ENGINES: dict[str, Callable[[], Engine]] = {"manual": _manual, "ssh": _ssh, "slurm": _slurm}
-"""Each runnable engine by its `cluster.engine` name; the Kubernetes engines add theirs here."""
+def _kubernetes(name: str) -> Callable[[], Engine]:
+    def make() -> Engine:
+        from wizard.engines.kubernetes import KubernetesEngine
+
+        return KubernetesEngine(name)
+
+    return make
+
+
+ENGINES: dict[str, Callable[[], Engine]] = {
+    "manual": _manual,
+    "ssh": _ssh,
+    "slurm": _slurm,
+    "ascendjob": _kubernetes("ascendjob"),
+    "pytorchjob": _kubernetes("pytorchjob"),
+}
+"""Each runnable engine by its `cluster.engine` name."""
 
 
 def engine_for(answers: Answers) -> Engine:
@@ -40,8 +54,6 @@ def engine_for(answers: Answers) -> Engine:
     name = answers.get("cluster.engine") or "manual"
     if name in ENGINES:
         return ENGINES[name]()
-    if name in NOT_YET:
-        raise EngineError(f"cluster.engine {name}: not yet: this npu-wizard runs manual, ssh and slurm projects")
     raise EngineError(f"cluster.engine {name}: unknown engine; one of: {', '.join(ENGINES)}")
 
 

@@ -2,6 +2,9 @@
 # {{ cookiecutter.project_name|sh }}: the entry script every node runs under {{ cookiecutter.engine|sh }}.
 {%- if cookiecutter.engine == "slurm" %}
 # slurm/job.sbatch starts it once per node with srun.
+{%- else %}
+# Each pod of k8s/{{ cookiecutter.engine }}.yaml runs it, from a copy of the project that
+# the pod takes from the ConfigMap in k8s/project.yaml.
 {%- endif %}
 #
 # The engine's variables mean other things than the launcher's (SLURM_PROCID is not a
@@ -9,9 +12,14 @@
 # MASTER_PORT and HCCL_IF_BASE_PORT, checks them, and runs launch/run-node.sh, the launch
 # script every node shares. Anything unexpected stops the node here, with the reason.
 #
+{%- if cookiecutter.engine == "slurm" %}
 # Ports: jobs may share a node, so each job takes its own from its job id:
 #   MASTER_PORT       = {{ cookiecutter.master_port|int }} + job id % 1000
 #   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + (job id % 64) x {{ cookiecutter.hccl_port_count|int }}
+{%- else %}
+# Ports: each pod has a network namespace of its own: MASTER_PORT is the operator's, the
+# HCCL ports start at {{ cookiecutter.hccl_base_port|int }} as rendered.
+{%- endif %}
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -59,6 +67,68 @@ fi
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" && -z "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
     export ASCEND_RT_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"
 fi
+master_port=$(({{ cookiecutter.master_port|int }} + job_id % 1000))
+hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + (job_id % 64) * {{ cookiecutter.hccl_port_count|int }}))
+job="job $job_id"
+{%- elif cookiecutter.engine == "ascendjob" %}
+
+# ---- MindCluster AscendJob -----------------------------------------------------------
+# The ascend-operator sets RANK = this pod's node rank, WORLD_SIZE = NPUs in the whole job,
+# LOCAL_WORLD_SIZE = NPUs in this pod, LOCAL_RANK = the list "0,1,...,n-1", and
+# MASTER_ADDR/MASTER_PORT = the Master pod's service and its port named ascendjob-port.
+for name in RANK WORLD_SIZE LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT; do
+    [[ -n "${!name:-}" ]] || fail "$name is not set: run this in a pod of the AscendJob (kubectl apply -f k8s/)"
+done
+whole_number "$RANK" || fail "RANK='$RANK' is not a node rank (AscendJob sets this pod's node rank)"
+whole_number "$WORLD_SIZE" || fail "WORLD_SIZE='$WORLD_SIZE' is not a device count"
+if ! whole_number "$LOCAL_WORLD_SIZE" || ((LOCAL_WORLD_SIZE == 0)); then
+    fail "LOCAL_WORLD_SIZE='$LOCAL_WORLD_SIZE' is not a device count"
+fi
+((WORLD_SIZE % LOCAL_WORLD_SIZE == 0)) ||
+    fail "WORLD_SIZE=$WORLD_SIZE is not a multiple of LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE: pods with different device counts"
+local_ranks="$(seq -s, 0 $((LOCAL_WORLD_SIZE - 1)))"
+if [[ -n "${LOCAL_RANK:-}" && "$LOCAL_RANK" != "$local_ranks" ]]; then
+    fail "LOCAL_RANK='$LOCAL_RANK': AscendJob lists this pod's devices ($local_ranks); the launcher numbers the ranks itself"
+fi
+node_rank="$RANK"
+node_count=$((WORLD_SIZE / LOCAL_WORLD_SIZE))
+pod_devices="$LOCAL_WORLD_SIZE"
+{%- elif cookiecutter.engine == "pytorchjob" %}
+
+# ---- Kubeflow PyTorchJob -------------------------------------------------------------
+# The training operator sets PET_NNODES (pods), PET_NODE_RANK (this pod's index),
+# PET_NPROC_PER_NODE (nprocPerNode), MASTER_ADDR/MASTER_PORT (the Master pod's service);
+# RANK is the pod index and WORLD_SIZE pods x nprocPerNode: not torchrun's meanings.
+for name in PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE MASTER_ADDR MASTER_PORT; do
+    [[ -n "${!name:-}" ]] || fail "$name is not set: run this in a pod of the PyTorchJob (kubectl apply -f k8s/)"
+done
+whole_number "$PET_NNODES" ||
+    fail "PET_NNODES='$PET_NNODES' is not a node count (an elastic range min:max is not supported: drop elasticPolicy)"
+whole_number "$PET_NODE_RANK" || fail "PET_NODE_RANK='$PET_NODE_RANK' is not a node rank"
+whole_number "$PET_NPROC_PER_NODE" ||
+    fail "PET_NPROC_PER_NODE='$PET_NPROC_PER_NODE' is not a process count (set nprocPerNode to a number, not auto)"
+if [[ -n "${LOCAL_RANK:-}" ]] && ! whole_number "$LOCAL_RANK"; then
+    fail "LOCAL_RANK='$LOCAL_RANK' is not an integer; the launcher wants one per process and sets it itself"
+fi
+node_rank="$PET_NODE_RANK"
+node_count="$PET_NNODES"
+pod_devices="$PET_NPROC_PER_NODE"
+# torchrun takes PET_* as defaults for its flags: launch/run-node.sh passes every one it needs.
+unset PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT
+{%- endif %}
+{%- if cookiecutter.engine in ["ascendjob", "pytorchjob"] %}
+if ((pod_devices != NPROC_PER_NODE)); then
+    fail "this pod runs $pod_devices process(es) but the project was rendered for $NPROC_PER_NODE per node: render again with devices_per_node: $pod_devices"
+fi
+whole_number "$MASTER_PORT" || fail "MASTER_PORT='$MASTER_PORT' is not a port"
+# Every launcher sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE for each process it
+# starts: the operator's values (meaning other things) must not reach the ranks.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE
+master="$MASTER_ADDR"
+# Each pod has its own network namespace: the operator's port and the HCCL ports as rendered.
+master_port="$MASTER_PORT"
+hccl_base={{ cookiecutter.hccl_base_port|int }}
+job="pod $(hostname)"
 {%- endif %}
 
 # ---- checks every engine shares ------------------------------------------------------
@@ -74,7 +144,17 @@ if [[ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
         fail "this node sees $visible device(s) ($ASCEND_RT_VISIBLE_DEVICES) but runs $NPROC_PER_NODE rank(s): ask the engine for $NPROC_PER_NODE devices per node"
     fi
 fi
+{%- if cookiecutter.engine in ["ascendjob", "pytorchjob"] %}
+# A new Service's name can take a while to resolve: keep asking (NPU_WIZARD_RESOLVE_WAIT seconds).
+master_ip=""
+for _ in $(seq 1 "${NPU_WIZARD_RESOLVE_WAIT:-120}"); do
+    master_ip="$(getent ahosts "$master" | awk 'NR == 1 { print $1 }')"
+    [[ -z "$master_ip" ]] || break
+    sleep 1
+done
+{%- else %}
 master_ip="$(getent ahosts "$master" | awk 'NR == 1 { print $1 }')"
+{%- endif %}
 [[ -n "$master_ip" ]] || fail "cannot resolve the master node '$master' on $(hostname)"
 # This node's address for HCCL: the one its route to the master leaves from.
 if ! route="$(ip -o route get "$master_ip" 2>&1)"; then
@@ -82,11 +162,18 @@ if ! route="$(ip -o route get "$master_ip" 2>&1)"; then
 fi
 own_ip="$(sed -n 's/.* src \([^ ]*\).*/\1/p' <<<"$route")"
 [[ -n "$own_ip" ]] || fail "cannot tell this node's address towards the master from: $route"
+{%- if cookiecutter.engine == "ascendjob" %}
+# AscendJob's MASTER_ADDR is the Master Service's cluster IP, which no pod owns: node 0
+# listens at its own address, and the Service leads the other nodes there.
+if ((node_rank == 0)); then
+    master_ip="$own_ip"
+fi
+{%- endif %}
 
 export NODE_RANK="$node_rank"
 export MASTER_ADDR="$master_ip"
-export MASTER_PORT=$(({{ cookiecutter.master_port|int }} + job_id % 1000))
+export MASTER_PORT="$master_port"
 export NODE_ADDR="$own_ip"
-export HCCL_IF_BASE_PORT=$(({{ cookiecutter.hccl_base_port|int }} + (job_id % 64) * {{ cookiecutter.hccl_port_count|int }}))
-echo "entry: job $job_id node $NODE_RANK of $node_count on $(hostname): master $MASTER_ADDR:$MASTER_PORT, HCCL_IF_IP $NODE_ADDR, HCCL ports from $HCCL_IF_BASE_PORT"
+export HCCL_IF_BASE_PORT="$hccl_base"
+echo "entry: $job node $NODE_RANK of $node_count on $(hostname): master $MASTER_ADDR:$MASTER_PORT, HCCL_IF_IP $NODE_ADDR, HCCL ports from $HCCL_IF_BASE_PORT"
 exec bash launch/run-node.sh "$@"

@@ -1,0 +1,152 @@
+"""A test double of kubectl: records every call and plays a scripted job, with no cluster behind it.
+
+Tests put a `kubectl` on PATH that runs this file. It appends each call's
+arguments and working folder to $KUBECTL_DOUBLE_DIR/calls.jsonl, keeps what
+`apply` was given, and answers `get`, `logs` and `delete` from the scenario in
+$KUBECTL_DOUBLE_DIR/scenario:
+
+- succeed: the job is Created (pods Pending, unschedulable), then Running, then Succeeded;
+- fail: Created, Running, then Failed with node 1's pod exited 3;
+- run: Running until it is deleted;
+- no-context: `kubectl config current-context` fails, as on a machine with no cluster set up.
+
+The step of a scenario advances with each `get` of the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+STATE = Path(os.environ["KUBECTL_DOUBLE_DIR"])
+
+
+def record(argv: list[str]) -> None:
+    """Append this call to the log."""
+    with (STATE / "calls.jsonl").open("a") as log:
+        log.write(json.dumps({"argv": argv, "cwd": os.getcwd()}) + "\n")
+
+
+def scenario() -> str:
+    """The scripted job's name."""
+    return (STATE / "scenario").read_text().strip()
+
+
+def step() -> int:
+    """How many times the job was asked for so far."""
+    path = STATE / "steps"
+    return int(path.read_text()) if path.exists() else 0
+
+
+def job_name() -> str:
+    """The applied job's name and kind (from what apply was given)."""
+    applied = json.loads((STATE / "applied.json").read_text())
+    return applied["name"]
+
+
+def pod(name: str, role: str, index: int, phase: str, *, code: int | None = None, pending: str = "") -> dict[str, Any]:
+    """A pod as `kubectl get pods -o json` lists it, with the training operator's labels."""
+    status: dict[str, Any] = {"phase": phase}
+    if pending:
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending}
+        ]
+    if code is not None:
+        status["containerStatuses"] = [{"name": "c", "state": {"terminated": {"exitCode": code}}}]
+    elif phase == "Running":
+        status["containerStatuses"] = [{"name": "c", "state": {"running": {}}}]
+    labels = {"training.kubeflow.org/replica-type": role, "training.kubeflow.org/replica-index": str(index)}
+    return {"metadata": {"name": f"{name}-{role}-{index}", "labels": labels}, "status": status}
+
+
+def pods(now: int) -> list[dict[str, Any]]:
+    """The job's two pods at this step of the scenario."""
+    if (STATE / "deleted").exists():
+        return []
+    name, plan = job_name(), scenario()
+    if now <= 1:
+        unschedulable = "0/2 nodes are available: 2 Insufficient huawei.com/Ascend910."
+        return [pod(name, "master", 0, "Pending", pending=unschedulable), pod(name, "worker", 0, "Pending")]
+    if now == 2 or plan == "run":
+        return [pod(name, "master", 0, "Running"), pod(name, "worker", 0, "Running")]
+    if plan == "fail":
+        return [pod(name, "master", 0, "Failed", code=143), pod(name, "worker", 0, "Failed", code=3)]
+    return [pod(name, "master", 0, "Succeeded", code=0), pod(name, "worker", 0, "Succeeded", code=0)]
+
+
+def job(now: int) -> dict[str, Any] | None:
+    """The job's status at this step."""
+    if (STATE / "deleted").exists():
+        return None
+    plan = scenario()
+    conditions = [{"type": "Created", "status": "True"}]
+    if now >= 2:
+        conditions.append({"type": "Running", "status": "True"})
+    if now >= 3 and plan == "succeed":
+        conditions += [{"type": "Succeeded", "status": "True", "message": "all pods succeeded"}]
+    if now >= 3 and plan == "fail":
+        message = f"Job default/{job_name()} has failed because has pod failed."
+        conditions += [{"type": "Failed", "status": "True", "message": message}]
+    return {"metadata": {"name": job_name()}, "status": {"conditions": conditions}}
+
+
+def files_given(argv: list[str]) -> list[Path]:
+    """The -f arguments of a call."""
+    return [Path(argv[i + 1]) for i, arg in enumerate(argv) if arg == "-f"]
+
+
+def main(argv: list[str]) -> int:
+    """Answer one kubectl call."""
+    record(argv)
+    if argv[:2] == ["config", "current-context"]:
+        if scenario() == "no-context":
+            print("error: current-context is not set", file=sys.stderr)
+            return 1
+        print("double-cluster")
+        return 0
+    if argv[:1] == ["apply"]:
+        import yaml
+
+        for path in files_given(argv):
+            document = yaml.safe_load(path.read_text())
+            (STATE / f"applied-{document['kind']}.yaml").write_text(path.read_text())
+            if document["kind"] != "ConfigMap":
+                (STATE / "applied.json").write_text(json.dumps({"name": document["metadata"]["name"]}))
+            print(f"{document['kind'].lower()}/{document['metadata']['name']} created")
+        return 0
+    if argv[:1] == ["get"] and argv[1] == "pods":
+        print(json.dumps({"items": pods(step())}))
+        return 0
+    if argv[:1] == ["get"]:
+        now = step() + 1
+        (STATE / "steps").write_text(str(now))
+        found = job(now)
+        if found is None:
+            print(f'Error from server (NotFound): "{argv[2]}" not found', file=sys.stderr)
+            return 1
+        print(json.dumps(found))
+        return 0
+    if argv[:1] == ["logs"]:
+        pod_name = argv[-1]
+        for step_done in (10, 20):
+            print(f"[rank 0] step {step_done} loss 0.{50 - step_done}", flush=True)
+        if "-f" in argv and scenario() == "run":
+            while not (STATE / "deleted").exists():
+                time.sleep(0.1)
+        print(f"log of {pod_name} ends")
+        return 0
+    if argv[:1] == ["delete"]:
+        (STATE / "deleted").write_text("yes")
+        for path in files_given(argv):
+            print(f"{path} deleted")
+        return 0
+    print(f"kubectl double: unscripted call {argv}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+"""The pods of an AscendJob or a PyTorchJob train for real, under the variables each operator sets.
+
+No cluster runs here, so each pod is played on this host as the operator
+would set it up for 2 pods x 2 devices: its own copy of the ConfigMap's files
+at the item paths the manifest names, its own workspace, the container's
+command from the manifest, and the operator's variables (CLUSTERS.md: for
+AscendJob RANK is the pod's node rank, WORLD_SIZE the device count and
+LOCAL_RANK the list "0,1"; for PyTorchJob PET_NNODES, PET_NODE_RANK,
+PET_NPROC_PER_NODE, with RANK the pod index and WORLD_SIZE pods x processes).
+CPU, gloo, 127.0.0.1 for the master Service. The ranks must end as a manual
+run of the same answers ends: the same ranks on the same nodes, the same
+weights.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kube_schemas import load_all
+from tests.runs import BIN, events_of, free_port, kinds, run_project, wait_nodes
+from wizard import k8s
+from wizard.answers import resolve
+from wizard.render import render
+
+pytestmark = pytest.mark.slow
+
+NODES, DEVICES = 2, 2
+
+
+def cpu_answers(engine: str, port: int) -> dict[str, Any]:
+    """A small CPU job of 2 nodes x 2 processes (the same training for every engine)."""
+    raw: dict[str, Any] = {
+        "project_name": f"{engine}-entry",
+        "device": "cpu",
+        "nodes": NODES,
+        "devices_per_node": DEVICES,
+        "launcher": "torchrun",
+        "amp": "off",
+        "cluster.engine": engine,
+        "network.master_port": port,
+        "training.samples": 1024,
+        "training.batch_size": 16,
+        "training.epochs": 2,
+        "training.log_every": 4,
+        "training.checkpoint_every": 8,
+    }
+    if engine == "manual":
+        raw["network.host_ips"] = ["127.0.0.1"] * NODES
+    else:
+        raw["cluster.image"] = "registry.example.com/train:cpu"
+    return raw
+
+
+def operator_env(engine: str, node: int, master_port: int) -> dict[str, str]:
+    """The variables the operator gives pod `node` of a 2 x 2 job (the master Service at 127.0.0.1)."""
+    common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), k8s.POD_IP_ENV: "127.0.0.1"}
+    if engine == "ascendjob":
+        return {
+            **common,
+            "RANK": str(node),
+            "WORLD_SIZE": str(NODES * DEVICES),
+            "LOCAL_WORLD_SIZE": str(DEVICES),
+            "LOCAL_RANK": ",".join(str(i) for i in range(DEVICES)),
+            "XDL_IP": "127.0.0.1",
+        }
+    return {
+        **common,
+        "RANK": str(node),
+        "WORLD_SIZE": str(NODES * DEVICES),
+        "PET_NNODES": str(NODES),
+        "PET_NODE_RANK": str(node),
+        "PET_NPROC_PER_NODE": str(DEVICES),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(master_port),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def pod_env(extra: dict[str, str]) -> dict[str, str]:
+    """The container's environment: the image's PATH (here: this venv first) and the operator's variables."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("NPU_WIZARD_", "PET_"))}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return {
+        **env,
+        "PATH": f"{BIN}:{env.get('PATH', '')}",
+        "PYTHON": sys.executable,
+        "NPU_WIZARD_HEARTBEAT_S": "1",
+        **extra,
+    }
+
+
+def play_pod(project: Path, engine: str, node: int, root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Set pod `node` up as the kubelet would (ConfigMap files at their item paths) and run its command."""
+    (job,) = load_all(project / k8s.manifest_file(engine))
+    (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
+    role = "Master" if node == 0 else "Worker"
+    replica = (job["spec"].get("replicaSpecs") or job["spec"]["pytorchReplicaSpecs"])[role]
+    spec = replica["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "project"]
+    source, workspace = root / "source", root / "workspace"
+    for item in volume["configMap"]["items"]:
+        target = source / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(configmap["data"][item["key"]])
+    workspace.mkdir(parents=True)
+    shell, flag, script = spec["containers"][0]["command"]
+    script = script.replace(k8s.SOURCE_DIR, str(source)).replace(k8s.WORKSPACE, str(workspace))
+    return subprocess.Popen(
+        [shell, flag, script], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def rank_outcome(events: dict[int, list[dict]]) -> dict[int, tuple[int, int, str]]:
+    """Each rank's node, local rank and final weights."""
+    outcome = {}
+    for rank, rank_events in events.items():
+        started, finished = kinds(rank_events, "started")[-1], kinds(rank_events, "finished")
+        assert finished, f"rank {rank} never finished"
+        outcome[rank] = (started["node"], started["local_rank"], finished[-1]["weights_sha256"])
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def manual_outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[int, int, str]]:
+    """How the same training ends under the manual engine (node scripts on 127.0.0.1)."""
+    tmp = tmp_path_factory.mktemp("manual")
+    project = render(resolve(cpu_answers("manual", free_port())), tmp).project_dir
+    for node, (code, output) in enumerate(run_project(project, tmp / "run")):
+        assert code == 0, f"manual node {node} exited {code}:\n{output[-3000:]}"
+    return rank_outcome(events_of(tmp / "run"))
+
+
+@pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
+def test_pods_train_like_the_manual_engine(
+    engine: str, tmp_path: Path, manual_outcome: dict[int, tuple[int, int, str]]
+) -> None:
+    project = render(resolve(cpu_answers(engine, free_port())), tmp_path).project_dir
+    master_port = free_port()
+    pods = [
+        play_pod(project, engine, node, tmp_path / f"pod{node}", pod_env(operator_env(engine, node, master_port)))
+        for node in range(NODES)
+    ]
+    results = wait_nodes(pods, timeout=240)
+    for node, (code, output) in enumerate(results):
+        assert code == 0, f"pod {node} exited {code}:\n{output[-3000:]}"
+    events: dict[int, list[dict]] = {}
+    for node in range(NODES):
+        # no shared storage: each pod keeps its own run folder in its workspace
+        events.update(events_of(tmp_path / f"pod{node}" / "workspace" / project.name / "runs" / "latest"))
+    outcome = rank_outcome(events)
+    assert sorted(outcome) == list(range(NODES * DEVICES))
+    assert outcome == manual_outcome
+    assert "entry: pod" in results[0][1]
+
+
+SURPRISES = [
+    ("ascendjob", {"LOCAL_RANK": "0,1,2"}, "LOCAL_RANK='0,1,2'"),
+    ("ascendjob", {"RANK": "0,1"}, "RANK='0,1' is not a node rank"),
+    ("ascendjob", {"WORLD_SIZE": "3"}, "not a multiple of LOCAL_WORLD_SIZE"),
+    ("ascendjob", {"WORLD_SIZE": "6"}, "the job has 3 node(s) but this project was rendered for 2"),
+    ("ascendjob", {"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "rendered for 2 per node"),
+    ("pytorchjob", {"LOCAL_RANK": "0,1"}, "LOCAL_RANK='0,1' is not an integer"),
+    ("pytorchjob", {"PET_NNODES": "1:2"}, "an elastic range min:max is not supported"),
+    ("pytorchjob", {"PET_NPROC_PER_NODE": "auto"}, "not auto"),
+    ("pytorchjob", {"PET_NODE_RANK": "2"}, "node rank 2 is not below the node count 2"),
+    ("pytorchjob", {"MASTER_PORT": ""}, "MASTER_PORT is not set"),
+]
+
+
+@pytest.mark.parametrize(("engine", "changed", "message"), SURPRISES, ids=[m for _, _, m in SURPRISES])
+def test_the_entry_script_refuses_surprises(engine: str, changed: dict[str, str], message: str, tmp_path: Path) -> None:
+    project = render(resolve(cpu_answers(engine, free_port())), tmp_path).project_dir
+    env = pod_env({**operator_env(engine, 0, free_port()), **changed})
+    result = subprocess.run(
+        ["bash", str(project / "launch" / "entry.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert not (project / "runs").exists(), "nothing may start after a refusal"
