@@ -48,7 +48,9 @@ def job_name() -> str:
     return applied["name"]
 
 
-def pod(name: str, role: str, index: int, phase: str, *, code: int | None = None, pending: str = "") -> dict[str, Any]:
+def pod(
+    name: str, role: str, index: int, phase: str, *, code: int | None = None, pending: str = "", at: str = ""
+) -> dict[str, Any]:
     """A pod as `kubectl get pods -o json` lists it, with the training operator's labels."""
     status: dict[str, Any] = {"phase": phase}
     if pending:
@@ -56,7 +58,8 @@ def pod(name: str, role: str, index: int, phase: str, *, code: int | None = None
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": pending}
         ]
     if code is not None:
-        status["containerStatuses"] = [{"name": "c", "state": {"terminated": {"exitCode": code}}}]
+        ended = {"exitCode": code, "finishedAt": at or "2026-01-01T10:00:00Z"}
+        status["containerStatuses"] = [{"name": "c", "state": {"terminated": ended}}]
     elif phase == "Running":
         status["containerStatuses"] = [{"name": "c", "state": {"running": {}}}]
     labels = {"training.kubeflow.org/replica-type": role, "training.kubeflow.org/replica-index": str(index)}
@@ -74,7 +77,11 @@ def pods(now: int) -> list[dict[str, Any]]:
     if now == 2 or plan == "run":
         return [pod(name, "master", 0, "Running"), pod(name, "worker", 0, "Running")]
     if plan == "fail":
-        return [pod(name, "master", 0, "Failed", code=143), pod(name, "worker", 0, "Failed", code=3)]
+        # the worker fails first; the operator then stops the master (143: SIGTERM)
+        return [
+            pod(name, "master", 0, "Failed", code=143, at="2026-01-01T10:00:09Z"),
+            pod(name, "worker", 0, "Failed", code=3, at="2026-01-01T10:00:05Z"),
+        ]
     return [pod(name, "master", 0, "Succeeded", code=0), pod(name, "worker", 0, "Succeeded", code=0)]
 
 

@@ -215,7 +215,7 @@ def _guarded(command: Callable[[], int]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from wizard.checkpoints import checkpoint_dir, set_aside
-    from wizard.run import Job, RunOptions, dry_run, run_plain
+    from wizard.run import Job, RunOptions, dry_run, manual_steps, run_plain
 
     train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(
@@ -231,6 +231,10 @@ def _run(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         print(dry_run(Path(args.project), options), end="")
+        return EXIT_OK
+    steps = manual_steps(Path(args.project), options)
+    if steps is not None:
+        print(steps)
         return EXIT_OK
     job = Job(Path(args.project), options)
     if args.fresh:

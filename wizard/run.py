@@ -228,7 +228,7 @@ class Job:
     def _open_status_stream(self, launch: Launch) -> str | None:
         plan = self.engine.status_plan(launch, self.options.status_port)
         if plan.listen is None:
-            return _address(plan.advertise, plan.port)
+            return _address(plan.advertise, plan.port) if plan.advertise else None
         try:
             self.server = StatusServer(plan.listen, plan.port, self.status_token, clock=self.clock)
         except OSError as error:
@@ -364,6 +364,7 @@ class Job:
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if _main_thread() else {}
         try:
             self.engine.cancel()
+            self.engine_lines.extend(self.engine.stream())
         finally:
             for sig, action in previous.items():
                 signal.signal(sig, action)
@@ -413,6 +414,16 @@ def dry_run(project: Path, options: RunOptions) -> str:
     token = "<this run's token>"
     launch = replace(launch, env={**launch.env, ENV_STATUS_ADDR: f"{host}:{port}", ENV_STATUS_TOKEN: token})
     return engine.dry_run(launch)
+
+
+def manual_steps(project: Path, options: RunOptions) -> str | None:
+    """The commands to run by hand where this machine cannot submit the job (no kubectl); None where it can."""
+    project = project.resolve()
+    answers = load_project(project)
+    engine = engine_for(answers)
+    nodes = engine.nodes_to_start(answers, options.node, options.all_nodes)
+    launch = _launch(project, answers, nodes, project / "runs" / time.strftime("%Y%m%d-%H%M%S"), options)
+    return engine.manual_steps(launch)
 
 
 def _main_thread() -> bool:

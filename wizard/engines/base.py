@@ -79,6 +79,10 @@ class Engine(abc.ABC):
             raise EngineError(f"--node {node}: the {self.name} engine starts every node itself; run without --node")
         return tuple(range(answers["nodes"]))
 
+    def manual_steps(self, launch: Launch) -> str | None:
+        """What to run by hand where this machine cannot submit the job itself (no client tool); None where it can."""
+        return None
+
     def check(self, launch: Launch) -> None:  # noqa: B027 - most engines have nothing to check
         """Refuse, before anything starts, a job that cannot start (an unreachable host)."""
 

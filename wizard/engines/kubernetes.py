@@ -79,13 +79,24 @@ def pod_phase(pod: dict[str, Any]) -> str:
     return phase
 
 
-def exit_code(pod: dict[str, Any]) -> int | None:
-    """The exit code of a pod's container once it ended."""
+def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """How a pod's container ended (exitCode, finishedAt), or None while it has not."""
     for container in pod.get("status", {}).get("containerStatuses", []):
-        terminated = container.get("state", {}).get("terminated")
-        if terminated is not None:
-            return int(terminated.get("exitCode", 1))
+        state = container.get("state", {}).get("terminated")
+        if state is not None:
+            return state
     return None
+
+
+def failed_codes(nodes: dict[int, dict[str, Any]]) -> dict[int, int | None]:
+    """Each node's exit code, keeping only the first failure by time: the operator stops the others after it."""
+    ended = {node: state for node, pod in nodes.items() if (state := terminated(pod)) is not None}
+    codes: dict[int, int | None] = {node: int(state.get("exitCode", 1)) for node, state in ended.items()}
+    failures = [node for node, code in codes.items() if code != 0]
+    if failures:
+        first = min(failures, key=lambda node: (str(ended[node].get("finishedAt", "")), node))
+        codes.update({node: None for node in failures if node != first})
+    return codes
 
 
 def job_condition(job: dict[str, Any]) -> tuple[str, str]:
@@ -246,9 +257,7 @@ class KubernetesEngine(Engine):
             self._say(said)
         if condition in ("Succeeded", "Failed"):
             self._save_logs(nodes)
-            codes = {node: exit_code(pod) for node, pod in nodes.items()}
-            if condition == "Succeeded":
-                codes = {node: 0 for node in self.launch.nodes}
+            codes = {node: 0 for node in self.launch.nodes} if condition == "Succeeded" else failed_codes(nodes)
             self._last = Description(ENDED, codes, said)
         elif (
             nodes
