@@ -251,3 +251,21 @@ def test_node_selector_reads_a_mapping_or_pairs_and_round_trips(tmp_path: Path) 
 def test_the_job_name_is_a_kubernetes_name() -> None:
     assert k8s.job_name("my_project_") == "my-project"
     assert len(k8s.job_name("a" * 64)) <= 48
+
+
+KUBERNETES_EXAMPLES = sorted(
+    path
+    for path in (Path(__file__).parent.parent / "examples").glob("*.yaml")
+    if any(f"engine: {engine}" in path.read_text() for engine in k8s.ENGINES)
+)
+
+
+@pytest.mark.parametrize("example", KUBERNETES_EXAMPLES, ids=[p.stem for p in KUBERNETES_EXAMPLES])
+def test_the_kubernetes_examples_validate(tmp_path: Path, example: Path) -> None:
+    from wizard.answers import load_text
+
+    answers = load_text(example.read_text())
+    project = render(answers, tmp_path).project_dir
+    for name in (k8s.manifest_file(answers["cluster.engine"]), k8s.CONFIGMAP_FILE):
+        for document in load_all(project / name):
+            assert problems(document) == [], name
