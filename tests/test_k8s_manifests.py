@@ -269,3 +269,32 @@ def test_the_kubernetes_examples_validate(tmp_path: Path, example: Path) -> None
     for name in (k8s.manifest_file(answers["cluster.engine"]), k8s.CONFIGMAP_FILE):
         for document in load_all(project / name):
             assert problems(document) == [], name
+
+
+def test_typed_kubernetes_answers_render_the_same_project_as_the_answers_file(tmp_path: Path) -> None:
+    from tests.test_tui_flow import answers_file, render_with_answers_file
+    from tests.tui_driver import answer_all, render_into, run_wizard, snapshot_of
+
+    raw = {
+        "project_name": "typed-k8s",
+        "device": "cpu",
+        "nodes": 2,
+        "devices_per_node": 2,
+        "amp": "off",
+        "cluster.engine": "ascendjob",
+        "cluster.image": IMAGE,
+        "cluster.namespace": "ml",
+        "cluster.node_selector": "host-arch=huawei-arm, zone=a",
+        "cluster.data_pvc": "datasets",
+    }
+
+    async def scenario(pilot: Any) -> None:
+        await answer_all(pilot, raw)
+        await render_into(pilot, tmp_path / "tui")
+
+    run_wizard(scenario)
+    render_with_answers_file(answers_file(tmp_path, raw), tmp_path / "cli")
+    typed = snapshot_of(tmp_path / "tui" / "typed-k8s")
+    assert typed == snapshot_of(tmp_path / "cli" / "typed-k8s")
+    (job,) = yaml.safe_load_all(typed["k8s/ascendjob.yaml"][0])
+    assert replicas(job)["Master"]["template"]["spec"]["nodeSelector"] == {"host-arch": "huawei-arm", "zone": "a"}

@@ -44,6 +44,10 @@ def as_text(question: Question, value: Any) -> str:
         return ""
     if question.kind == "choice" and isinstance(value, bool):
         return "off" if value is False else "on"
+    if question.kind == "labels" and isinstance(value, dict):
+        return ", ".join(f"{key}={label}" for key, label in value.items())
+    if question.kind == "labels" and isinstance(value, tuple):
+        return ", ".join(f"{key}={label}" for key, label in value)
     if isinstance(value, list | tuple):
         return ", ".join(str(item) for item in value)
     return str(value)
