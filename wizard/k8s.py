@@ -215,11 +215,11 @@ def configmap_name(answers: Answers) -> str:
 
 
 def project_files(project: Path) -> list[str]:
-    """The files a pod needs, relative to the project: the Python sources, the entry script, the answers."""
+    """The files a pod needs, relative to the project: the Python sources, the launch scripts, the answers."""
     names = [p.name for p in sorted(project.glob("*.py"))]
     names += [p.relative_to(project).as_posix() for p in sorted((project / "runtime").rglob("*.py"))]
-    wanted = ("launch/entry.sh", "launch/node.sh", "requirements.txt", "answers.yaml")
-    names += [name for name in wanted if (project / name).is_file()]
+    names += [p.relative_to(project).as_posix() for p in sorted((project / "launch").glob("*.sh"))]
+    names += [name for name in ("requirements.txt", "answers.yaml") if (project / name).is_file()]
     return [name for name in names if "__pycache__" not in name]
 
 
