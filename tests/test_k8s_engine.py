@@ -171,3 +171,13 @@ def test_dry_run_prints_the_manifest_and_submits_nothing(tmp_path: Path) -> None
     assert (project / "k8s" / "pytorchjob.yaml").read_text() in output
     assert "#   train.py: " in output
     assert kubectl.calls() == []
+
+
+def test_a_file_the_manifest_does_not_mount_is_refused_before_anything_is_applied(tmp_path: Path) -> None:
+    project = k8s_project(tmp_path, "ascendjob")
+    (project / "helpers.py").write_text("ANSWER = 42\n")
+    kubectl = Kubectl(tmp_path / "kubectl", "succeed")
+    code, output = finish(start_runner(project, env=kubectl.env))
+    assert code == 1, output
+    assert "helpers.py" in output and "render the project again" in output
+    assert not kubectl.called("apply")

@@ -260,6 +260,21 @@ def with_items(manifest: dict[str, Any], files: list[str]) -> dict[str, Any]:
     return manifest
 
 
+def listed_files(manifest: Mapping[str, Any]) -> list[str]:
+    """The project files a job manifest's project volume mounts (the paths of its items)."""
+    listed: list[str] = []
+    for replica in _replica_specs(manifest).values():
+        for volume in replica["template"]["spec"].get("volumes", []):
+            if volume.get("name") == "project":
+                listed += [item["path"] for item in volume.get("configMap", {}).get("items", [])]
+    return sorted(set(listed))
+
+
+def load_manifest(path: Path) -> dict[str, Any]:
+    """The one document of a job manifest file."""
+    return yaml.safe_load(path.read_text())
+
+
 def _replica_specs(manifest: Mapping[str, Any]) -> dict[str, Any]:
     spec = manifest["spec"]
     return spec["replicaSpecs"] if "replicaSpecs" in spec else spec["pytorchReplicaSpecs"]

@@ -31,6 +31,8 @@ KUBECTL = "kubectl"
 POLL_S = 1.0
 """How often the API server is asked at most."""
 CANCEL_WAIT_S = 120.0
+MISSES_TO_GIVE_UP = 30
+"""Reads of the job in a row that may fail (API server restarting) before the run ends as lost."""
 RESOURCES = {"ascendjob": "ascendjob.mindxdl.gitee.com", "pytorchjob": "pytorchjob.kubeflow.org"}
 ROLE_LABELS = ("training.kubeflow.org/replica-type", "replica-type")
 INDEX_LABELS = ("training.kubeflow.org/replica-index", "replica-index")
@@ -124,6 +126,8 @@ class KubernetesEngine(Engine):
         self._lock = threading.Lock()
         self._follower: subprocess.Popen[str] | None = None
         self._logs_saved = False
+        self._misses = 0
+        self._error = ""
 
     # ---- what would be sent ------------------------------------------------------------
 
@@ -207,6 +211,14 @@ class KubernetesEngine(Engine):
                 f"{' '.join(launch.train_args)}: the {self.name} engine runs the manifest's command as it is; "
                 "add arguments to launch/entry.sh's command in the manifest, or run without them"
             )
+        listed = k8s.listed_files(k8s.load_manifest(manifest))
+        current = k8s.project_files(launch.project)
+        if set(listed) != set(current):
+            differ = sorted(set(listed) ^ set(current))
+            raise EngineError(
+                f"the project's files ({', '.join(differ)}) differ from those {k8s.manifest_file(self.name)} mounts: "
+                "render the project again (--force), or list them in the project volume's items"
+            )
         problem = kubectl_problem()
         if problem is not None:
             raise EngineError(f"{problem}: run this where kubectl reaches the cluster")
@@ -230,6 +242,7 @@ class KubernetesEngine(Engine):
     def _kubectl_json(self, *args: str) -> dict[str, Any] | None:
         result = run_command([KUBECTL, *args, "-n", self.namespace, "-o", "json"], timeout=30)
         if result.returncode != 0:
+            self._error = (result.stderr or result.stdout).strip()
             return None
         try:
             return json.loads(result.stdout)
@@ -249,7 +262,11 @@ class KubernetesEngine(Engine):
         nodes = {node: pod for pod in pods.get("items", []) if (node := node_of(pod)) is not None}
         self._report_pods(nodes)
         if job is None:
+            self._misses += 1
+            if self._misses >= MISSES_TO_GIVE_UP:
+                self._last = Description(ENDED, {}, f"kubectl cannot read the job any more: {self._error}")
             return self._last
+        self._misses = 0
         condition, message = job_condition(job)
         said = f"job {self.job_name} {condition}" + (f": {message}" if message else "")
         if said != self._said:
