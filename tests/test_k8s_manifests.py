@@ -298,3 +298,10 @@ def test_typed_kubernetes_answers_render_the_same_project_as_the_answers_file(tm
     assert typed == snapshot_of(tmp_path / "cli" / "typed-k8s")
     (job,) = yaml.safe_load_all(typed["k8s/ascendjob.yaml"][0])
     assert replicas(job)["Master"]["template"]["spec"]["nodeSelector"] == {"host-arch": "huawei-arm", "zone": "a"}
+
+
+def test_a_cpu_ascendjob_is_warned_about() -> None:
+    warned = k8s_answers("ascendjob", device="cpu", amp="off").warnings
+    assert [(w.field, w.value) for w in warned] == [("device", "cpu")]
+    assert "use pytorchjob" in warned[0].message
+    assert not k8s_answers("pytorchjob", device="cpu", amp="off").warnings

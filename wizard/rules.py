@@ -227,6 +227,13 @@ def kubernetes_settings(v: Values) -> Iterator[Problem]:
             None,
             "a value is required: the training image with CANN, torch and torch_npu that every pod runs",
         )
+    if v["cluster.engine"] == "ascendjob" and v.get("device") == "cpu":
+        yield _warning(
+            "device",
+            "cpu",
+            "the ascend-operator counts WORLD_SIZE in the NPUs a pod asks for, and a CPU job asks for none: "
+            "on a cluster use pytorchjob for a CPU trial",
+        )
     if v.get("cluster.data_host_path") and v.get("cluster.data_pvc"):
         yield _error(
             "cluster.data_pvc",
