@@ -10,6 +10,7 @@ from textual.widgets import Static
 from tests.test_tui_flow import answers_file, render_with_answers_file
 from tests.tui_driver import answer, answer_all, field, next_step, pick, render_into, run_wizard, snapshot_of
 from wizard.cluster_questions import SETTINGS
+from wizard.questions_k8s import KUBERNETES_QUESTIONS
 from wizard.tui.review import ReviewScreen
 from wizard.tui.screens import StepScreen
 
@@ -43,12 +44,22 @@ def test_the_engine_is_asked_after_the_topology_with_only_its_own_questions() ->
     run_wizard(scenario)
 
 
-def test_a_kubernetes_engine_is_refused_as_not_yet() -> None:
+def test_a_kubernetes_engine_is_offered_with_its_own_questions() -> None:
+    kubernetes = {q.name for q in KUBERNETES_QUESTIONS}
+
+    def shown_kubernetes(pilot: Pilot[int]) -> set[str]:
+        return {name for name in kubernetes if field(pilot, name).display}
+
     async def scenario(pilot: Pilot[int]) -> None:
         await go_to_cluster(pilot)
         states = {c.choice.value: c.refusal for c in pilot.app.state.choices("cluster.engine")}
-        assert states["manual"] is None and states["ssh"] is None and states["slurm"] is None
-        assert "not yet" in (states["ascendjob"] or "") and "not yet" in (states["pytorchjob"] or "")
+        assert all(refusal is None for refusal in states.values()), states
+        assert shown_kubernetes(pilot) == set()
+        await pick(pilot, "cluster.engine", "ascendjob")
+        assert shown_kubernetes(pilot) == kubernetes
+        assert shown_settings(pilot) == set()
+        await pick(pilot, "cluster.engine", "pytorchjob")
+        assert shown_kubernetes(pilot) == kubernetes - {"cluster.queue"}
 
     run_wizard(scenario)
 

@@ -56,6 +56,9 @@ fi
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" && -z "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
     export ASCEND_RT_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"
 fi
+master_port=$((29500 + job_id % 1000))
+hccl_base=$((60000 + (job_id % 64) * 32))
+job="job $job_id"
 
 # ---- checks every engine shares ------------------------------------------------------
 if ((node_count != EXPECTED_NODES)); then
@@ -81,8 +84,8 @@ own_ip="$(sed -n 's/.* src \([^ ]*\).*/\1/p' <<<"$route")"
 
 export NODE_RANK="$node_rank"
 export MASTER_ADDR="$master_ip"
-export MASTER_PORT=$((29500 + job_id % 1000))
+export MASTER_PORT="$master_port"
 export NODE_ADDR="$own_ip"
-export HCCL_IF_BASE_PORT=$((60000 + (job_id % 64) * 32))
-echo "entry: job $job_id node $NODE_RANK of $node_count on $(hostname): master $MASTER_ADDR:$MASTER_PORT, HCCL_IF_IP $NODE_ADDR, HCCL ports from $HCCL_IF_BASE_PORT"
+export HCCL_IF_BASE_PORT="$hccl_base"
+echo "entry: $job node $NODE_RANK of $node_count on $(hostname): master $MASTER_ADDR:$MASTER_PORT, HCCL_IF_IP $NODE_ADDR, HCCL ports from $HCCL_IF_BASE_PORT"
 exec bash launch/run-node.sh "$@"
