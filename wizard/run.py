@@ -364,7 +364,6 @@ class Job:
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if _main_thread() else {}
         try:
             self.engine.cancel()
-            self.engine_lines.extend(self.engine.stream())
         finally:
             for sig, action in previous.items():
                 signal.signal(sig, action)
