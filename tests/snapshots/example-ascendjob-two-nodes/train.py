@@ -164,6 +164,13 @@ def learning_rate(world_size: int) -> float:
     return BASE_LR * global_batch / BASE_BATCH_SIZE
 
 
+# ---- yours: the data and the model ------------------------------------------------
+# Replace load_train_data and build_model (and anything between these two markers)
+# with your own. npu-wizard renders this part from training.dataset and
+# training.model only, so `npu-wizard update` keeps your version through every
+# other change of the answers: nodes, launcher, precision, versions.
+
+
 def load_train_data(
     rank: distributed.RankInfo, target: torch.device
 ) -> tuple[data.LoaderBatches, data.DataSpec]:
@@ -195,6 +202,9 @@ def build_model(spec: data.DataSpec) -> nn.Module:
             channels, 64, kernel_size=7, stride=2, padding=3, bias=False
         )
     return model
+
+
+# ---- end of yours -------------------------------------------------------------------
 
 
 def main(local_rank: int | None, args: argparse.Namespace) -> None:

@@ -3,7 +3,7 @@
 {%- if cookiecutter.engine == "slurm" %}
 # slurm/job.sbatch starts it once per node with srun.
 {%- else %}
-# Each pod of k8s/{{ cookiecutter.engine }}.yaml runs it, from a copy of the project that
+# Each pod of k8s/{{ cookiecutter.engine|sh }}.yaml runs it, from a copy of the project that
 # the pod takes from the ConfigMap in k8s/project.yaml.
 {%- endif %}
 #

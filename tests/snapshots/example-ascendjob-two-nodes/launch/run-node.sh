@@ -38,10 +38,12 @@ export NPROC_PER_NODE=8
 : "${MASTER_ADDR:?is not set: start this script through launch/entry.sh}"
 : "${MASTER_PORT:?is not set: start this script through launch/entry.sh}"
 export MASTER_ADDR MASTER_PORT
+LAUNCHER=torchrun
 
 # ---- HCCL ---------------------------------------------------------------------
 # HCCL_IF_IP: the address HCCL uses on this node; without it HCCL picks a NIC by name.
 export HCCL_IF_IP="$NODE_ADDR"
+HCCL_NIC="$HCCL_IF_IP"
 export HCCL_WHITELIST_DISABLE=1
 # This job's slot of the HCCL host ports, from launch/entry.sh.
 : "${HCCL_IF_BASE_PORT:?is not set: start this script through launch/entry.sh}"
@@ -57,13 +59,36 @@ NODE_LOG="$NPU_WIZARD_RUN_DIR/logs/node-$NODE_RANK.log"
 # INT/TERM so that it outlives Ctrl-C and records how the ranks were stopped.
 exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
-echo "node $NODE_RANK/$NNODES ($HCCL_IF_IP): torchrun, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
+echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
 
 # ---- CANN ---------------------------------------------------------------------
-CANN_SET_ENV="${CANN_SET_ENV:-/usr/local/Ascend/ascend-toolkit/set_env.sh}"
-DEVICE="${NPU_WIZARD_DEVICE:-npu}"
-if [[ -f "$CANN_SET_ENV" ]]; then
+# set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
+# <root>/cann (8.5 and later), <root>/ascend-toolkit (before 8.5), <root>/nnae (runtime
+# only), under the root /etc/Ascend/ascend_cann_install.info names, /usr/local/Ascend
+# and $HOME/Ascend (a non-root install).
+# (Unquoted on purpose: quotes inside "${VAR:-...}" would be kept as text.)
+cann_answer=${CANN_SET_ENV:-/usr/local/Ascend/cann/set_env.sh}
+DEVICE=${NPU_WIZARD_DEVICE:-npu}
+cann_tried=("$cann_answer")
+cann_roots=()
+if [[ -r /etc/Ascend/ascend_cann_install.info ]]; then
+    cann_root="$(sed -n 's/^Install_Path=//p' /etc/Ascend/ascend_cann_install.info | head -n 1)"
+    [[ -z "$cann_root" ]] || cann_roots+=("${cann_root%/}")
+fi
+cann_roots+=(/usr/local/Ascend)
+[[ -z "${HOME:-}" ]] || cann_roots+=("${HOME%/}/Ascend")
+for cann_root in "${cann_roots[@]}"; do
+    cann_tried+=("$cann_root/cann/set_env.sh" "$cann_root/ascend-toolkit/set_env.sh" "$cann_root/nnae/set_env.sh")
+done
+CANN_SET_ENV=""
+for candidate in "${cann_tried[@]}"; do
+    if [[ -f "$candidate" ]]; then
+        CANN_SET_ENV="$candidate"
+        break
+    fi
+done
+if [[ -n "$CANN_SET_ENV" ]]; then
     # set_env.sh reads variables that may be unset.
     set +u
     # shellcheck source=/dev/null
@@ -71,24 +96,27 @@ if [[ -f "$CANN_SET_ENV" ]]; then
     set -u
     echo "node $NODE_RANK: CANN environment from $CANN_SET_ENV"
 elif [[ "$DEVICE" == "npu" ]]; then
-    echo "node $NODE_RANK: WARNING: $CANN_SET_ENV not found; device is npu, so torch_npu will not load unless CANN is already set up in this shell (source its set_env.sh or set CANN_SET_ENV)"
+    echo "node $NODE_RANK: no CANN set_env.sh found (tried ${cann_tried[*]}); the preflight fails unless CANN is already set up in this shell"
 else
-    echo "node $NODE_RANK: CANN skipped: $CANN_SET_ENV not found (CPU simulation, device $DEVICE)"
+    echo "node $NODE_RANK: CANN skipped: no set_env.sh found (CPU simulation, device $DEVICE)"
     # torch_npu >= 2.5.1 loads itself on `import torch` and fails without CANN.
     export TORCH_DEVICE_BACKEND_AUTOLOAD="${TORCH_DEVICE_BACKEND_AUTOLOAD:-0}"
 fi
 
 # ---- preflight ------------------------------------------------------------------
-# Fast checks before any rank starts (runtime/preflight.py): HCCL_IF_IP is on this
-# host, the master port is free (node 0) or the master answers (other nodes), CANN
-# and the HCCL ports (device npu). A bad node stops here in seconds, with the
+# Fast checks before any rank starts (runtime/preflight.py): HCCL's address or NIC is
+# on this host, the master port is free (node 0) or the master answers (other nodes),
+# CANN (none found with device npu stops here) and the HCCL ports (device npu). A bad node stops here in seconds, with the
 # reason, instead of hanging at init. NPU_WIZARD_SKIP_PREFLIGHT=1 skips them.
 if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
     echo "node $NODE_RANK: preflight skipped (NPU_WIZARD_SKIP_PREFLIGHT=1)"
 else
     preflight=0
-    "${PYTHON:-python3}" -m runtime.preflight --device "$DEVICE" --cann-set-env "$CANN_SET_ENV" \
-        --hccl-port-count 32 || preflight=$?
+    preflight_args=(--device "$DEVICE" --cann-set-env "$CANN_SET_ENV" --hccl-port-count 32)
+    for candidate in "${cann_tried[@]}"; do
+        preflight_args+=(--cann-tried "$candidate")
+    done
+    "${PYTHON:-python3}" -m runtime.preflight "${preflight_args[@]}" || preflight=$?
     if ((preflight == 3)); then
         echo "node $NODE_RANK: preflight failed: nothing started; fix the above (or skip the checks with NPU_WIZARD_SKIP_PREFLIGHT=1)"
         exit 1

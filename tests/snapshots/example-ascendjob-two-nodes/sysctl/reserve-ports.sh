@@ -19,10 +19,11 @@
 # the current list and where --permanent writes its file.
 set -euo pipefail
 
+PROJECT=a2-acjob
 OURS="29500,60000-60031"
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
-CONF_FILE="$SYSCTL_DIR/90-a2-acjob-ports.conf"
+CONF_FILE="$SYSCTL_DIR/90-$PROJECT-ports.conf"
 KEY="net.ipv4.ip_local_reserved_ports"
 
 usage() {
@@ -93,7 +94,7 @@ fi
 if [[ "$mode" == "permanent" ]]; then
     mkdir -p "$SYSCTL_DIR"
     {
-        echo "# Written by a2-acjob/sysctl/reserve-ports.sh: reserved ports at that time plus"
+        echo "# Written by $PROJECT/sysctl/reserve-ports.sh: reserved ports at that time plus"
         echo "# the project's ($OURS). Only one file can set this key: if another file in"
         echo "# $SYSCTL_DIR sets it too, the last one read wins; merge them by hand."
         echo "$KEY=$merged"
