@@ -112,8 +112,12 @@ def test_a_failed_pod_fails_the_run_and_names_its_node(tmp_path: Path) -> None:
     kubectl = Kubectl(tmp_path / "kubectl", "fail")
     code, output = finish(start_runner(project, env=kubectl.env))
     assert code == 3, output
-    assert "node 1" in output and "exited with code 3" in output
+    assert "node 1's launcher" in output and "(exit code 3)" in output, "the first failure by time is named"
     assert "has failed because has pod failed" in output
+    # a failed job's pods may still run (and hold NPUs): the job is deleted, its logs kept here
+    assert kubectl.called("delete")
+    (run_dir,) = [p for p in (project / "runs").iterdir() if p.is_dir()]
+    assert "log of demo-worker-0 ends" in (run_dir / "logs" / "node-1.log").read_text()
 
 
 def test_ctrl_c_deletes_the_job(tmp_path: Path) -> None:
