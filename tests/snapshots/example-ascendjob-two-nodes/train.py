@@ -77,7 +77,13 @@ class Trainer:
         # a single process has no gradients to average: DDP would only cost time
         if rank.world_size > 1:
             device_ids = None if target.type == "cpu" else [target.index]
-            self.model = DDP(self.model, device_ids=device_ids)
+            # Huawei's DDP settings: no buffer broadcast each step, gradients kept in the buckets
+            self.model = DDP(
+                self.model,
+                device_ids=device_ids,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=True,
+            )
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         self.model.load_state_dict(state["model"])

@@ -51,6 +51,14 @@ export HCCL_IF_BASE_PORT
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
 
+# ---- performance: Huawei's settings (README.md says what each does) --------------
+# Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.
+# Operator dispatch pipelined in two stages (level 2); peak memory may rise a little.
+export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
+# torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
+# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
+
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"
 mkdir -p "$NPU_WIZARD_RUN_DIR/logs"
