@@ -136,6 +136,11 @@ def has_cpu_affinity_conf(torch_npu_version: str) -> bool:
     return _from_release(torch_npu_version, {(2, 1, 0): 10, (2, 3, 1): 4, (2, 4, 0): 2}, (2, 5, 0))
 
 
+def has_tiered_store_flag(torch_npu_version: str) -> bool:
+    """Whether torch_npu_run has the tiered store flag: 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1 on."""
+    return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 3, 1): 6, (2, 4, 0): 4}, (2, 5, 1))
+
+
 def cann_for(torch_npu_version: str) -> str | None:
     """The CANN release a known torch_npu release pairs with, if known."""
     return TORCH_NPU_CANN.get(torch_npu_version)

@@ -1,0 +1,221 @@
+"""Test double of torch_npu (installed as `torch_npu` by tests/doubles/torch_npu_double.py).
+
+No NPU exists on the test machine. This package stands in for one torch_npu
+release (release.json beside it) and records every call it gets, one JSON
+line per call, under $TORCH_NPU_DOUBLE_RECORD.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+RELEASE: dict[str, Any] = json.loads(Path(__file__).with_name("release.json").read_text())
+__version__ = RELEASE["version"]
+
+
+def _record(name: str, entry: dict[str, Any]) -> None:
+    folder = os.environ.get("TORCH_NPU_DOUBLE_RECORD")
+    if folder:
+        with open(Path(folder) / f"{name}.jsonl", "a") as file:
+            file.write(json.dumps(entry, default=repr) + "\n")
+
+
+class GradScaler:
+    """torch_npu.npu.amp.GradScaler's interface and state, recording each call (CPU tensors only)."""
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        dynamic: bool = True,
+        enabled: bool = True,
+    ) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._enabled = enabled
+        self._scale = float(init_scale)
+        self._growth_factor = growth_factor
+        self._backoff_factor = backoff_factor
+        self._growth_interval = growth_interval
+        self._dynamic = dynamic
+        self._growth_tracker = 0
+        self._found_inf = False
+        self._ask(
+            "__init__",
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+            dynamic=dynamic,
+            enabled=enabled,
+        )
+
+    def _ask(self, call: str, **arguments: Any) -> None:
+        entry = {"call": call, **arguments}
+        self.calls.append(entry)
+        _record("grad_scaler", entry)
+
+    def is_enabled(self) -> bool:
+        """Whether scaling is on."""
+        return self._enabled
+
+    def get_scale(self) -> float:
+        """The current loss scale (1.0 when disabled)."""
+        return self._scale if self._enabled else 1.0
+
+    def scale(self, outputs: Any) -> Any:
+        """The loss times the current scale."""
+        self._ask("scale")
+        return outputs * self._scale if self._enabled else outputs
+
+    def unscale_(self, optimizer: Any) -> None:
+        """Divide the gradients by the scale; note whether any is inf or nan."""
+        self._ask("unscale_")
+        if not self._enabled:
+            return
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                if parameter.grad is not None:
+                    parameter.grad.div_(self._scale)
+                    if not bool(parameter.grad.isfinite().all()):
+                        self._found_inf = True
+
+    def step(self, optimizer: Any) -> None:
+        """Unscale, then step unless an overflow was found."""
+        self._ask("step")
+        if not self._enabled:
+            optimizer.step()
+            return
+        self.unscale_(optimizer)
+        if not self._found_inf:
+            optimizer.step()
+
+    def update(self) -> None:
+        """Lower the scale after an overflow, raise it after growth_interval clean steps."""
+        self._ask("update", found_inf=self._found_inf)
+        if not (self._enabled and self._dynamic):
+            self._found_inf = False
+            return
+        if self._found_inf:
+            self._scale *= self._backoff_factor
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker += 1
+            if self._growth_tracker == self._growth_interval:
+                self._scale *= self._growth_factor
+                self._growth_tracker = 0
+        self._found_inf = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The real scaler's state keys, `dynamic` included; empty when disabled."""
+        self._ask("state_dict")
+        if not self._enabled:
+            return {}
+        return {
+            "scale": self._scale,
+            "growth_factor": self._growth_factor,
+            "backoff_factor": self._backoff_factor,
+            "growth_interval": self._growth_interval,
+            "_growth_tracker": self._growth_tracker,
+            "dynamic": self._dynamic,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state_dict(); like the real one, it needs `dynamic` and refuses an empty state."""
+        self._ask("load_state_dict", state=state)
+        if not self._enabled:
+            return
+        if not state:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled instance")
+        self._scale = float(state["scale"])
+        self._growth_factor = state["growth_factor"]
+        self._backoff_factor = state["backoff_factor"]
+        self._growth_interval = state["growth_interval"]
+        self._growth_tracker = state["_growth_tracker"]
+        self._dynamic = state["dynamic"]
+
+
+def _devices() -> int:
+    return int(os.environ.get("TORCH_NPU_DOUBLE_DEVICES", "8"))
+
+
+def _set_device(index: int) -> None:
+    _record("npu", {"call": "set_device", "index": index})
+
+
+def _set_compile_mode(jit_compile: bool) -> None:
+    _record("npu", {"call": "set_compile_mode", "jit_compile": jit_compile})
+
+
+npu = SimpleNamespace(
+    is_available=lambda: _devices() > 0,
+    device_count=_devices,
+    set_device=_set_device,
+    set_compile_mode=_set_compile_mode,
+    is_bf16_supported=lambda: os.environ.get("TORCH_NPU_DOUBLE_BF16", "1") == "1",
+    amp=SimpleNamespace(GradScaler=GradScaler),
+)
+
+
+# torchrun's options in torch 2.1 (torch/distributed/run.py of 2.1.2): a release built for
+# torch 2.1 rejects the options later torch added, even when a newer torch runs the double.
+TORCHRUN_2_1_OPTIONS = frozenset(
+    """-h --help --nnodes --nproc-per-node --nproc_per_node --rdzv-backend --rdzv_backend
+    --rdzv-endpoint --rdzv_endpoint --rdzv-id --rdzv_id --rdzv-conf --rdzv_conf --standalone
+    --max-restarts --max_restarts --monitor-interval --monitor_interval --start-method
+    --start_method --role -m --module --no-python --no_python --run-path --run_path --log-dir
+    --log_dir -r --redirects -t --tee --node-rank --node_rank --master-addr --master_addr
+    --master-port --master_port --local-addr --local_addr""".split()
+)
+
+
+def _torchrun_parser() -> Any:
+    from torch.distributed import run as torch_run
+
+    parser = torch_run.get_args_parser()
+    parser.prog = "torch_npu_run"
+    if RELEASE["torch"].startswith("2.1."):
+        for action in list(parser._actions):
+            if action.option_strings and not set(action.option_strings) <= TORCHRUN_2_1_OPTIONS:
+                parser._remove_action(action)
+                for group in parser._action_groups:
+                    if action in group._group_actions:
+                        group._group_actions.remove(action)
+                for option in action.option_strings:
+                    parser._option_string_actions.pop(option, None)
+    return parser
+
+
+def torch_npu_run_main(argv: list[str] | None = None) -> int:
+    """torch_npu_run of this release: its flags, then record (or run torchrun, see the double's docs)."""
+    from torch.distributed import run as torch_run
+
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _torchrun_parser()
+    if RELEASE["tiered_store_flag"]:
+        from torch.distributed.argparse_util import env
+
+        parser.add_argument("--enable_tiered_parallel_tcpstore", action=env, type=str, default="false")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as leaving:
+        _record("torch_npu_run.rejected", {"argv": argv, "version": __version__, "code": leaving.code})
+        raise
+    worker_env = {"TORCH_NPU_ELASTIC_USE_AGENT_STORE": "True"}
+    if RELEASE["parallel_store_env"]:
+        worker_env["TORCH_NPU_USE_PARALLEL_TCPSTORE"] = "True"
+    if RELEASE["tiered_store_flag"] and RELEASE["parallel_store_env"]:
+        worker_env["ENABLE_TIERED_PARALLEL_TCPSTORE"] = str(args.enable_tiered_parallel_tcpstore)
+    _record("torch_npu_run", {"argv": argv, "env": dict(os.environ), "version": __version__, "worker_env": worker_env})
+    if os.environ.get("TORCH_NPU_DOUBLE_RUN") != "torchrun":
+        return 0
+    for name, value in worker_env.items():
+        os.environ.setdefault(name, value)
+    torch_run.run(args)
+    return 0

@@ -1,0 +1,109 @@
+"""The torch_npu test double itself: each release's torch_npu_run flags, what it records.
+
+The double stands in for torch_npu where no NPU exists (tests/doubles). These
+tests pin that it refuses what the real release refuses, so that tests using
+it to run launch scripts cannot pass on a flag the release would reject.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.doubles.torch_npu_double import RELEASES, TorchNpuDouble, install_torch_npu_double, load_package
+from wizard import hardware
+
+BASE_FLAGS = [
+    "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",
+    "--master-addr", "127.0.0.1", "--master-port", "29500", "--max-restarts", "0",
+]  # fmt: skip
+TIERED = "--enable_tiered_parallel_tcpstore=true"
+
+
+def torch_npu_run(
+    tmp_path: Path, version: str, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], TorchNpuDouble]:
+    """Run the double's torch_npu_run of `version` with `args` before train.py."""
+    double = install_torch_npu_double(tmp_path, version)
+    argv = ["torch_npu_run", *args, "train.py", "--launcher", "torch-npu-run"]
+    result = subprocess.run(argv, env=double.env(**env), capture_output=True, text=True, timeout=120)
+    return result, double
+
+
+@pytest.mark.parametrize("version", ["2.1.0.post10", "2.4.0.post2", "2.5.1", "2.9.0.post6"])
+def test_every_release_accepts_the_torchrun_flags_and_records_the_call(tmp_path: Path, version: str) -> None:
+    result, double = torch_npu_run(tmp_path, version, *BASE_FLAGS)
+    assert result.returncode == 0, result.stderr
+    [run] = double.runs()
+    assert run["argv"] == [*BASE_FLAGS, "train.py", "--launcher", "torch-npu-run"]
+    assert run["version"] == version
+    assert run["worker_env"]["TORCH_NPU_ELASTIC_USE_AGENT_STORE"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("version", "known"),
+    [("2.1.0.post10", False), ("2.4.0.post2", False), ("2.1.0.post12", True), ("2.5.1", True), ("2.9.0.post6", True)],
+)
+def test_the_tiered_store_flag_exists_only_from_the_7_0_0_branches(tmp_path: Path, version: str, known: bool) -> None:
+    result, double = torch_npu_run(tmp_path, version, *BASE_FLAGS, TIERED)
+    if known:
+        assert result.returncode == 0, result.stderr
+        assert double.rejected() == []
+    else:
+        assert result.returncode == 2
+        assert "torch_npu_run: error: unrecognized arguments: --enable_tiered_parallel_tcpstore=true" in result.stderr
+        assert [entry["code"] for entry in double.rejected()] == [2]
+        assert double.runs() == []
+
+
+def test_a_release_for_torch_2_1_refuses_options_later_torchrun_added(tmp_path: Path) -> None:
+    result, _double = torch_npu_run(tmp_path, "2.1.0.post10", *BASE_FLAGS, "--local-ranks-filter", "0")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --local-ranks-filter" in result.stderr
+
+
+@pytest.mark.parametrize(("version", "parallel"), [("2.5.1", False), ("2.6.0", True), ("2.9.0.post6", True)])
+def test_workers_see_the_parallel_store_from_7_1_0(tmp_path: Path, version: str, parallel: bool) -> None:
+    _result, double = torch_npu_run(tmp_path, version, *BASE_FLAGS)
+    assert ("TORCH_NPU_USE_PARALLEL_TCPSTORE" in double.runs()[0]["worker_env"]) is parallel
+
+
+def test_import_torch_npu_gets_the_double_of_the_installed_release(tmp_path: Path) -> None:
+    double = install_torch_npu_double(tmp_path, "2.4.0.post2")
+    code = "import torch_npu; print(torch_npu.__version__, torch_npu.npu.device_count()); torch_npu.npu.set_device(3)"
+    result = subprocess.run(
+        ["python3", "-c", code], env=double.env(TORCH_NPU_DOUBLE_DEVICES="4"), capture_output=True, text=True
+    )
+    assert result.stdout.split() == ["2.4.0.post2", "4"], result.stderr
+    assert double.npu_calls() == [{"call": "set_device", "index": 3}]
+
+
+def test_the_grad_scaler_records_what_it_is_asked_and_keeps_dynamic_in_its_state(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch_npu = load_package(tmp_path, "2.9.0.post6")
+    scaler = torch_npu.npu.amp.GradScaler(init_scale=8.0, dynamic=False)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert [call["call"] for call in scaler.calls] == ["__init__", "scale", "step", "unscale_", "update"]
+    assert scaler.calls[0]["dynamic"] is False
+    state = scaler.state_dict()
+    assert state["dynamic"] is False and state["scale"] == 8.0
+    restored = torch_npu.npu.amp.GradScaler()
+    with pytest.raises(KeyError):
+        restored.load_state_dict({k: v for k, v in state.items() if k != "dynamic"})
+    restored.load_state_dict(state)
+    assert restored.state_dict() == state
+
+
+def test_the_release_table_agrees_with_the_wizards_facts() -> None:
+    assert {"2.1.0.post10", "2.4.0.post2", "2.5.1", "2.9.0.post6"} <= set(RELEASES)
+    for version, release in RELEASES.items():
+        assert release.cann == hardware.cann_for(version), version
+        assert release.has_torch_npu_run == hardware.has_torch_npu_run(version), version
+        assert release.tiered_store_flag == hardware.has_tiered_store_flag(version), version
+        assert hardware.base_version(version) == release.torch, version
