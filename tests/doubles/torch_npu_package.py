@@ -182,13 +182,16 @@ def _torchrun_parser() -> Any:
     parser.prog = "torch_npu_run"
     if RELEASE["torch"].startswith("2.1."):
         for action in list(parser._actions):
-            if action.option_strings and not set(action.option_strings) <= TORCHRUN_2_1_OPTIONS:
+            later = [option for option in action.option_strings if option not in TORCHRUN_2_1_OPTIONS]
+            for option in later:
+                parser._option_string_actions.pop(option, None)
+            if later and len(later) == len(action.option_strings):
                 parser._remove_action(action)
                 for group in parser._action_groups:
                     if action in group._group_actions:
                         group._group_actions.remove(action)
-                for option in action.option_strings:
-                    parser._option_string_actions.pop(option, None)
+            else:
+                action.option_strings = [option for option in action.option_strings if option not in later]
     return parser
 
 
