@@ -113,6 +113,11 @@ def npu_module() -> Any:
     return getattr(torch, "npu", None) or torch_npu.npu
 
 
+def torch_npu_module() -> ModuleType:
+    """The torch_npu package itself (its amp scaler, its version), imported on first use."""
+    return _import_torch_npu()
+
+
 def explain_torch_npu_error(error: BaseException) -> str:
     """A clear cause and fix for an error raised while loading torch_npu."""
     text = f"{type(error).__name__}: {error}"
