@@ -19,6 +19,10 @@ from runtime import nic
 from runtime.errors import LaunchError
 
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
+TORCH_NPU_PARALLEL_STORE = "TORCH_NPU_USE_PARALLEL_TCPSTORE"
+PYTORCH_DEFAULT_TIMEOUT_S = 1800  # what PyTorch gives non-NCCL process groups
+NEVER_TIMEOUT_S = 7 * 24 * 3600  # HCCL_EXEC_TIMEOUT=0: HCCL never gives up; a week here
+TIMEOUT_MARGIN_S = 120
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,18 @@ def export_rank_env(info: RankInfo, env: MutableMapping[str, str] = os.environ) 
     env["NODE_RANK"] = str(info.node_rank)
 
 
+def process_group_timeout_s(exec_timeout_s: int) -> int:
+    """The process group's timeout for HCCL_EXEC_TIMEOUT=`exec_timeout_s`: always beyond it.
+
+    A collective that waits too long should fail with HCCL's own message, which
+    names the operator and the ranks, not with PyTorch's; and HCCL_EXEC_TIMEOUT=0
+    (never) must not leave PyTorch's 30 minutes in force (Ascend/pytorch issue 54).
+    """
+    if exec_timeout_s <= 0:
+        return NEVER_TIMEOUT_S
+    return max(PYTORCH_DEFAULT_TIMEOUT_S, exec_timeout_s + TIMEOUT_MARGIN_S)
+
+
 def init_process_group(info: RankInfo, backend: str, timeout_s: float) -> None:
     """Join the job's process group through env:// (the only method HCCL supports)."""
     if backend == "gloo":
@@ -127,12 +143,15 @@ def restarted_attempt_store(
 ) -> dist.Store | None:
     """After an elastic restart, the job's store under a prefix of its own attempt.
 
-    torchrun and torch_npu_run keep one store across restarts; without a fresh
-    prefix the restarted ranks read the dead attempt's addresses and fail to
-    connect. The first attempt keeps plain env://.
+    torchrun keeps one store across restarts; without a fresh prefix the
+    restarted ranks read the dead attempt's addresses and fail to connect. The
+    first attempt keeps plain env://, and so does torch_npu_run: its workers
+    (TORCH_NPU_USE_PARALLEL_TCPSTORE=True) reach its parallel store through
+    env:// with a prefix per attempt of its own, and a plain TCPStore on that
+    port would speak the wrong protocol.
     """
     attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0, env)
-    if attempt == 0:
+    if attempt == 0 or env.get(TORCH_NPU_PARALLEL_STORE) == "True":
         return None
     agent_hosts_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
 from pathlib import Path
 
@@ -170,3 +171,41 @@ def test_socket_ifname_patterns_follow_hccl_prefix_exact_and_exclude_rules() -> 
 def test_an_hccl_if_ip_foreign_to_this_host_is_a_clear_error() -> None:
     with pytest.raises(LaunchError, match=r"^HCCL_IF_IP=203.0.113.77 is not an address of any network interface"):
         distributed.configure_gloo_interface({"HCCL_IF_IP": "203.0.113.77"})
+
+
+def restart_env(port: int, **extra: str) -> dict[str, str]:
+    """A worker's environment in the second attempt of an elastic job."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RESTART_COUNT": "1", **extra}
+
+
+def test_under_torch_npu_run_a_restart_opens_no_store_of_its_own(held_port: int) -> None:
+    # torch_npu's parallel store listens on the master port: a plain TCPStore there speaks
+    # another protocol. Its workers see TORCH_NPU_USE_PARALLEL_TCPSTORE=True.
+    info = RankInfo(0, 0, 2, 2, 0, "torch-npu-run")
+    env = restart_env(held_port, TORCH_NPU_USE_PARALLEL_TCPSTORE="True")
+    assert distributed.restarted_attempt_store(info, datetime.timedelta(seconds=5), env) is None
+
+
+def test_under_torchrun_a_restart_gets_a_store_prefixed_by_its_attempt() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    info = RankInfo(0, 0, 1, 1, 0, "torchrun")
+    store = distributed.restarted_attempt_store(info, datetime.timedelta(seconds=30), restart_env(port))
+    assert store is not None
+    store.set("key", "value")
+    assert store.get("key") == b"value"
+
+
+def test_the_first_attempt_keeps_env_init() -> None:
+    info = RankInfo(0, 0, 2, 2, 0, "torchrun")
+    env = restart_env(1, TORCHELASTIC_RESTART_COUNT="0")
+    assert distributed.restarted_attempt_store(info, datetime.timedelta(seconds=5), env) is None
+
+
+@pytest.mark.parametrize(
+    ("exec_timeout_s", "process_group_s"),
+    [(1836, 1836 + 120), (17340, 17340 + 120), (68, 1800), (0, 7 * 24 * 3600), (2147483647, 2147483647 + 120)],
+)
+def test_the_process_group_waits_longer_than_hccl(exec_timeout_s: int, process_group_s: int) -> None:
+    assert distributed.process_group_timeout_s(exec_timeout_s) == process_group_s
