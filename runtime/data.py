@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
@@ -162,7 +163,7 @@ class LoaderBatches:
         world_size: int,
         seed: int,
         workers: int = 2,
-        pin_memory: bool = False,
+        device_type: str = "cpu",
     ) -> None:
         self.batch_size = batch_size
         self.sampler = rank_sampler(dataset, rank, world_size, seed)
@@ -175,8 +176,8 @@ class LoaderBatches:
             shuffle=False,
             drop_last=True,
             num_workers=workers,
-            pin_memory=pin_memory,
             persistent_workers=workers > 0,
+            **pinning(device_type),
         )
 
     def __len__(self) -> int:
@@ -191,6 +192,24 @@ class LoaderBatches:
         """This epoch's batches, from batch `start` on (to resume mid-epoch)."""
         self._resume.skip = start * self.batch_size
         return iter(self.loader)
+
+
+def pinning(device_type: str, torch_version: str = torch.__version__) -> dict[str, Any]:
+    """DataLoader arguments that pin host memory for copies to `device_type`.
+
+    Before torch 2.6 pinning checks CUDA unless told the device: on an NPU it
+    would be silently off without pin_memory_device="npu" (pytorch issue 124908).
+    """
+    if device_type == "cpu":
+        return {"pin_memory": False}
+    if device_type == "npu" and _release(torch_version) < (2, 6):
+        return {"pin_memory": True, "pin_memory_device": "npu"}
+    return {"pin_memory": True}
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
 
 
 class _StartAt(torch.utils.data.Sampler[int]):

@@ -96,3 +96,28 @@ def test_too_few_samples_for_one_batch_per_rank_is_a_clear_error() -> None:
 def test_missing_mnist_says_how_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(SetupError, match=r"MNIST is not under .*--download-data"):
         data.mnist_tensors(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("device_type", "torch_version", "arguments"),
+    [
+        ("npu", "2.1.0", {"pin_memory": True, "pin_memory_device": "npu"}),
+        ("npu", "2.5.1+cpu", {"pin_memory": True, "pin_memory_device": "npu"}),
+        ("npu", "2.6.0", {"pin_memory": True}),
+        ("npu", "2.10.0", {"pin_memory": True}),
+        ("cuda", "2.1.0", {"pin_memory": True}),
+        ("cpu", "2.1.0", {"pin_memory": False}),
+    ],
+)
+def test_pinning_names_the_npu_where_torch_would_check_cuda(
+    device_type: str, torch_version: str, arguments: dict[str, object]
+) -> None:
+    assert data.pinning(device_type, torch_version) == arguments
+
+
+def test_an_npu_loader_pins_for_the_npu_on_torch_before_2_6() -> None:
+    dataset = TensorDataset(torch.randn(64, 3), torch.randint(2, (64,)))
+    loader = data.LoaderBatches(dataset, 8, rank=0, world_size=1, seed=0, workers=0, device_type="npu").loader
+    assert loader.pin_memory
+    before_2_6 = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6)
+    assert (loader.pin_memory_device == "npu") is before_2_6
