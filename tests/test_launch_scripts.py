@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.doubles.torch_npu_double import install_torch_npu_double
 from tests.runs import free_port
 from wizard.answers import resolve
 from wizard.render import render
@@ -516,6 +517,28 @@ def test_torch_npu_run_argv_and_tiered_tcpstore_on_large_jobs(tmp_path: Path, no
         "torch-npu-run",
     ]
     assert not (record / "torchrun.argv").exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "tiered"), [("2.1.0.post10", False), ("2.4.0.post2", False), ("2.5.1", True), ("2.9.0.post6", True)]
+)
+def test_tiered_tcpstore_only_where_the_releases_torch_npu_run_knows_it(
+    tmp_path: Path, version: str, tiered: bool
+) -> None:
+    project = render_project(tmp_path, launcher="torch-npu-run", nodes=8, **{"environment.torch_npu_version": version})
+    double = install_torch_npu_double(tmp_path, version)
+    record = tmp_path / "record"
+    record.mkdir()
+    result = run_node(project, 1, double.env(script_env(record)), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert double.rejected() == []
+    [run] = double.runs()
+    assert ("--enable_tiered_parallel_tcpstore=true" in run["argv"]) is tiered
+    note = (
+        f"node 1: NOTE: torch_npu {version} has no --enable_tiered_parallel_tcpstore (2.1.0.post12, 2.3.1.post6, "
+        "2.4.0.post4, 2.5.1 and later do): every rank connects to the master's store itself"
+    )
+    assert (note in result.stdout.splitlines()) is not tiered
 
 
 def test_mp_spawn_runs_train_py_once_with_topology_flags(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ EXTENSION = f"{__name__}.ReleaseFacts"
 FEATURES: dict[str, Callable[[str], bool]] = {
     "task_queue_2": hardware.has_task_queue_2,
     "cpu_affinity_conf": hardware.has_cpu_affinity_conf,
+    "tiered_store_flag": hardware.has_tiered_store_flag,
 }
 
 

@@ -323,10 +323,13 @@ run_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_P
 if command -v torch_npu_run >/dev/null 2>&1; then
     # torch_npu_run forces the parallel rendezvous: it needs the node rank, a fixed
     # node count and the master address and port, all given above.
-{%- if cookiecutter.nodes|int >= 8 %}
+{%- if cookiecutter.nodes|int >= 8 and cookiecutter.torch_npu_version|torch_npu_has("tiered_store_flag") %}
     # {{ cookiecutter.nodes|int }} nodes: a per-node proxy cuts the TCPStore connections from
     # one per rank to about sqrt(ranks), so the master is not flooded at start-up.
     run_args+=(--enable_tiered_parallel_tcpstore=true)
+{%- elif cookiecutter.nodes|int >= 8 %}
+    torch_npu_release={{ cookiecutter.torch_npu_version|sh }}
+    echo "node $NODE_RANK: NOTE: torch_npu $torch_npu_release has no --enable_tiered_parallel_tcpstore (2.1.0.post12, 2.3.1.post6, 2.4.0.post4, 2.5.1 and later do): every rank connects to the master's store itself"
 {%- endif %}
     start_child "torch_npu_run" torch_npu_run "${run_args[@]}" train.py --launcher torch-npu-run "$@"
 else
