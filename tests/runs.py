@@ -46,9 +46,19 @@ def _bindable(port: int) -> bool:
 
 
 def render_cpu(
-    tmp_path: Path, launcher: str, *, nodes: int = 1, amp: str = "off", devices_per_node: int = 2, **training: Any
+    tmp_path: Path,
+    launcher: str,
+    *,
+    nodes: int = 1,
+    amp: str = "off",
+    devices_per_node: int = 2,
+    answers: dict[str, Any] | None = None,
+    **training: Any,
 ) -> Path:
-    """Render a small CPU project: `nodes` x 2 processes on loopback, a few hundred steps at most."""
+    """Render a small CPU project: `nodes` x 2 processes on loopback, a few hundred steps at most.
+
+    `training` sets training.* answers; `answers` any other (dotted names).
+    """
     raw: dict[str, Any] = {
         "project_name": f"{launcher}-{nodes}n-{amp}",
         "device": "cpu",
@@ -65,6 +75,7 @@ def render_cpu(
         "training.checkpoint_every": 8,
     }
     raw.update({f"training.{key}": value for key, value in training.items()})
+    raw.update(answers or {})
     return render(resolve(raw), tmp_path).project_dir
 
 

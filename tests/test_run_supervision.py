@@ -163,8 +163,10 @@ def test_node_0_sees_a_stopped_rank_of_node_1_through_the_status_stream(tmp_path
     assert summary["failure"]["rank"] == 3
 
 
-def test_max_restarts_resumes_from_the_checkpoint_after_a_kill(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=1, samples=16384, epochs=2, checkpoint_every=32)
+# torch-npu-run falls back to torchrun here (no torch_npu): the restart takes the same path
+@pytest.mark.parametrize("launcher", ["torchrun", "torch-npu-run"])
+def test_max_restarts_resumes_from_the_checkpoint_after_a_kill(tmp_path: Path, launcher: str) -> None:
+    project = render_cpu(tmp_path, launcher, nodes=1, samples=16384, epochs=2, checkpoint_every=32)
     runner = start_runner(project, "--interval", "2", "--max-restarts", "1")
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.doubles.torch_npu_double import install_torch_npu_double
 from tests.runs import events_of, kill_groups, kinds, node_env, render_cpu, run_project, start_nodes, wait_nodes
 
 pytestmark = pytest.mark.slow
@@ -55,6 +56,34 @@ def test_launch_scripts_train_to_the_end(launcher: str, nodes: int, amp: str, tm
     for node, (code, output) in enumerate(results):
         assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
     assert_trained(project, tmp_path / "run", world_size=2 * nodes)
+
+
+def test_a_releases_torch_npu_run_parses_the_scripts_flags_and_trains(tmp_path: Path) -> None:
+    # The torch_npu double's torch_npu_run (2.9.0.post6, the default) parses the flags as that
+    # release does, then runs the workers through torchrun with the environment its agent sets.
+    project = render_cpu(tmp_path, "torch-npu-run", nodes=2, amp="bf16")
+    double = install_torch_npu_double(tmp_path, "2.9.0.post6")
+    env = double.env(node_env(tmp_path / "run"), TORCH_NPU_DOUBLE_RUN="torchrun")
+    extra = {name: env[name] for name in ("PATH", "PYTHONPATH", "TORCH_NPU_DOUBLE_RECORD", "TORCH_NPU_DOUBLE_RUN")}
+    for node, (code, output) in enumerate(run_project(project, tmp_path / "run", **extra)):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+        assert "torch_npu_run not found" not in output
+    assert sorted(run["argv"][:4] for run in double.runs()) == [
+        ["--nnodes", "2", "--node-rank", str(n)] for n in (0, 1)
+    ]
+    assert all(run["worker_env"]["TORCH_NPU_USE_PARALLEL_TCPSTORE"] == "True" for run in double.runs())
+    assert_trained(project, tmp_path / "run", world_size=4)
+
+
+@pytest.mark.parametrize(("exec_timeout", "process_group"), [(0, 604800), (3600, 3720)])
+def test_the_process_group_outwaits_hccl_exec_timeout(tmp_path: Path, exec_timeout: int, process_group: int) -> None:
+    # HCCL_EXEC_TIMEOUT=0 (never) must not leave PyTorch's 30-minute default in force
+    answers = {"network.exec_timeout": exec_timeout}
+    project = render_cpu(tmp_path, "torchrun", devices_per_node=1, epochs=1, samples=64, answers=answers)
+    [(code, output)] = run_project(project, tmp_path / "run")
+    assert code == 0, output[-3000:]
+    rank0 = (tmp_path / "run" / "logs" / "rank-0.log").read_text().splitlines()
+    assert f"collectives time out after {process_group} s" in rank0
 
 
 def test_a_single_process_job_trains_without_ddp(tmp_path: Path) -> None:

@@ -313,6 +313,19 @@ QUESTIONS: tuple[Question, ...] = (
         help="The learning rate the single-card script used.",
     ),
     Question(
+        name="training.warmup_epochs",
+        prompt="Warmup epochs",
+        kind="int",
+        default=5,
+        minimum=0,
+        maximum=100000,
+        when=_without_lr,
+        step="training",
+        help="When the scaled rate is above the single-card rate, climb to it linearly from the "
+        "single-card rate over this many epochs (0: no warmup). 5, as Goyal et al. (2017, "
+        "Accurate, Large Minibatch SGD) used with the linear scaling rule.",
+    ),
+    Question(
         name="training.epochs",
         prompt="Epochs",
         kind="int",

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from runtime import amp, checkpoint, data, device, distributed, events, smoke
+from runtime import amp, checkpoint, data, device, distributed, events, schedule, smoke
 
 PROJECT_DIR = Path(__file__).resolve().parent
 DEVICE = {{ cookiecutter.device|tojson }}
@@ -27,6 +27,7 @@ LR = {{ cookiecutter.lr|float }}
 {%- else %}
 BASE_BATCH_SIZE = {{ cookiecutter.base_batch_size|int }}  # the single-card batch ...
 BASE_LR = {{ cookiecutter.base_lr|float }}  # ... and learning rate to scale from
+WARMUP_EPOCHS = {{ cookiecutter.warmup_epochs|int }}  # from BASE_LR up to the scaled rate
 {%- endif %}
 EPOCHS = {{ cookiecutter.epochs|int }}
 SEED = {{ cookiecutter.seed|int }}
@@ -52,8 +53,9 @@ IMAGE_SIZE = 64
 {%- endif %}
 LOADER_WORKERS = 4  # per rank
 {%- endif %}
-# how long a collective waits for a slow rank before the job fails
-PROCESS_GROUP_TIMEOUT_S = {{ [cookiecutter.exec_timeout|int, 1800]|max }}
+# HCCL_EXEC_TIMEOUT (the launch scripts export it): how long a collective waits for
+# a slow rank; the process group's own timeout is set beyond it
+HCCL_EXEC_TIMEOUT_S = {{ cookiecutter.exec_timeout|int }}
 
 
 def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
@@ -64,9 +66,16 @@ def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
     # Ascend 910 otherwise compiles each operator online
     device.use_binary_kernels(choice)
 {%- endif %}
-    distributed.init_process_group(rank, choice.backend, PROCESS_GROUP_TIMEOUT_S)
+    exec_timeout_s = distributed.env_int("HCCL_EXEC_TIMEOUT", HCCL_EXEC_TIMEOUT_S)
+    timeout_s = distributed.process_group_timeout_s(exec_timeout_s)
+    distributed.init_process_group(rank, choice.backend, timeout_s)
     where = f"rank {rank.rank}/{rank.world_size}: {target} with {choice.backend}"
     print(f"{where} ({choice.reason})", flush=True)
+    if rank.is_main:
+        print(f"collectives time out after {timeout_s} s", flush=True)
+        note = amp.simulation_note(target.type, AMP)
+        if note:
+            print(note, flush=True)
     return target
 
 
@@ -78,6 +87,7 @@ class Trainer:
         model: nn.Module,
         train_data: data.TensorBatches | data.LoaderBatches,
         optimizer: torch.optim.Optimizer,
+        lr_schedule: schedule.LinearWarmup,
         rank: distributed.RankInfo,
         target: torch.device,
         recorder: events.EventWriter,
@@ -88,6 +98,7 @@ class Trainer:
         self.model = model
         self.train_data = train_data
         self.optimizer = optimizer
+        self.lr_schedule = lr_schedule
 {%- if cookiecutter.amp == "fp16" %}
         self.scaler = amp.grad_scaler(target.type, AMP)  # dynamic loss scaling for fp16
 {%- endif %}
@@ -117,7 +128,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 {%- if cookiecutter.amp == "fp16" %}
-        self.scaler.load_state_dict(state["scaler"])
+        amp.restore_scaler(self.scaler, state["scaler"])
 {%- endif %}
         self.epoch = state["epoch"]
         self.step = self.saved_step = state["step"]
@@ -146,6 +157,7 @@ class Trainer:
         for inputs, targets in self.train_data.batches(start=self.batches_done):
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
+            self.lr_schedule.apply(self.optimizer, self.step)
             loss = self._run_batch(inputs, targets)
             self.step += 1
             self.batches_done += 1
@@ -204,13 +216,21 @@ class Trainer:
             self._run_epoch(epoch)
 
 
-def learning_rate(world_size: int) -> float:
-    """The job's learning rate, scaled linearly with the global batch."""
+def learning_rate(world_size: int, steps_per_epoch: int) -> schedule.LinearWarmup:
 {%- if cookiecutter.lr %}
-    return LR  # given in the answers for the whole job
+    """The job's learning rate per step: LR, as given in the answers."""
+    return schedule.LinearWarmup(LR, LR, warmup_steps=0)
 {%- else %}
+    """The job's learning rate per step: scaled linearly with the global batch.
+
+    When that raises it above BASE_LR, it climbs there from BASE_LR over
+    WARMUP_EPOCHS epochs (Goyal et al. 2017).
+    """
     global_batch = BATCH_SIZE * world_size
-    return BASE_LR * global_batch / BASE_BATCH_SIZE
+    scaled_lr = BASE_LR * global_batch / BASE_BATCH_SIZE
+    return schedule.LinearWarmup.scaled(
+        BASE_LR, scaled_lr, WARMUP_EPOCHS, steps_per_epoch
+    )
 {%- endif %}
 
 
@@ -280,7 +300,7 @@ def load_train_data(
         world_size=rank.world_size,
         seed=SEED,
         workers=LOADER_WORKERS,
-        pin_memory=target.type != "cpu",
+        device_type=target.type,
     )
     return train_data, spec
 {%- endif %}
@@ -361,11 +381,22 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
 {%- endif %}
             train_data, spec = load_train_data(rank, target)
             model = build_model(spec).to(target)
-            lr = learning_rate(rank.world_size)
-            optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+            lr_schedule = learning_rate(rank.world_size, len(train_data))
+            optimizer = torch.optim.SGD(
+                model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9
+            )
+            if rank.is_main:
+                print(lr_schedule.describe(), flush=True)
             folder = checkpoint.resolve_checkpoint_dir(args.checkpoint_dir, PROJECT_DIR)
             trainer = Trainer(
-                model, train_data, optimizer, rank, target, recorder, folder
+                model,
+                train_data,
+                optimizer,
+                lr_schedule,
+                rank,
+                target,
+                recorder,
+                folder,
             )
             recorder.started(
                 local_rank=rank.local_rank,
