@@ -3,13 +3,23 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test snapshots bench clean
+.PHONY: demo test snapshots bench clean torch21
 
 $(BIN)/npu-wizard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
+
+# The oldest torch offered (2.1) in a venv of its own, for tests/test_oldest_torch.py.
+# PyPI's torch 2.1.2 pulls its CUDA libraries (about 3 GB); it runs on the CPU.
+TORCH21 := .venv-torch21
+$(TORCH21)/bin/torch21-ready:
+	$(PYTHON) -m venv $(TORCH21)
+	$(TORCH21)/bin/pip install -q 'torch==2.1.2' 'torchvision==0.16.2' 'numpy<2' pytest
+	touch $@
+
+torch21: $(TORCH21)/bin/torch21-ready  ## the torch 2.1 venv the oldest-torch tests use
 
 demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and run it on CPU with the monitor
 	$(BIN)/npu-wizard --answers examples/cpu-demo.yaml -o out --force
