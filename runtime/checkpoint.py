@@ -16,6 +16,7 @@ import os
 import pickle
 import re
 import sys
+import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,8 +32,17 @@ ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"
 NAME = re.compile(r"step-(\d+)\.pt")
 KEEP = 2
 SET_ASIDE = ".unreadable"  # step-000000009.pt -> step-000000009.pt.unreadable: no longer a checkpoint name
-# what torch.load raises on a truncated, zeroed or foreign file
-UNREADABLE = (EOFError, OSError, RuntimeError, ValueError, pickle.UnpicklingError)
+# what torch.load raises on a truncated, zeroed or foreign file (torch 2.1 reads a
+# non-zip file as a legacy tar archive: KeyError or TarError)
+UNREADABLE = (
+    EOFError,
+    OSError,
+    RuntimeError,
+    ValueError,
+    pickle.UnpicklingError,
+    KeyError,
+    tarfile.TarError,
+)
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 T = TypeVar("T")
 
