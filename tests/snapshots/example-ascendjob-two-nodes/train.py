@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from runtime import amp, checkpoint, data, device, distributed, events, smoke
+from runtime import amp, checkpoint, data, device, distributed, events, schedule, smoke
 
 PROJECT_DIR = Path(__file__).resolve().parent
 DEVICE = "npu"
@@ -24,6 +24,7 @@ AMP = "bf16"
 BATCH_SIZE = 32  # per device; the global batch is this x world size
 BASE_BATCH_SIZE = 32  # the single-card batch ...
 BASE_LR = 0.05  # ... and learning rate to scale from
+WARMUP_EPOCHS = 5  # from BASE_LR up to the scaled rate
 EPOCHS = 3
 SEED = 1234
 CHECKPOINT_EVERY = 100  # steps; 0: at epoch ends only
@@ -31,17 +32,25 @@ LOG_EVERY = 10  # steps; the loss is read only this often
 DATA_DIR = PROJECT_DIR / "data/imagenet-mini"
 IMAGE_SIZE = 224
 LOADER_WORKERS = 4  # per rank
-# how long a collective waits for a slow rank before the job fails
-PROCESS_GROUP_TIMEOUT_S = 1836
+# HCCL_EXEC_TIMEOUT (the launch scripts export it): how long a collective waits for
+# a slow rank; the process group's own timeout is set beyond it
+HCCL_EXEC_TIMEOUT_S = 1836
 
 
 def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
     """Bind this rank to its device and join the process group."""
     choice = device.select_device(requested)
     target = device.bind_device(choice, rank.local_rank, rank.local_world_size)
-    distributed.init_process_group(rank, choice.backend, PROCESS_GROUP_TIMEOUT_S)
+    exec_timeout_s = distributed.env_int("HCCL_EXEC_TIMEOUT", HCCL_EXEC_TIMEOUT_S)
+    timeout_s = distributed.process_group_timeout_s(exec_timeout_s)
+    distributed.init_process_group(rank, choice.backend, timeout_s)
     where = f"rank {rank.rank}/{rank.world_size}: {target} with {choice.backend}"
     print(f"{where} ({choice.reason})", flush=True)
+    if rank.is_main:
+        print(f"collectives time out after {timeout_s} s", flush=True)
+        note = amp.simulation_note(target.type, AMP)
+        if note:
+            print(note, flush=True)
     return target
 
 
@@ -53,6 +62,7 @@ class Trainer:
         model: nn.Module,
         train_data: data.TensorBatches | data.LoaderBatches,
         optimizer: torch.optim.Optimizer,
+        lr_schedule: schedule.LinearWarmup,
         rank: distributed.RankInfo,
         target: torch.device,
         recorder: events.EventWriter,
@@ -63,6 +73,7 @@ class Trainer:
         self.model = model
         self.train_data = train_data
         self.optimizer = optimizer
+        self.lr_schedule = lr_schedule
         self.loss_fn = nn.CrossEntropyLoss()
         self.recorder = recorder
         self.checkpoint_dir = checkpoint_dir
@@ -109,6 +120,7 @@ class Trainer:
         for inputs, targets in self.train_data.batches(start=self.batches_done):
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
+            self.lr_schedule.apply(self.optimizer, self.step)
             loss = self._run_batch(inputs, targets)
             self.step += 1
             self.batches_done += 1
@@ -164,10 +176,17 @@ class Trainer:
             self._run_epoch(epoch)
 
 
-def learning_rate(world_size: int) -> float:
-    """The job's learning rate, scaled linearly with the global batch."""
+def learning_rate(world_size: int, steps_per_epoch: int) -> schedule.LinearWarmup:
+    """The job's learning rate per step: scaled linearly with the global batch.
+
+    When that raises it above BASE_LR, it climbs there from BASE_LR over
+    WARMUP_EPOCHS epochs (Goyal et al. 2017).
+    """
     global_batch = BATCH_SIZE * world_size
-    return BASE_LR * global_batch / BASE_BATCH_SIZE
+    scaled_lr = BASE_LR * global_batch / BASE_BATCH_SIZE
+    return schedule.LinearWarmup.scaled(
+        BASE_LR, scaled_lr, WARMUP_EPOCHS, steps_per_epoch
+    )
 
 
 # ---- yours: the data and the model ------------------------------------------------
@@ -192,7 +211,7 @@ def load_train_data(
         world_size=rank.world_size,
         seed=SEED,
         workers=LOADER_WORKERS,
-        pin_memory=target.type != "cpu",
+        device_type=target.type,
     )
     return train_data, spec
 
@@ -234,11 +253,22 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
             model = build_model(spec).to(target)
-            lr = learning_rate(rank.world_size)
-            optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+            lr_schedule = learning_rate(rank.world_size, len(train_data))
+            optimizer = torch.optim.SGD(
+                model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9
+            )
+            if rank.is_main:
+                print(lr_schedule.describe(), flush=True)
             folder = checkpoint.resolve_checkpoint_dir(args.checkpoint_dir, PROJECT_DIR)
             trainer = Trainer(
-                model, train_data, optimizer, rank, target, recorder, folder
+                model,
+                train_data,
+                optimizer,
+                lr_schedule,
+                rank,
+                target,
+                recorder,
+                folder,
             )
             recorder.started(
                 local_rank=rank.local_rank,
