@@ -34,14 +34,18 @@
 # NPU_WIZARD_MAX_RESTARTS: how often the launcher restarts failed workers (default 0).
 {%- endif %}
 set -euo pipefail
-{%- set how_to_start = "run launch/nodeK.sh" if cookiecutter.master_addr else "start launch/entry.sh" %}
+{%- if cookiecutter.master_addr %}
+HOW_TO_START="run launch/nodeK.sh"
+{%- else %}
+HOW_TO_START="start launch/entry.sh"
+{%- endif %}
 
 if ! [[ "${NODE_RANK:-}" =~ ^(0|[1-9][0-9]*)$ ]] || ((NODE_RANK >= {{ cookiecutter.nodes|int }})); then
-    echo "run-node.sh: NODE_RANK must be this node's index, 0 to {{ cookiecutter.nodes|int - 1 }} (got '${NODE_RANK:-}'); {{ how_to_start }} instead" >&2
+    echo "run-node.sh: NODE_RANK must be this node's index, 0 to {{ cookiecutter.nodes|int - 1 }} (got '${NODE_RANK:-}'); $HOW_TO_START instead" >&2
     exit 2
 fi
 if [[ -z "${NODE_ADDR:-}" ]]; then
-    echo "run-node.sh: NODE_ADDR must be this node's host IP; {{ how_to_start }} instead" >&2
+    echo "run-node.sh: NODE_ADDR must be this node's host IP; $HOW_TO_START instead" >&2
     exit 2
 fi
 

@@ -16,13 +16,14 @@
 # PYTHON (default python3), CANN_SET_ENV, NPU_WIZARD_STOP_GRACE (seconds ranks
 # get between TERM and KILL, default 5).
 set -euo pipefail
+HOW_TO_START="run launch/nodeK.sh"
 
 if ! [[ "${NODE_RANK:-}" =~ ^(0|[1-9][0-9]*)$ ]] || ((NODE_RANK >= 1)); then
-    echo "run-node.sh: NODE_RANK must be this node's index, 0 to 0 (got '${NODE_RANK:-}'); run launch/nodeK.sh instead" >&2
+    echo "run-node.sh: NODE_RANK must be this node's index, 0 to 0 (got '${NODE_RANK:-}'); $HOW_TO_START instead" >&2
     exit 2
 fi
 if [[ -z "${NODE_ADDR:-}" ]]; then
-    echo "run-node.sh: NODE_ADDR must be this node's host IP; run launch/nodeK.sh instead" >&2
+    echo "run-node.sh: NODE_ADDR must be this node's host IP; $HOW_TO_START instead" >&2
     exit 2
 fi
 

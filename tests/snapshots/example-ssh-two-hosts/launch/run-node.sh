@@ -17,13 +17,14 @@
 # get between TERM and KILL, default 5).
 # NPU_WIZARD_MAX_RESTARTS: how often the launcher restarts failed workers (default 0).
 set -euo pipefail
+HOW_TO_START="run launch/nodeK.sh"
 
 if ! [[ "${NODE_RANK:-}" =~ ^(0|[1-9][0-9]*)$ ]] || ((NODE_RANK >= 2)); then
-    echo "run-node.sh: NODE_RANK must be this node's index, 0 to 1 (got '${NODE_RANK:-}'); run launch/nodeK.sh instead" >&2
+    echo "run-node.sh: NODE_RANK must be this node's index, 0 to 1 (got '${NODE_RANK:-}'); $HOW_TO_START instead" >&2
     exit 2
 fi
 if [[ -z "${NODE_ADDR:-}" ]]; then
-    echo "run-node.sh: NODE_ADDR must be this node's host IP; run launch/nodeK.sh instead" >&2
+    echo "run-node.sh: NODE_ADDR must be this node's host IP; $HOW_TO_START instead" >&2
     exit 2
 fi
 
