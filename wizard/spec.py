@@ -271,6 +271,8 @@ def _parse_labels(question: Question, raw: Any) -> tuple[tuple[str, str], ...]:
             pairs.append((key.strip(), value.strip()))
     elif isinstance(raw, Mapping):
         pairs = [(key, "" if value is None else value) for key, value in raw.items()]
+    elif isinstance(raw, tuple) and all(isinstance(pair, tuple) and len(pair) == 2 for pair in raw):
+        pairs = list(raw)  # already parsed: answers given again as values parse to themselves
     else:
         raise Invalid(f"must be {question.allowed()}")
     for key, value in pairs:
