@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from collections.abc import Iterator
 
 import pytest
+
+# A suite started in the background by a non-interactive shell (CI, nohup ... &) inherits
+# SIGINT ignored, and so would every process it starts: bash cannot trap a signal ignored
+# at entry and Python raises no KeyboardInterrupt. Ctrl-C tests need the terminal's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
