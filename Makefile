@@ -16,7 +16,7 @@ $(BIN)/npu-wizard: pyproject.toml
 TORCH21 := .venv-torch21
 $(TORCH21)/bin/torch21-ready:
 	$(PYTHON) -m venv $(TORCH21)
-	$(TORCH21)/bin/pip install -q 'torch==2.1.2' 'torchvision==0.16.2' 'numpy<2' pytest
+	$(TORCH21)/bin/pip install -q 'torch==2.1.2' 'torchvision==0.16.2' 'numpy<2' pyyaml pytest
 	touch $@
 
 torch21: $(TORCH21)/bin/torch21-ready  ## the torch 2.1 venv the oldest-torch tests use
