@@ -10,9 +10,11 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 
 from runtime import nic
@@ -23,6 +25,7 @@ TORCH_NPU_PARALLEL_STORE = "TORCH_NPU_USE_PARALLEL_TCPSTORE"
 PYTORCH_DEFAULT_TIMEOUT_S = 1800  # what PyTorch gives non-NCCL process groups
 NEVER_TIMEOUT_S = 7 * 24 * 3600  # HCCL_EXEC_TIMEOUT=0: HCCL never gives up; a week here
 TIMEOUT_MARGIN_S = 120
+GLOO_WORKER_GRACE_S = 0.2  # destroy_process_group: see there
 
 
 @dataclass(frozen=True)
@@ -165,9 +168,19 @@ def restarted_attempt_store(
 
 
 def destroy_process_group() -> None:
-    """Leave the process group if this rank joined one."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group if this rank joined one.
+
+    Before torch 2.8 (pytorch/pytorch#154976) gloo's process group is torn
+    down with the GIL held while it joins its worker threads; a worker still
+    dropping the last collective's tensors needs the GIL, and the rank hangs
+    for ever (seen on torch 2.1 in about one run of seven). A short pause
+    without the GIL lets those workers finish first.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_backend() == "gloo" and torch.__version__ < (2, 8):
+        time.sleep(GLOO_WORKER_GRACE_S)
+    dist.destroy_process_group()
 
 
 def configure_gloo_interface(env: MutableMapping[str, str] = os.environ) -> str | None:

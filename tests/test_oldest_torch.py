@@ -52,7 +52,17 @@ def test_the_venv_holds_torch_2_1(torch21: Path) -> None:
 
 def test_the_runtime_tests_pass_on_torch_2_1(torch21: Path) -> None:
     result = subprocess.run(
-        [str(torch21), "-m", "pytest", "-q", "-p", "no:cacheprovider", *RUNTIME_TESTS],
+        [
+            str(torch21),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "faulthandler_timeout=300",
+            *RUNTIME_TESTS,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

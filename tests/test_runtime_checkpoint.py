@@ -5,13 +5,14 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from runtime import checkpoint
+from runtime import checkpoint, distributed
 
 
 def state(step: int) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def _resume_on_rank(rank: int, port: int, folders: list[Path], results: Any) -> 
         found = checkpoint.resume_point(folders[rank])
         results.put((rank, None if found is None else found[1]["step"]))
     finally:
-        dist.destroy_process_group()
+        distributed.destroy_process_group()
 
 
 def test_when_one_nodes_newest_copy_is_corrupt_every_rank_resumes_from_the_older_step(tmp_path: Path) -> None:
@@ -177,7 +178,15 @@ def test_when_one_nodes_newest_copy_is_corrupt_every_rank_resumes_from_the_older
 
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
-    mp.start_processes(_resume_on_rank, args=(free_port(), folders, results), nprocs=2, start_method="spawn")
+    ranks = mp.start_processes(
+        _resume_on_rank, args=(free_port(), folders, results), nprocs=2, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + 240
+    while not ranks.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail("the two ranks did not finish within 240 s")
 
     assert sorted(results.get() for _ in range(2)) == [(0, 10), (1, 10)]
     assert (folders[1] / "step-000000020.pt.unreadable").is_file()  # node 1's bad copy, kept aside
