@@ -162,3 +162,13 @@ def test_a_dry_run_prints_the_rsync_and_ssh_commands_and_starts_nothing(tmp_path
         assert f"launch/node{node}.sh" in text
     assert "setsid -w" in text and "PYTHON=/" in text
     assert not (project / "runs").exists()
+
+
+def test_doctor_on_an_ssh_project_checks_this_host_and_names_the_command_for_every_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = render_ssh(tmp_path, ["192.0.2.10", "192.0.2.11"])
+    main(["doctor", str(project), "--node", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"npu-wizard doctor: {project.name}, node 1 of 2 (192.0.2.11)")
+    assert lines[-1].startswith("every host of this ssh project from here: npu-wizard run PROJECT --smoke")

@@ -52,6 +52,7 @@ class Report:
     device: str
     nodes: int
     results: tuple[Result, ...]
+    engine: str = "manual"
 
     @property
     def failed(self) -> bool:
@@ -92,7 +93,7 @@ def examine(
         network.check_timeouts(answers, script),
     )
     name = project_dir.name if project_dir else "(no project: the default answers)"
-    return Report(name, this, answers["device"], answers["nodes"], results)
+    return Report(name, this, answers["device"], answers["nodes"], results, answers["cluster.engine"])
 
 
 def format_text(report: Report) -> list[str]:
@@ -117,6 +118,11 @@ def format_text(report: Report) -> list[str]:
     lines.append(
         f"{counts[PASS]} passed, {counts[WARN]} warning(s), {counts[FAIL]} failed, {counts[SKIP]} skipped: {verdict}"
     )
+    if report.engine == "ssh" and report.nodes > 1:
+        lines.append(
+            "every host of this ssh project from here: npu-wizard run PROJECT --smoke "
+            "(copies the project, then runs each node's preflight and a smoke test on its host)"
+        )
     return lines
 
 
