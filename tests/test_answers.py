@@ -128,6 +128,30 @@ ERRORS = [
         "training.data_dir",
         "no spaces",
     ),
+    ("engine", {"cluster.engine": "lsf"}, "cluster.engine", "manual, ssh, slurm, ascendjob, pytorchjob"),
+    ("slurm time", {"cluster.engine": "slurm", "cluster.time": "12 hours"}, "cluster.time", "HH:MM:SS"),
+    ("slurm partition", {"cluster.engine": "slurm", "cluster.partition": "a b"}, "cluster.partition", "letters"),
+    ("slurm account", {"cluster.engine": "slurm", "cluster.account": "$(id)"}, "cluster.account", "letters"),
+    ("slurm gres", {"cluster.engine": "slurm", "cluster.gres": "gpu 8"}, "cluster.gres", "gpu:910b:8"),
+    ("slurm cpus", {"cluster.engine": "slurm", "cluster.cpus_per_task": 0}, "cluster.cpus_per_task", "at least 1"),
+    (
+        "ssh hosts count",
+        {"nodes": 2, "network.host_ips": ["10.0.0.1", "10.0.0.2"], "cluster.engine": "ssh", "cluster.ssh_hosts": ["a"]},
+        "cluster.ssh_hosts",
+        "2 expected, 1 given",
+    ),
+    (
+        "ssh host option",
+        {
+            "nodes": 2,
+            "network.host_ips": ["10.0.0.1", "10.0.0.2"],
+            "cluster.engine": "ssh",
+            "cluster.ssh_hosts": ["-oProxyCommand=id", "b"],
+        },
+        "cluster.ssh_hosts",
+        "not a host name",
+    ),
+    ("ssh remote_dir", {"cluster.engine": "ssh", "cluster.remote_dir": "rel/dir"}, "cluster.remote_dir", "absolute"),
 ]
 
 
