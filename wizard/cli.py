@@ -215,7 +215,8 @@ def _guarded(command: Callable[[], int]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from wizard.checkpoints import checkpoint_dir, set_aside
-    from wizard.run import Job, RunOptions, dry_run, manual_steps, run_plain
+    from wizard.monitor.plain import run_plain
+    from wizard.run import Job, RunOptions, dry_run, manual_steps
 
     train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(

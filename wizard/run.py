@@ -5,27 +5,23 @@ simulated on this host) in a run folder of its own, hosts the status stream
 that every rank of every node reports to, and on each `tick` folds the ranks'
 events into a `JobState`. The first failure (a launcher exiting non-zero, a
 rank's error, a rank whose process vanished, or a hang with --abort-on-hang)
-stops every process of the job and names the root cause. The plain loop here
-and the live view (wizard.monitor.app) both drive the same `Job`.
+stops every process of the job and names the root cause. The plain view
+(wizard.monitor.plain) and the live view (wizard.monitor.app) both drive the same `Job`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import signal
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
 
 from runtime.events import ENV_HEARTBEAT, EventFollower
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers import Answers, load_text
-from wizard.checkpoints import finished_note
 from wizard.engines import Engine, Launch, engine_for
 from wizard.engines.base import ENDED
 from wizard.errors import TargetError, WizardError
@@ -33,19 +29,16 @@ from wizard.monitor import procs
 from wizard.monitor.attach import REMOTE_DIR, RUN_FILE
 from wizard.monitor.report import (
     failure_report,
-    format_summary,
     node_log_reason,
-    progress_line,
     summarize,
     write_json,
 )
 from wizard.monitor.state import DEFAULT_HANG_AFTER, START_MARGIN_S, Failure, JobState
 from wizard.monitor.status_server import StatusServer
+from wizard.stopping import STOP_SIGNALS, main_thread
 
 GRACE_SECONDS = 4.0
 RESTARTING_LAUNCHERS = ("torchrun", "torch-npu-run")
-# kill, timeout, systemd, Slurm and a dropped ssh session end a runner with these: stop the job as Ctrl-C does
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class RunFailed(WizardError):
@@ -62,32 +55,6 @@ class RunInterrupted(WizardError):
     def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
         self.exit_code = 128 + signum
-
-
-class StopSignal(KeyboardInterrupt):
-    """SIGTERM or SIGHUP reached the runner; raised in the main thread as SIGINT raises KeyboardInterrupt."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def stop_signals_raise() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise StopSignal (the main thread only)."""
-
-    def handler(signum: int, _frame: object) -> None:
-        raise StopSignal(signum)
-
-    if not _main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, action in previous.items():
-            signal.signal(sig, action)
 
 
 @dataclass(frozen=True)
@@ -361,7 +328,7 @@ class Job:
         """Have the engine stop every process of the job on every node."""
         # a second Ctrl-C, TERM or HUP must not cut the stopping short and orphan what is left
         stoppers = (signal.SIGINT, *STOP_SIGNALS)
-        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if _main_thread() else {}
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if main_thread() else {}
         try:
             self.engine.cancel()
         finally:
@@ -425,12 +392,6 @@ def manual_steps(project: Path, options: RunOptions) -> str | None:
     return engine.manual_steps(launch)
 
 
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -441,75 +402,4 @@ def _json_line(event: dict) -> str:
     return json.dumps(event, default=str) + "\n"
 
 
-def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
-    """Start the job, print a progress line per interval and the summary; return the ended job."""
-    print(f"run folder: {job.run_dir}", file=out)
-    print(
-        f"starting node{'s' if len(job.nodes) > 1 else ''} {', '.join(map(str, job.nodes))} of {job.answers['nodes']}",
-        file=out,
-    )
-    for note in job.notes:
-        print(note, file=out)
-    next_line = job.started_at + job.options.interval
-    reported_hangs: set[int] = set()
-    reported_late = False
-    try:
-        with stop_signals_raise():
-            job.start()
-            while True:
-                outcome = job.tick()
-                now = job.clock()
-                for rank in job.state.hung(now):
-                    if rank not in reported_hangs:
-                        print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
-                        reported_hangs.add(rank)
-                late = "" if reported_late else job.state.late_report(now)
-                if late:
-                    print(f"START-UP DEADLINE: {late}", file=out, flush=True)
-                    reported_late = True
-                for line in job.engine_lines:
-                    print(line, file=out, flush=True)
-                job.engine_lines.clear()
-                if outcome is not None:
-                    break
-                if now >= next_line:
-                    print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
-                    next_line += job.options.interval
-                time.sleep(poll)
-    except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
-        job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
-    for line in job.engine_lines:  # what the engine said while stopping the job
-        print(line, file=out)
-    job.engine_lines.clear()
-    print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
-    if job.summary is not None:
-        print(format_summary(job.summary), file=out)
-    note = finished_note(job)
-    if note:
-        print(note, file=out)
-    if "--smoke" in job.options.train_args:  # the per-rank smoke report: wizard/smoke.py
-        from wizard.smoke import print_smoke_report
-
-        print_smoke_report(job.run_dir, job.answers.world_size, out)
-    print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)
-    return job
-
-
-def _hang_line(state: JobState, rank: int, now: float) -> str:
-    return next((line for line in state.hang_report(now).splitlines() if line.startswith(f"rank {rank} ")), "")
-
-
-def run_project(
-    project: Path,
-    options: RunOptions | None = None,
-    *,
-    out: TextIO = sys.stdout,
-    clock: Callable[[], float] = time.time,
-) -> Path:
-    """Run the project in plain mode to the end; return the run folder or raise RunFailed/RunInterrupted."""
-    job = run_plain(Job(project, options or RunOptions(), clock=clock), out=out)
-    job.raise_for_outcome()
-    return job.run_dir
-
-
-__all__: Sequence[str] = ["Job", "RunFailed", "RunInterrupted", "RunOptions", "run_plain", "run_project"]
+__all__: Sequence[str] = ["Job", "RunFailed", "RunInterrupted", "RunOptions"]

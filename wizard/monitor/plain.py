@@ -1,0 +1,76 @@
+"""The plain view of `npu-wizard run`: a progress line per interval, then the summary.
+
+For logs, pipes and terminals without the live view (`--plain`); it drives the
+same `Job` as the live view (wizard.monitor.app).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from typing import TextIO
+
+from wizard.checkpoints import finished_note
+from wizard.monitor.report import format_summary, progress_line
+from wizard.monitor.state import JobState
+from wizard.run import Job
+from wizard.stopping import stop_signals_raise
+
+
+def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
+    """Start the job, print a progress line per interval and the summary; return the ended job."""
+    print(f"run folder: {job.run_dir}", file=out)
+    print(
+        f"starting node{'s' if len(job.nodes) > 1 else ''} {', '.join(map(str, job.nodes))} of {job.answers['nodes']}",
+        file=out,
+    )
+    for note in job.notes:
+        print(note, file=out)
+    next_line = job.started_at + job.options.interval
+    reported_hangs: set[int] = set()
+    reported_late = False
+    try:
+        with stop_signals_raise():
+            job.start()
+            while True:
+                outcome = job.tick()
+                now = job.clock()
+                for rank in job.state.hung(now):
+                    if rank not in reported_hangs:
+                        print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
+                        reported_hangs.add(rank)
+                late = "" if reported_late else job.state.late_report(now)
+                if late:
+                    print(f"START-UP DEADLINE: {late}", file=out, flush=True)
+                    reported_late = True
+                for line in job.engine_lines:
+                    print(line, file=out, flush=True)
+                job.engine_lines.clear()
+                if outcome is not None:
+                    break
+                if now >= next_line:
+                    print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
+                    next_line += job.options.interval
+                time.sleep(poll)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
+        job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
+    for line in job.engine_lines:  # what the engine said while stopping the job
+        print(line, file=out)
+    job.engine_lines.clear()
+    print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
+    if job.summary is not None:
+        print(format_summary(job.summary), file=out)
+    note = finished_note(job)
+    if note:
+        print(note, file=out)
+    if "--smoke" in job.options.train_args:  # the per-rank smoke report: wizard/smoke.py
+        from wizard.smoke import print_smoke_report
+
+        print_smoke_report(job.run_dir, job.answers.world_size, out)
+    print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)
+    return job
+
+
+def _hang_line(state: JobState, rank: int, now: float) -> str:
+    return next((line for line in state.hang_report(now).splitlines() if line.startswith(f"rank {rank} ")), "")
