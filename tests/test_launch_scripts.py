@@ -803,6 +803,22 @@ def test_reserve_ports_conf_holds_the_permanent_line(tmp_path: Path, master_port
     assert [entry for entry in conf if not entry.startswith("#")] == [line]
 
 
+def test_under_slurm_every_job_ids_ports_are_reserved(tmp_path: Path) -> None:
+    # entry.sh gives a Slurm job MASTER_PORT = master + id % 1000 and HCCL slot id % 64: any node may run any job
+    raw = {k: v for k, v in project_answers(nodes=2).items() if not k.startswith("network.")}
+    raw.update({"cluster.engine": "slurm", "network.hccl_port_count": 16})
+    project = render(resolve(raw), tmp_path / "out").project_dir
+    conf = lines(project / "sysctl" / "reserve-ports.conf")
+    assert [entry for entry in conf if not entry.startswith("#")] == [
+        "net.ipv4.ip_local_reserved_ports=29500-30499,60000-61023"
+    ]
+    result = reserve(project / "sysctl", tmp_path, "8080,61000-61100\n", "--print")
+    assert (result.returncode, result.stdout) == (0, "8080,29500-30499,60000-61100\n"), result.stderr
+    entry = (project / "launch" / "entry.sh").read_text()
+    assert "master_port=$((29500 + job_id % 1000))" in entry and "hccl_base=$((60000 + (job_id % 64) * 16))" in entry
+    assert "60000-61023" in (project / "sysctl" / "README.md").read_text()
+
+
 def test_sysctl_readme_shows_the_temporary_form_and_its_pitfall(reservation: Path) -> None:
     text = (reservation / "README.md").read_text()
     assert "`sudo sysctl -w net.ipv4.ip_local_reserved_ports=<list>`" in text

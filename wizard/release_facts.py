@@ -1,18 +1,22 @@
-"""What the chosen torch_npu release supports, for the templates: the `torch_npu_has` filter.
+"""Facts the templates take from Python: what a torch_npu release supports, which ports a job uses.
 
 `{% if cookiecutter.torch_npu_version|torch_npu_has("cpu_affinity_conf") %}`
-keeps the version rules in one place (wizard/hardware.py) for both render
-paths: npu-wizard's own environment and plain cookiecutter's `_extensions`.
+keeps the version rules in one place (wizard/hardware.py), and
+`{% set plan = cookiecutter|port_plan %}` the port plan (wizard/cluster_questions.py),
+for both render paths: npu-wizard's own environment and plain cookiecutter's
+`_extensions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import jinja2
 from jinja2.ext import Extension
 
 from wizard import hardware
+from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN
 
 EXTENSION = f"{__name__}.ReleaseFacts"
 FEATURES: dict[str, Callable[[str], bool]] = {
@@ -27,9 +31,48 @@ def torch_npu_has(version: object, feature: str) -> bool:
     return FEATURES[feature](str(version))
 
 
+@dataclass(frozen=True)
+class PortPlan:
+    """The master port and HCCL host ports a node of the project may listen on, as first and last port."""
+
+    master: tuple[int, int]
+    hccl: tuple[int, int]
+    by_job_id: bool  # Slurm: each job takes its own master port and HCCL slot, chosen by its job id
+    masters: int  # master ports a job id may pick (1 without a scheduler)
+    slots: int  # HCCL port slots a job id may pick (1 without a scheduler)
+
+    @property
+    def master_text(self) -> str:
+        """The master port or range, as the kernel writes it."""
+        return _port_range(*self.master)
+
+    @property
+    def hccl_text(self) -> str:
+        """The HCCL host port range."""
+        return _port_range(*self.hccl)
+
+    @property
+    def reserved(self) -> str:
+        """Both, ascending: the value for net.ipv4.ip_local_reserved_ports."""
+        return ",".join(_port_range(*pair) for pair in sorted((self.master, self.hccl)))
+
+
+def port_plan(context: Mapping[str, object]) -> PortPlan:
+    """The ports of a cookiecutter context: one job's, or under Slurm every job id's (cluster_questions)."""
+    master, base, count = (int(str(context[key])) for key in ("master_port", "hccl_base_port", "hccl_port_count"))
+    by_job_id = context["engine"] == "slurm"
+    masters, slots = (MASTER_PORT_SPAN, HCCL_SLOTS) if by_job_id else (1, 1)
+    return PortPlan((master, master + masters - 1), (base, base + slots * count - 1), by_job_id, masters, slots)
+
+
+def _port_range(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
 class ReleaseFacts(Extension):
-    """Jinja extension that adds the `torch_npu_has` filter."""
+    """Jinja extension that adds the `torch_npu_has` and `port_plan` filters."""
 
     def __init__(self, environment: jinja2.Environment) -> None:
         super().__init__(environment)
         environment.filters["torch_npu_has"] = torch_npu_has
+        environment.filters["port_plan"] = port_plan

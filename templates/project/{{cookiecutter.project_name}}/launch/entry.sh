@@ -14,8 +14,8 @@
 #
 {%- if cookiecutter.engine == "slurm" %}
 # Ports: jobs may share a node, so each job takes its own from its job id:
-#   MASTER_PORT       = {{ cookiecutter.master_port|int }} + job id % 1000
-#   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + (job id % 64) x {{ cookiecutter.hccl_port_count|int }}
+#   MASTER_PORT       = {{ cookiecutter.master_port|int }} + job id % {{ (cookiecutter|port_plan).masters|int }}
+#   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + (job id % {{ (cookiecutter|port_plan).slots|int }}) x {{ cookiecutter.hccl_port_count|int }}
 {%- else %}
 # Ports: each pod has a network namespace of its own: MASTER_PORT is the operator's, the
 # HCCL ports start at {{ cookiecutter.hccl_base_port|int }} as rendered.
@@ -67,8 +67,8 @@ fi
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" && -z "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
     export ASCEND_RT_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"
 fi
-master_port=$(({{ cookiecutter.master_port|int }} + job_id % 1000))
-hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + (job_id % 64) * {{ cookiecutter.hccl_port_count|int }}))
+master_port=$(({{ cookiecutter.master_port|int }} + job_id % {{ (cookiecutter|port_plan).masters|int }}))
+hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + (job_id % {{ (cookiecutter|port_plan).slots|int }}) * {{ cookiecutter.hccl_port_count|int }}))
 job="job $job_id"
 {%- elif cookiecutter.engine == "ascendjob" %}
 

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
+{%- set plan = cookiecutter|port_plan %}
 # Reserve the ports {{ cookiecutter.project_name|sh }} needs, so the kernel never hands them
 # out as ephemeral (outgoing) ports:
-#   - HCCL host ports {{ cookiecutter.hccl_base_port|int }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }} (HCCL_IF_BASE_PORT, {{ cookiecutter.hccl_port_count|int }} ports), used on every node;
-#   - the master port {{ cookiecutter.master_port|int }} (MASTER_PORT), used on node 0. Reserving it on
+{%- if plan.by_job_id %}
+#   - HCCL host ports {{ plan.hccl_text|sh }}, used on every node: under Slurm a job takes slot
+#     job id % {{ plan.slots|int }} of {{ cookiecutter.hccl_port_count|int }} ports from HCCL_IF_BASE_PORT {{ cookiecutter.hccl_base_port|int }}, so every slot is reserved;
+#   - the master ports {{ plan.master_text|sh }} (MASTER_PORT = {{ cookiecutter.master_port|int }} + job id % {{ plan.masters|int }}), used on the
+#     job's first node. Reserving them on the other nodes is harmless: a reservation only
+#     stops automatic assignment, an explicit bind still works.
+{%- else %}
+#   - HCCL host ports {{ plan.hccl_text|sh }} (HCCL_IF_BASE_PORT, {{ cookiecutter.hccl_port_count|int }} ports), used on every node;
+#   - the master port {{ plan.master_text|sh }} (MASTER_PORT), used on node 0. Reserving it on
 #     the other nodes is harmless: a reservation only stops automatic assignment, an
 #     explicit bind still works.
+{%- endif %}
 #
 # Run it on every node:
 #   bash sysctl/reserve-ports.sh               dry run: show the merged list, change nothing
@@ -20,7 +29,7 @@
 set -euo pipefail
 
 PROJECT={{ cookiecutter.project_name|sh }}
-OURS="{{ cookiecutter.master_port|int }},{{ cookiecutter.hccl_base_port|int }}-{{ cookiecutter.hccl_base_port|int + cookiecutter.hccl_port_count|int - 1 }}"
+OURS={{ plan.reserved|sh }}
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
 CONF_FILE="$SYSCTL_DIR/90-$PROJECT-ports.conf"

@@ -20,7 +20,7 @@
 set -euo pipefail
 
 PROJECT=auto-launch
-OURS="29500,60000-60031"
+OURS=29500,60000-60031
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
 CONF_FILE="$SYSCTL_DIR/90-$PROJECT-ports.conf"

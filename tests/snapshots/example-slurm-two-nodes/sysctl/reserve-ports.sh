@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Reserve the ports a2-slurm needs, so the kernel never hands them
 # out as ephemeral (outgoing) ports:
-#   - HCCL host ports 60000-60031 (HCCL_IF_BASE_PORT, 32 ports), used on every node;
-#   - the master port 29500 (MASTER_PORT), used on node 0. Reserving it on
-#     the other nodes is harmless: a reservation only stops automatic assignment, an
-#     explicit bind still works.
+#   - HCCL host ports 60000-62047, used on every node: under Slurm a job takes slot
+#     job id % 64 of 32 ports from HCCL_IF_BASE_PORT 60000, so every slot is reserved;
+#   - the master ports 29500-30499 (MASTER_PORT = 29500 + job id % 1000), used on the
+#     job's first node. Reserving them on the other nodes is harmless: a reservation only
+#     stops automatic assignment, an explicit bind still works.
 #
 # Run it on every node:
 #   bash sysctl/reserve-ports.sh               dry run: show the merged list, change nothing
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 PROJECT=a2-slurm
-OURS="29500,60000-60031"
+OURS=29500-30499,60000-62047
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
 CONF_FILE="$SYSCTL_DIR/90-$PROJECT-ports.conf"
