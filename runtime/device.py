@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
+from runtime import cann
 from runtime.errors import DeviceError
 
 REQUESTS = ("npu", "auto", "cpu")
 BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
 ENV_DEVICE = "NPU_WIZARD_DEVICE"
-CANN_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 
 
 @dataclass(frozen=True)
@@ -140,10 +140,15 @@ def explain_torch_npu_error(error: BaseException) -> str:
             f"versions must pair) ({text})"
         )
     if "libhccl.so" in text or "set_env.sh" in text:
+        found, tried = cann.find_set_env("", os.environ)
+        source = (
+            f"`source {found}`"
+            if found
+            else f"`source` your CANN's set_env.sh (none at {', '.join(tried)})"
+        )
         return (
             "CANN is not sourced: import torch_npu could not load libhccl.so; run "
-            f"`source {CANN_SET_ENV}` (or your CANN's set_env.sh) first; the launch "
-            f"scripts do it for you ({text})"
+            f"{source} first; the launch scripts do it for you ({text})"
         )
     return f"import torch_npu failed: check the CANN and torch_npu install ({text})"
 

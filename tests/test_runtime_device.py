@@ -77,7 +77,8 @@ def test_strict_npu_without_torch_npu_says_it_is_not_installed() -> None:
                 "libhccl.so: cannot open shared object file: No such file or directory. "
                 "Please run 'source set_env.sh' in the CANN installation path."
             ),
-            r"^CANN is not sourced: .*source /usr/local/Ascend/ascend-toolkit/set_env.sh",
+            r"^CANN is not sourced: .*`source` your CANN's set_env.sh \(none at /usr/local/Ascend/cann/set_env.sh, "
+            r"/usr/local/Ascend/ascend-toolkit/set_env.sh, ",
         ),
         (
             RuntimeError("Failed to load the backend extension: torch_npu. You can disable extension auto-loading"),
