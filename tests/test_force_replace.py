@@ -181,3 +181,16 @@ def test_force_is_refused_while_npu_wizard_run_trains_the_project(tmp_path: Path
         assert runner.poll() is None and (run_dir / "run.json").is_file()
     finally:
         clean_up(project, runner)
+
+
+def test_force_keeps_a_dataset_downloaded_into_the_data_folder_unless_clean(tmp_path: Path) -> None:
+    mnist = answers(training__dataset="mnist", training__data_dir="datasets/mnist")
+    project = render(mnist, tmp_path / "out").project_dir
+    raw = project / "datasets" / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-images-idx3-ubyte").write_bytes(b"images")
+    render(answers(training__dataset="mnist", training__data_dir="elsewhere"), tmp_path / "out", force=True)
+    assert (raw / "train-images-idx3-ubyte").read_bytes() == b"images"  # the old answers' folder is kept too
+    render(mnist, tmp_path / "out", force=True, clean=True)
+    assert not (project / "datasets").exists()
+    assert leftovers(tmp_path / "out") == []

@@ -40,11 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing project folder; its checkpoints/ (and those --fresh set aside) and runs/ "
-        "move into the new one (see --clean). "
+        help="replace an existing project folder; its checkpoints/ (and those --fresh set aside), runs/ "
+        "and a data folder inside it move into the new one (see --clean). "
         "Refused while a run of the project is alive or a mount point is inside it",
     )
-    parser.add_argument("--clean", action="store_true", help="with --force: drop the old checkpoints/ and runs/ too")
+    parser.add_argument(
+        "--clean", action="store_true", help="with --force: drop the old checkpoints/, runs/ and data folder too"
+    )
     parser.add_argument("--dry-run", action="store_true", help="list the files and warnings; write nothing")
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")
     parser.epilog += (
@@ -195,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.clean and not args.force:
-        parser.error("--clean only goes with --force (it drops the old project's checkpoints/ and runs/)")
+        parser.error("--clean only goes with --force (it drops the old project's checkpoints/, runs/ and data folder)")
     return _guarded(
         lambda: _render_from_file(args) if args.answers is not None and not args.edit else _interactive(args)
     )

@@ -8,8 +8,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from wizard.answers import Answers, to_context
-from wizard.errors import Problem, RenderError, TargetError
+from wizard.answers import Answers, load_text, to_context
+from wizard.errors import Problem, RenderError, TargetError, WizardError
 from wizard.project import finish, walk_files
 from wizard.replace import carry_over, check_replaceable, give_back
 from wizard.spec import shorten
@@ -31,7 +31,7 @@ def render(
 ) -> RenderResult:
     """Render the project for `answers` into `output_dir/<project_name>`; return what was written.
 
-    With `force`, an existing project is replaced, keeping its checkpoints/ and runs/ unless `clean`.
+    With `force`, an existing project is replaced, keeping its checkpoints/, runs/ and data folder unless `clean`.
     """
     output_dir = Path(output_dir)
     target = output_dir / answers["project_name"]
@@ -54,7 +54,8 @@ def render(
     try:
         project = _generate(answers, staging)
         files = walk_files(project)
-        _move_into_place(project, target, replace=exists, keep=not clean)
+        data_dirs = _data_dirs(answers, target) if exists else []
+        _move_into_place(project, target, replace=exists, keep=not clean, data_dirs=data_dirs)
     except TargetError:
         raise
     except Exception as error:  # any failure: nothing may be left behind
@@ -103,11 +104,21 @@ def _generate(answers: Answers, into: Path) -> Path:
     return project
 
 
-def _move_into_place(project: Path, target: Path, *, replace: bool, keep: bool) -> None:
+def _data_dirs(answers: Answers, target: Path) -> list[str]:
+    """The data folders of the new answers and of the project being replaced (its answers.yaml, if readable)."""
+    found = [answers.get("training.data_dir")]
+    try:
+        found.append(load_text((target / "answers.yaml").read_text()).get("training.data_dir"))
+    except (OSError, UnicodeDecodeError, WizardError):
+        pass  # a project without readable answers keeps checkpoints/ and runs/ only
+    return [str(path) for path in found if path]
+
+
+def _move_into_place(project: Path, target: Path, *, replace: bool, keep: bool, data_dirs: list[str]) -> None:
     if not replace:
         project.rename(target)
         return
-    kept = carry_over(target, project) if keep else []
+    kept = carry_over(target, project, data_dirs) if keep else []
     retired = project.parent / "retired"
     try:
         target.rename(retired)

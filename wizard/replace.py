@@ -3,8 +3,9 @@
 A project may be training (its run folder names the runner's pid, and every
 process of a job carries NPU_WIZARD_RUN_DIR), may hold a mount point (a
 checkpoint disk bound into it), and grows folders at run time that a new
-render would not make: checkpoints/ and runs/ move into the new project unless
-the user asks for a clean replacement.
+render would not make: checkpoints/ and runs/, and a dataset downloaded into
+its data folder, move into the new project unless the user asks for a clean
+replacement.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from wizard.errors import TargetError
@@ -74,11 +76,19 @@ def live_runs(project: Path) -> list[str]:
     return alive
 
 
-def carry_over(old: Path, new: Path) -> list[str]:
-    """Move the run-time folders (KEPT, and checkpoints set aside) into the new project; return their names."""
+def carry_over(old: Path, new: Path, data_dirs: Sequence[str] = ()) -> list[str]:
+    """Move the run-time folders into the new project; return their names.
+
+    KEPT, checkpoints set aside, and the top folder of each relative data
+    folder (`data_dirs`: the old and the new answers' `training.data_dir`).
+    """
     moved: list[str] = []
     # `npu-wizard run --fresh` sets old checkpoints aside as checkpoints.old-<stamp>: kept as well.
     names = [*KEPT, *sorted(path.name for path in old.glob("checkpoints.old-*"))]
+    for data_dir in data_dirs:
+        top = Path(data_dir).parts[0] if data_dir and not Path(data_dir).is_absolute() else ""
+        if top not in ("", ".", "..", *names):
+            names.append(top)
     try:
         for name in names:
             source = old / name
