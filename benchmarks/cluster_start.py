@@ -8,7 +8,9 @@
   `sbatch slurm/job.sbatch` of the same project on the same two-node cluster
   (tests/slurm_cluster.py), timed from the command to the first step event.
 
-Rounds alternate the engines; the medians are printed. Needs root, sshd, rsync,
+Each run starts afresh: the project's checkpoints are removed first (a
+finished run's checkpoint would make the next one resume with nothing to
+train). Rounds alternate the engines; the medians are printed. Needs root, sshd, rsync,
 ip, slurm-wlm and munge (as the tests do).
 
     python benchmarks/cluster_start.py [--rounds 3]
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,6 +61,12 @@ def render_demo(folder: Path, name: str, **overrides: Any) -> Path:
     return render(resolve(raw), folder, force=True).project_dir
 
 
+def fresh(project: Path) -> Path:
+    """Remove the project's checkpoints, so that the next run trains from step 0 (not resumes at the end)."""
+    shutil.rmtree(project / "checkpoints", ignore_errors=True)
+    return project
+
+
 def first_step(folders: Callable[[], list[Path]]) -> bool:
     """Whether any rank logged a step in any of the folders (events/ or remote/events/)."""
     for folder in folders():
@@ -69,7 +78,8 @@ def first_step(folders: Callable[[], list[Path]]) -> bool:
 
 def timed(command: list[str], env: dict[str, str], cwd: Path, folders: Callable[[], list[Path]]) -> float:
     """Seconds from starting `command` to the first step event; then wait for the job to end."""
-    earlier = set(folders())  # an earlier round's run folders hold steps already
+    # an earlier round's run folders hold steps already; a folder named in advance does not exist yet
+    earlier = {folder for folder in folders() if folder.exists()}
     started = time.monotonic()
     process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     while not first_step(lambda: [folder for folder in folders() if folder not in earlier]):
@@ -116,8 +126,8 @@ def ssh_against_manual(work: Path, rounds: int) -> tuple[list[float], list[float
         by_hand = render_demo(work / "manual", "by-hand", **{"network.host_ips": ["127.0.0.1"] * 2})
         env = node_env(work / "unused", NPU_WIZARD_SSH_COMMAND=hosts.ssh_command)
         for _ in range(rounds):
-            manual_times.append(timed(run_command(by_hand), env, by_hand, runs_of(by_hand)))
-            ssh_times.append(timed(run_command(over_ssh), env, over_ssh, runs_of(over_ssh)))
+            manual_times.append(timed(run_command(by_hand), env, fresh(by_hand), runs_of(by_hand)))
+            ssh_times.append(timed(run_command(over_ssh), env, fresh(over_ssh), runs_of(over_ssh)))
     return ssh_times, manual_times
 
 
@@ -130,11 +140,12 @@ def slurm_against_sbatch(work: Path, rounds: int) -> tuple[list[float], list[flo
         for index in range(rounds):
             env = node_env(work / "unused", SLURM_CONF=str(cluster.conf))
             wait_idle(env)
-            run_times.append(timed(run_command(project), env, project, runs_of(project)))
+            run_times.append(timed(run_command(project), env, fresh(project), runs_of(project)))
             wait_idle(env)
             plain_dir = project / "plain-runs" / str(index)
             env = node_env(plain_dir, SLURM_CONF=str(cluster.conf))
-            sbatch_times.append(timed(["sbatch", "--wait", "slurm/job.sbatch"], env, project, lambda d=plain_dir: [d]))
+            command = ["sbatch", "--wait", "slurm/job.sbatch"]
+            sbatch_times.append(timed(command, env, fresh(project), lambda d=plain_dir: [d]))
     return run_times, sbatch_times
 
 
