@@ -1,23 +1,38 @@
-"""Time from `npu-wizard run` to the first logged step, by engine, against baselines in the same run.
+"""Time from the command to the first logged step, by engine, against baselines in the same run.
 
-- ssh: the CPU demo (2 nodes x 2 ranks, gloo) across two real hosts (network
-  namespaces with their own sshd, tests/ssh_hosts.py) against the manual engine
-  running the same job on one host (both nodes on 127.0.0.1). The ssh engine
-  adds the reachability check, rsync and ssh start-up. Goal: under 2 s more.
+- ssh: the CPU demo (2 nodes x 2 ranks, gloo, one epoch) across two real hosts
+  (network namespaces with their own sshd, tests/ssh_hosts.py) with
+  `npu-wizard run`, against (a) the manual engine running the same job on one
+  host (both nodes on 127.0.0.1) and (b) DeepSpeed's multi-node launcher
+  (`deepspeed --hostfile H --launcher pdsh`) starting the same train.py on the
+  same two hosts (benchmarks/cluster_deepspeed.py). The ssh engine adds the
+  reachability check, rsync and ssh start-up. Goal: under 2 s more than manual.
 - Slurm: `npu-wizard run` of the same job with engine slurm against a plain
   `sbatch slurm/job.sbatch` of the same project on the same two-node cluster
-  (tests/slurm_cluster.py), timed from the command to the first step event.
+  (tests/slurm_cluster.py).
 
-Rounds alternate the engines; the medians are printed. Needs root, sshd, rsync,
-ip, slurm-wlm and munge (as the tests do).
+Every line is timed from the command to the first step event in its run
+folder. Each run starts afresh: the project's checkpoints are removed first
+(a finished run's checkpoint would make the next one resume with nothing to
+train). Rounds alternate the engines; the medians are printed.
 
-    python benchmarks/cluster_start.py [--rounds 3]
+Prerequisites: root; sshd, ssh, rsync, ip, slurm-wlm and munge (as the tests);
+for the DeepSpeed line, pdsh and a venv with DeepSpeed (skipped, with the
+reason printed, without them):
+
+    apt-get update && apt-get install -y pdsh
+    python3 -m venv /work/dsvenv && /work/dsvenv/bin/pip install torch pyyaml
+    DS_BUILD_OPS=0 /work/dsvenv/bin/pip install deepspeed
+
+    python benchmarks/cluster_start.py [--rounds 3] [--deepspeed-python /work/dsvenv/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.cluster_deepspeed import DeepSpeedLaunch, deepspeed_version, skip_reason  # noqa: E402
 from runtime.events import read_events  # noqa: E402
 from tests.runs import free_port, node_env  # noqa: E402
 from tests.slurm_cluster import slurm_cluster  # noqa: E402
@@ -58,6 +74,12 @@ def render_demo(folder: Path, name: str, **overrides: Any) -> Path:
     return render(resolve(raw), folder, force=True).project_dir
 
 
+def fresh(project: Path) -> Path:
+    """Remove the project's checkpoints, so that the next run trains from step 0 (not resumes at the end)."""
+    shutil.rmtree(project / "checkpoints", ignore_errors=True)
+    return project
+
+
 def first_step(folders: Callable[[], list[Path]]) -> bool:
     """Whether any rank logged a step in any of the folders (events/ or remote/events/)."""
     for folder in folders():
@@ -67,23 +89,33 @@ def first_step(folders: Callable[[], list[Path]]) -> bool:
     return False
 
 
-def timed(command: list[str], env: dict[str, str], cwd: Path, folders: Callable[[], list[Path]]) -> float:
-    """Seconds from starting `command` to the first step event; then wait for the job to end."""
-    earlier = set(folders())  # an earlier round's run folders hold steps already
-    started = time.monotonic()
-    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    while not first_step(lambda: [folder for folder in folders() if folder not in earlier]):
-        if time.monotonic() - started > TIMEOUT_S:
+def timed(command: list[str], env: dict[str, str], cwd: Path, folders: Callable[[], list[Path]], log: Path) -> float:
+    """Seconds from starting `command` to the first step event; then wait for the job to end (output in `log`)."""
+    # an earlier round's run folders hold steps already; a folder named in advance does not exist yet
+    earlier = {folder for folder in folders() if folder.exists()}
+    with log.open("wb") as output:
+        started = time.monotonic()
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            while not first_step(lambda: [folder for folder in folders() if folder not in earlier]):
+                if time.monotonic() - started > TIMEOUT_S:
+                    raise RuntimeError(f"no step within {TIMEOUT_S}s")
+                if process.poll() is not None:
+                    raise RuntimeError(f"exited {process.returncode} before any step")
+                time.sleep(0.05)
+            took = time.monotonic() - started
+            process.wait(timeout=TIMEOUT_S)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
             process.kill()
-            raise RuntimeError(f"no step within {TIMEOUT_S}s: {' '.join(command)}")
-        if process.poll() not in (None, 0):
-            raise RuntimeError(f"{' '.join(command)} failed:\n{process.communicate()[0].decode()}")
-        time.sleep(0.05)
-    took = time.monotonic() - started
-    output, _ = process.communicate(timeout=TIMEOUT_S)
+            process.wait()
+            raise RuntimeError(f"{shlex.join(command)}: {error}; its output ({log}):\n{tail(log)}") from None
     if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}:\n{output.decode()}")
+        raise RuntimeError(f"{shlex.join(command)} exited {process.returncode}; its output ({log}):\n{tail(log)}")
     return took
+
+
+def tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def runs_of(project: Path) -> Callable[[], list[Path]]:
@@ -103,10 +135,12 @@ def wait_idle(env: dict[str, str]) -> None:
         time.sleep(0.5)
 
 
-def ssh_against_manual(work: Path, rounds: int) -> tuple[list[float], list[float]]:
-    """First-step times of the ssh engine across two hosts and of the manual engine on one."""
-    ssh_times, manual_times = [], []
+def ssh_comparisons(work: Path, rounds: int, deepspeed: str | None) -> dict[str, list[float]]:
+    """First-step times of the ssh engine across two hosts, the manual engine on one, DeepSpeed+pdsh on two."""
+    times: dict[str, list[float]] = {"ssh": [], "manual": [], "deepspeed": []}
     (work / "hosts").mkdir()
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
     with ssh_hosts(work / "hosts") as hosts:
         over_ssh = render_demo(
             work / "ssh",
@@ -115,26 +149,41 @@ def ssh_against_manual(work: Path, rounds: int) -> tuple[list[float], list[float
         )
         by_hand = render_demo(work / "manual", "by-hand", **{"network.host_ips": ["127.0.0.1"] * 2})
         env = node_env(work / "unused", NPU_WIZARD_SSH_COMMAND=hosts.ssh_command)
-        for _ in range(rounds):
-            manual_times.append(timed(run_command(by_hand), env, by_hand, runs_of(by_hand)))
-            ssh_times.append(timed(run_command(over_ssh), env, over_ssh, runs_of(over_ssh)))
-    return ssh_times, manual_times
+        launch = DeepSpeedLaunch(work / "deepspeed", hosts, over_ssh, deepspeed) if deepspeed else None
+        for index in range(rounds):
+            for name, project in (("manual", by_hand), ("ssh", over_ssh)):
+                log = logs / f"{name}-{index}.log"
+                times[name].append(timed(run_command(project), env, fresh(project), runs_of(project), log))
+            if launch is not None:
+                run_dir = work / "deepspeed" / "runs" / str(index)
+                log = logs / f"deepspeed-{index}.log"
+                try:
+                    took = timed(launch.command(), launch.env(run_dir), fresh(over_ssh), lambda d=run_dir: [d], log)
+                finally:
+                    launch.stop(run_dir)
+                times["deepspeed"].append(took)
+    return times
 
 
 def slurm_against_sbatch(work: Path, rounds: int) -> tuple[list[float], list[float]]:
     """First-step times of `npu-wizard run` (engine slurm) and of a plain sbatch of the same project."""
     run_times, sbatch_times = [], []
     (work / "cluster").mkdir()
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
     with slurm_cluster(work / "cluster") as cluster:
         project = render_demo(work / "slurm", "on-slurm", **{"cluster.engine": "slurm"})
         for index in range(rounds):
             env = node_env(work / "unused", SLURM_CONF=str(cluster.conf))
             wait_idle(env)
-            run_times.append(timed(run_command(project), env, project, runs_of(project)))
+            log = logs / f"slurm-run-{index}.log"
+            run_times.append(timed(run_command(project), env, fresh(project), runs_of(project), log))
             wait_idle(env)
             plain_dir = project / "plain-runs" / str(index)
             env = node_env(plain_dir, SLURM_CONF=str(cluster.conf))
-            sbatch_times.append(timed(["sbatch", "--wait", "slurm/job.sbatch"], env, project, lambda d=plain_dir: [d]))
+            command = ["sbatch", "--wait", "slurm/job.sbatch"]
+            log = logs / f"sbatch-{index}.log"
+            sbatch_times.append(timed(command, env, fresh(project), lambda d=plain_dir: [d], log))
     return run_times, sbatch_times
 
 
@@ -145,16 +194,24 @@ def line(name: str, times: list[float], baseline: list[float], base_name: str) -
 
 
 def main() -> None:
-    """Run both comparisons and print the medians against their baselines."""
+    """Run the comparisons and print the medians against their baselines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--deepspeed-python", help="python of a venv with deepspeed (the DeepSpeed+pdsh line)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("cluster_start.py needs root (network namespaces, slurmd)")
+    skipped = skip_reason(args.deepspeed_python)
+    deepspeed = None if skipped else args.deepspeed_python
     with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-") as scratch:
         work = Path(scratch)
-        ssh_times, manual_times = ssh_against_manual(work, args.rounds)
-        print(line("ssh engine (2 hosts)", ssh_times, manual_times, "manual engine (1 host)"), flush=True)
+        times = ssh_comparisons(work, args.rounds, deepspeed)
+        print(line("ssh engine (2 hosts)", times["ssh"], times["manual"], "manual engine (1 host)"), flush=True)
+        if deepspeed:
+            base = f"deepspeed {deepspeed_version(deepspeed)} pdsh (2 hosts)"
+            print(line("ssh engine (2 hosts)", times["ssh"], times["deepspeed"], base), flush=True)
+        else:
+            print(f"ssh engine vs deepspeed pdsh: skipped: {skipped}", flush=True)
         run_times, sbatch_times = slurm_against_sbatch(work, args.rounds)
         print(line("npu-wizard run (slurm)", run_times, sbatch_times, "plain sbatch"), flush=True)
 
