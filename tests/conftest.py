@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +15,9 @@ import pytest
 # at entry and Python raises no KeyboardInterrupt. Ctrl-C tests need the terminal's default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# Renders keep compiled templates in a cache of the suite's own (wizard/templates.py), not the user's.
+os.environ.setdefault("NPU_WIZARD_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"npu-wizard-tests-{os.getuid()}"))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from wizard.errors import Problem, RenderError, TargetError, WizardError
 from wizard.project import finish, walk_files
 from wizard.replace import carry_over, check_replaceable, give_back
 from wizard.spec import shorten
-from wizard.templates import TEMPLATE_SETTINGS, project_template
+from wizard.templates import TEMPLATE_SETTINGS, project_template, template_cache
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,12 @@ def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
     return target.exists()
 
 
+def _environment_settings() -> dict[str, object]:
+    """cookiecutter's `_jinja2_env_vars`: the compiled-template cache, where there is one."""
+    cache = template_cache()
+    return {"_jinja2_env_vars": {"bytecode_cache": cache}} if cache else {}
+
+
 def _generate(answers: Answers, into: Path) -> Path:
     from cookiecutter.generate import generate_files
 
@@ -95,7 +101,7 @@ def _generate(answers: Answers, into: Path) -> Path:
     project = Path(
         generate_files(
             repo_dir=str(project_template()),
-            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS}},
+            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS, **_environment_settings()}},
             output_dir=str(into),
             accept_hooks=False,
         )
