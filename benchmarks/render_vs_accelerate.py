@@ -1,11 +1,12 @@
 """Time `npu-wizard --answers` against `accelerate config default`, in one run.
 
 Both are run as a user runs them: a fresh process each time, writing into a
-fresh temporary folder. Prints the median of each, the ratio, and the target
-(npu-wizard at least 6x faster). npu-wizard is timed with its compiled-template
-cache warm (the untimed first run fills it) and without it. `--against REV` also times the same render
-by an earlier npu-wizard (a temporary git worktree of REV), so a change can
-show it made the render no slower.
+fresh temporary folder, the commands taking turns so that a busy machine slows
+them alike. Prints the median of each, the ratio, and the target (npu-wizard at
+least 6x faster). npu-wizard is timed with its compiled-template cache warm
+(the untimed first round fills it) and without it. `--against REV` also times
+the same render by an earlier npu-wizard (a temporary git worktree of REV), so
+a change can show it made the render no slower.
 
     python benchmarks/render_vs_accelerate.py [--repeat 7] [--example examples/cpu-demo.yaml] [--against REV]
 """
@@ -13,6 +14,7 @@ show it made the render no slower.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -20,24 +22,38 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 6.0
 
 
-def time_command(
-    command: list[str], repeat: int, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> list[float]:
-    """Wall-clock seconds of `repeat` fresh runs of `command` (an extra first run warms the disk cache)."""
-    timings = []
+@dataclass(frozen=True)
+class Command:
+    """One command to time: what it is called in the report, its argv ({tmp}: a fresh folder), where and how."""
+
+    label: str
+    argv: list[str]
+    cwd: Path | None = None
+    env: dict[str, str] | None = None
+
+
+def time_interleaved(commands: list[Command], repeat: int) -> dict[str, list[float]]:
+    """Wall-clock seconds of `repeat` fresh runs of each command, taking turns so load drift hits all alike.
+
+    An extra first round warms the disk cache (and npu-wizard's template cache) and is not counted.
+    """
+    timings: dict[str, list[float]] = {command.label: [] for command in commands}
     for attempt in range(repeat + 1):
-        with tempfile.TemporaryDirectory() as scratch:
-            filled = [part.replace("{tmp}", scratch) for part in command]
-            start = time.perf_counter()
-            subprocess.run(filled, check=True, capture_output=True, cwd=cwd, env=env)
-            if attempt:
-                timings.append(time.perf_counter() - start)
+        for command in commands:
+            with tempfile.TemporaryDirectory() as scratch:
+                filled = [part.replace("{tmp}", scratch) for part in command.argv]
+                start = time.perf_counter()
+                subprocess.run(filled, check=True, capture_output=True, cwd=command.cwd, env=command.env)
+                if attempt:
+                    timings[command.label].append(time.perf_counter() - start)
     return timings
 
 
@@ -53,35 +69,41 @@ def main() -> int:
         print("accelerate is not installed: pip install -e '.[bench]'", file=sys.stderr)
         return 1
     render = [sys.executable, "-m", "wizard", "--answers", str(Path(args.example).resolve()), "-o", "{tmp}"]
-    ours = time_command(render, args.repeat, cwd=ROOT)
-    uncached = time_command(render, args.repeat, cwd=ROOT, env={**os.environ, "NPU_WIZARD_CACHE_DIR": ""})
-    theirs = time_command([accelerate, "config", "default", "--config_file", "{tmp}/config.yaml"], args.repeat)
-    earlier = time_earlier(args.against, render, args.repeat) if args.against else None
-    ours_median, theirs_median = statistics.median(ours), statistics.median(theirs)
-    ratio = theirs_median / ours_median
-    print(f"npu-wizard --answers {Path(args.example).name}: median {ours_median * 1000:7.1f} ms over {len(ours)} runs")
-    print(
-        f"  the same without its template cache: median {statistics.median(uncached) * 1000:7.1f} ms "
-        "(a first render, or NPU_WIZARD_CACHE_DIR='')"
-    )
-    print(f"accelerate config default:            median {theirs_median * 1000:7.1f} ms over {len(theirs)} runs")
+    commands = [
+        Command("ours", render, ROOT),
+        Command("uncached", render, ROOT, {**os.environ, "NPU_WIZARD_CACHE_DIR": ""}),
+        Command("accelerate", [accelerate, "config", "default", "--config_file", "{tmp}/config.yaml"]),
+    ]
+    with contextlib.ExitStack() as stack:
+        if args.against:
+            tree = stack.enter_context(worktree(args.against))
+            commands.append(Command("earlier", render, tree, {**os.environ, "NPU_WIZARD_CACHE_DIR": ""}))
+        timings = time_interleaved(commands, args.repeat)
+    medians = {label: statistics.median(times) * 1000 for label, times in timings.items()}
+    ratio = medians["accelerate"] / medians["ours"]
+    runs = len(timings["ours"])
+    print(f"npu-wizard --answers {Path(args.example).name}: median {medians['ours']:7.1f} ms over {runs} runs")
+    print(f"  without its template cache (a first render):  {medians['uncached']:7.1f} ms")
+    print(f"accelerate config default:            median {medians['accelerate']:7.1f} ms over {runs} runs")
     verdict = "meets" if ratio >= TARGET_RATIO else "MISSES"
     print(f"ratio: npu-wizard is {ratio:.1f}x faster ({verdict} the {TARGET_RATIO:g}x target)")
-    if earlier is not None:
-        earlier_median = statistics.median(earlier)
-        change = (ours_median / earlier_median - 1) * 100
-        print(f"npu-wizard at {args.against}: median {earlier_median * 1000:7.1f} ms over {len(earlier)} runs")
-        print(f"this version against {args.against}: {change:+.1f}% render time")
+    if args.against:
+        print(f"npu-wizard at {args.against} (no template cache then): median {medians['earlier']:7.1f} ms")
+        for label, name in (("ours", "with its cache"), ("uncached", "without")):
+            change = (medians[label] / medians["earlier"] - 1) * 100
+            print(f"this version {name} against {args.against}: {change:+.1f}% render time")
+    print("runs took turns, one of each command per round")
     return 0
 
 
-def time_earlier(revision: str, render: list[str], repeat: int) -> list[float]:
-    """`render` timed in a temporary worktree of `revision` (its own wizard package comes first on the path)."""
+@contextlib.contextmanager
+def worktree(revision: str) -> Iterator[Path]:
+    """A temporary git worktree of `revision`: run there, its own wizard package comes first on the path."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), revision], check=True)
         try:
-            return time_command(render, repeat, cwd=tree)
+            yield tree
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
 

@@ -236,16 +236,29 @@ def check_master_reachable(
     *,
     wait_s: float = 0.0,
     timeout_s: float = 1.0,
+    starting: bool = False,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Result:
-    """From nodes > 0: the master must answer; try for `wait_s` (node 0 may be late)."""
+    """From nodes > 0: the master must answer; try for `wait_s` (node 0 may be late).
+
+    `starting`: the job is starting now, so a master host that refuses the
+    port has proved the route and passes at once; the launcher itself waits
+    for node 0 (waiting here would start this node's launcher only after node
+    0's, a few seconds later on every start).
+    """
     name = "master reachable"
     deadline = clock() + wait_s
     while True:
         error = connect_error(address, port, timeout_s)
         if error is None:
             return Result(name, PASS, f"{address}:{port} accepts connections")
+        if starting and isinstance(error, ConnectionRefusedError):
+            return Result(
+                name,
+                PASS,
+                f"{address} answers; nothing listens on {port} yet (node 0 is starting: the launcher waits for it)",
+            )
         remaining = deadline - clock()
         if remaining <= 0:
             break
@@ -304,7 +317,9 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
     elif not is_loopback(master_addr):
         # (simulated nodes start together on loopback: node 0 may not be up yet)
         wait = args.wait
-        results.append(check_master_reachable(master_addr, master_port, wait_s=wait))
+        results.append(
+            check_master_reachable(master_addr, master_port, wait_s=wait, starting=True)
+        )
     results.append(check_cann(args.device, args.cann_set_env, env, args.cann_tried))
     address = hccl_address(env)
     if args.device == "npu" and address and results[0].status == PASS:

@@ -183,3 +183,13 @@ def test_visible_devices_parse_as_the_runtime_reads_them() -> None:
     for bad in ("1,0", "0,0", "0,x", ""):
         with pytest.raises(ValueError, match="ASCEND_RT_VISIBLE_DEVICES"):
             preflight.parse_visible_devices(bad)
+
+
+def test_at_start_a_master_host_that_refuses_the_port_passes_at_once() -> None:
+    # the route works; node 0's launcher is still starting and this node's launcher waits for it
+    port = free_port()
+    result = preflight.check_master_reachable("127.0.0.1", port, wait_s=60.0, starting=True)
+    assert (result.status, result.detail) == (
+        preflight.PASS,
+        f"127.0.0.1 answers; nothing listens on {port} yet (node 0 is starting: the launcher waits for it)",
+    )

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -80,6 +81,8 @@ def test_the_cpu_demo_trains_to_the_end_across_two_hosts(tmp_path: Path, hosts: 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["outcome"] == "finished"
     assert [info["node"] for info in summary["ranks"].values()] == [0, 0, 1, 1]
+    assert re.search(r"^ssh: 2 host\(s\) answered in \d+\.\ds$", output, re.MULTILINE), output
+    assert re.search(r"^ssh: project copied to 2 host\(s\) in \d+\.\ds$", output, re.MULTILINE), output
     for node, address in enumerate(hosts.addresses):
         assert f"ssh: node {node} started on {address}" in output
         assert f"node {node}/2 ({address})" in (run_dir / "logs" / f"node-{node}.log").read_text()

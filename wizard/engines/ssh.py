@@ -145,6 +145,7 @@ class SshEngine(Engine):
     def check(self, launch: Launch) -> None:
         """Every host answers over ssh (in parallel); refuse naming each one that does not."""
         hosts = self.hosts(launch)
+        started = time.monotonic()
         results = _parallel(lambda node: run_command([*ssh_command(), hosts[node], "true"], timeout=60), len(hosts))
         failed = [(node, result) for node, result in enumerate(results) if result.returncode != 0]
         if failed:
@@ -157,12 +158,14 @@ class SshEngine(Engine):
                 + "\n  ".join(lines)
                 + f"\n(the ssh command is `{shlex.join(ssh_command())}`; set {ENV_SSH_COMMAND} to change it)"
             )
+        self._lines.append(f"ssh: {len(hosts)} host(s) answered in {time.monotonic() - started:.1f}s")
 
     def submit(self, launch: Launch) -> str:
         """Copy the project to every host, then start every node's launch script there."""
         self.launch = launch
         logs = launch.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
         copies = _parallel(
             lambda index: run_command(self.rsync_command(launch, launch.nodes[index]), timeout=600), len(launch.nodes)
         )
@@ -172,6 +175,7 @@ class SshEngine(Engine):
                 "copying the project failed; nothing was started:\n  "
                 + "\n  ".join(f"node {node} ({self.hosts(launch)[node]}): {r.stderr.strip()}" for node, r in failed)
             )
+        self._lines.append(f"ssh: project copied to {len(launch.nodes)} host(s) in {time.monotonic() - started:.1f}s")
         for node in launch.nodes:
             with (logs / f"ssh-node-{node}.log").open("wb") as log:
                 self.sessions[node] = subprocess.Popen(
