@@ -213,7 +213,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between each rank's reports")
     parser.add_argument("--connect-within", type=float, default=1.0)
     parser.add_argument("--warm-up", type=float, default=30.0, help="seconds before CPU and memory count")
-    parser.add_argument("--clients", type=int, default=4, help="client processes simulating the ranks")
+    parser.add_argument("--clients", type=int, default=8, help="client processes simulating the ranks")
     args = parser.parse_args()
     _raise_file_limit()
 
