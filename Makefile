@@ -21,9 +21,10 @@ $(TORCH21)/bin/torch21-ready:
 
 torch21: $(TORCH21)/bin/torch21-ready  ## the torch 2.1 venv the oldest-torch tests use
 
-demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and run it on CPU with the monitor
+# --fresh: a demo trains from step 0 every time (an earlier run's checkpoints are moved aside, not deleted)
+demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it afresh on CPU with the monitor
 	$(BIN)/npu-wizard --answers examples/cpu-demo.yaml -o out --force
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/npu-wizard run out/cpu-demo
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/npu-wizard run out/cpu-demo --fresh
 
 test: $(BIN)/npu-wizard  ## the whole test suite
 	$(BIN)/python -m pytest -n 2 -q
