@@ -4,10 +4,15 @@ The monitor on node 0 must see the ranks of every node without a shared
 filesystem. When `npu-wizard run` starts the job it sets
 NPU_WIZARD_STATUS_ADDR=<master address>:<port>, where node 0's runner listens,
 and NPU_WIZARD_STATUS_TOKEN, the run's secret; each rank connects, presents
-the token on the first line, then sends every event it writes as one JSON line. A rank that ends cleanly says `bye` first, so a connection that
-drops without it tells the monitor, at that moment, that the rank's process
-died. Sending happens on a daemon thread from a bounded queue: a slow or absent
-monitor never stalls training, and events it misses are only missed.
+the token on the first line and a `hello` (rank and pid) on the second, then
+sends every event it writes as one JSON line. A send that blocks for RETRY_S
+(the monitor paused, a busy host, a network blip) drops the connection and
+opens a new one, which says `hello` again: the monitor takes a connection that
+comes back for the same rank and pid as the same process. A rank that ends
+cleanly says `bye` first, so a connection that drops without it, and does not
+come back, tells the monitor that the rank's process died. Sending happens on a
+daemon thread from a bounded queue: a slow or absent monitor never stalls
+training, and events it misses are only missed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ HELLO, BYE, LOST = "hello", "bye", "lost"
 QUEUE_LIMIT = 1000
 RETRY_S = 2.0
 CLOSE_WAIT_S = 2.0
+# test-only: shrink each status socket's buffers to this many bytes, so that a
+# paused monitor fills them in seconds (tests/test_status_reconnect.py)
+ENV_TEST_BUFFER = "NPU_WIZARD_TEST_STATUS_BUFFER"
+
+
+def test_buffer_size(env: Mapping[str, str] = os.environ) -> int | None:
+    """The socket buffer size a test asked for with NPU_WIZARD_TEST_STATUS_BUFFER, else None."""
+    value = env.get(ENV_TEST_BUFFER, "")
+    return int(value) if value.isdigit() and value.isascii() else None
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -52,16 +66,9 @@ class StatusPublisher:
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._socket: socket.socket | None = None
-        self._queue.append(
-            encode(
-                {
-                    "event": HELLO,
-                    "time": time.time(),
-                    "rank": rank,
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                }
-            )
+        self._buffer = test_buffer_size()
+        self.connections = (
+            0  # how many times it connected: more than once is a reconnect
         )
         self._thread = threading.Thread(
             target=self._run, name="status-publisher", daemon=True
@@ -97,8 +104,10 @@ class StatusPublisher:
         """Send the queue in order; False when the monitor cannot be reached now."""
         try:
             if self._socket is None:
-                self._socket = socket.create_connection(self.address, timeout=RETRY_S)
-                self._socket.sendall(self._token_line)  # first, on every connection
+                self._socket = self._connect()
+                # first, on every connection: the token, then who speaks
+                self._socket.sendall(self._token_line + self._hello())
+                self.connections += 1
             while self._queue:
                 self._socket.sendall(self._queue[0])
                 self._queue.popleft()
@@ -108,6 +117,32 @@ class StatusPublisher:
                 self._socket.close()
             self._socket = None
             return False
+
+    def _connect(self) -> socket.socket:
+        if self._buffer is None:
+            return socket.create_connection(self.address, timeout=RETRY_S)
+        host, port = self.address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        connection = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer)
+            connection.settimeout(RETRY_S)
+            connection.connect((host, port))
+        except OSError:
+            connection.close()
+            raise
+        return connection
+
+    def _hello(self) -> bytes:
+        return encode(
+            {
+                "event": HELLO,
+                "time": time.time(),
+                "rank": self.rank,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+            }
+        )
 
 
 def publisher_from_env(

@@ -224,3 +224,96 @@ def test_a_runner_that_hears_only_its_own_node_counts_only_its_ranks_at_the_dead
     state.ingest({"event": "started", "time": 1.0, "rank": 2, "node": 1, "world_size": 4})
     now[0] = 200.0
     assert state.late() == [3]
+
+
+# ---- nothing a peer sends or withholds can stop the serving loop -----------------------
+
+
+def test_a_token_with_a_lone_surrogate_is_refused_and_the_stream_goes_on(server: StatusServer) -> None:
+    hostile = connect(server, b'{"token": "\\ud800"}\n')
+    assert closed_by_server(hostile)
+    rank = connect(server, AUTH, event(1))  # the serving thread is alive: a later rank is heard
+    assert drained(server, 1, "the rank after the hostile token")[0]["rank"] == 1
+    assert server.counts.rejected_connections == 1
+    hostile.close(), rank.close()
+
+
+def test_silent_connections_are_closed_at_the_authentication_deadline() -> None:
+    listening = StatusServer("127.0.0.1", 0, TOKEN, auth_deadline=0.5)
+    try:
+        silent = [connect(listening) for _ in range(20)]
+        assert all(closed_by_server(client) for client in silent)
+        assert listening.counts.timed_out == 20
+        rank = connect(listening, AUTH, event(2))
+        assert drained(listening, 1, "a rank after the silent ones")[0]["rank"] == 2
+        for client in (*silent, rank):
+            client.close()
+    finally:
+        listening.close()
+
+
+def test_past_the_pending_cap_the_oldest_silent_connection_gives_way() -> None:
+    listening = StatusServer("127.0.0.1", 0, TOKEN, max_pending=8)
+    try:
+        silent = [connect(listening) for _ in range(12)]
+        assert all(closed_by_server(client) for client in silent[:4])  # the four oldest
+        rank = connect(listening, AUTH, event(5))
+        assert drained(listening, 1, "a rank past the cap")[0]["rank"] == 5
+        assert listening.counts.turned_away >= 5
+        for client in (*silent, rank):
+            client.close()
+    finally:
+        listening.close()
+
+
+def hello(rank: int, pid: int) -> bytes:
+    return event(rank, "hello", pid=pid)
+
+
+def test_a_rank_whose_connection_comes_back_within_the_grace_is_not_lost() -> None:
+    listening = StatusServer("127.0.0.1", 0, TOKEN, loss_grace=3.0)
+    try:
+        first = connect(listening, AUTH, hello(3, 4242))
+        drained(listening, 1, "the first hello")
+        first.close()  # a send timed out: the publisher drops the connection...
+        second = connect(listening, AUTH, hello(3, 4242), event(3, "step", step=9))  # ...and opens a new one
+        events = drained(listening, 2, "the second connection's events")
+        wait_for(lambda: listening.counts.reconnected == 1, 30, "the reconnect to be counted")
+        # a rank that drops later and never comes back: once its loss is reported, rank 3's grace is over too
+        sentinel = connect(listening, AUTH, hello(7, 4343))
+        events += drained(listening, 1, "the sentinel's hello")
+        sentinel.close()
+        events += drained(listening, 1, "the sentinel's loss")
+        assert [(e["event"], e["rank"]) for e in events] == [("hello", 3), ("step", 3), ("hello", 7), ("lost", 7)]
+        second.close()
+    finally:
+        listening.close()
+
+
+def test_a_rank_whose_connection_does_not_come_back_is_lost_after_the_grace() -> None:
+    listening = StatusServer("127.0.0.1", 0, TOKEN, loss_grace=1.0)
+    try:
+        client = connect(listening, AUTH, hello(6, 4343))
+        drained(listening, 1, "the hello")
+        client.close()
+        ended = time.time()
+        (lost,) = drained(listening, 1, "the lost event")
+        assert (lost["event"], lost["rank"], lost["pid"]) == ("lost", 6, 4343)
+        assert time.time() - ended >= 0.9  # not before the grace
+        assert lost["time"] <= ended + 1  # stamped when the connection ended, not when the grace ran out
+    finally:
+        listening.close()
+
+
+def test_a_new_process_of_the_rank_does_not_cancel_the_loss_of_the_old_one() -> None:
+    listening = StatusServer("127.0.0.1", 0, TOKEN, loss_grace=1.0)
+    try:
+        old = connect(listening, AUTH, hello(1, 100))
+        drained(listening, 1, "the old process's hello")
+        old.close()
+        new = connect(listening, AUTH, hello(1, 200))  # a restarted worker is another process
+        events = drained(listening, 2, "the new hello and the old process's loss")
+        assert sorted((e["event"], e["pid"]) for e in events) == [("hello", 200), ("lost", 100)]
+        new.close()
+    finally:
+        listening.close()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runtime.events import ENV_HEARTBEAT, EventFollower
-from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
+from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, LOST, test_buffer_size
 from wizard.answers import Answers, load_text
 from wizard.engines import Engine, Launch, engine_for
 from wizard.engines.base import ENDED
@@ -197,7 +197,10 @@ class Job:
         if plan.listen is None:
             return _address(plan.advertise, plan.port) if plan.advertise else None
         try:
-            self.server = StatusServer(plan.listen, plan.port, self.status_token, clock=self.clock)
+            buffer = test_buffer_size({**os.environ, **self.options.env})
+            self.server = StatusServer(
+                plan.listen, plan.port, self.status_token, clock=self.clock, receive_buffer=buffer
+            )
         except OSError as error:
             self.notes.append(
                 f"warning: cannot listen on {plan.listen}:{plan.port} for the ranks' status ({error}); "
@@ -246,6 +249,8 @@ class Job:
         if self.server is None:
             return
         for event in self.server.drain():
+            if event["event"] == LOST and self._still_running_here(event):
+                continue  # its connection did not come back, but the process is alive: the hang check watches it
             self.state.ingest(event)
             if event["rank"] not in self._local_ranks:
                 self._record_remote(event)
@@ -255,6 +260,10 @@ class Job:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as handle:
             handle.write(_json_line(event))
+
+    def _still_running_here(self, event: dict) -> bool:
+        pid = event.get("pid")
+        return event["rank"] in self._local_ranks and isinstance(pid, int) and procs.is_alive(pid)
 
     def _pid_gone(self, rank: int) -> bool:
         view = self.state.ranks.get(rank)

@@ -6,8 +6,15 @@ ranks have in their environment); one that does not is closed and counted.
 Each later complete JSON line becomes an event, stamped with the time it
 arrived (clocks of other nodes may differ, so hang detection uses this stamp).
 A line too long, too deeply nested or not an event is dropped and counted,
-never fatal. A connection that ends without `bye` yields a `lost` event for
-its rank: the process died.
+never fatal: nothing a peer sends can end the serving loop. A connection must
+authenticate within AUTH_DEADLINE_S; at most MAX_PENDING may be waiting to, the
+oldest giving way; and the server never holds so many connections that the
+runner would run out of file descriptors (FD_RESERVE stay free for it).
+
+A rank's publisher reconnects when a send blocks (the runner paused, a busy
+host): a connection that ends without `bye` yields a `lost` event for its rank
+only when no connection for the same rank and pid comes back within
+`loss_grace` seconds; the supervisor still checks the pid where it can see it.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import hmac
 import json
 import queue
+import resource
 import selectors
 import socket
 import threading
@@ -28,10 +36,15 @@ RECEIVED = "received"
 MAX_LINE_BYTES = 256 * 1024  # an error event with its traceback fits many times over
 MAX_DEPTH = 16  # the events nest two levels; json's recursion limit must never be reached
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
+AUTH_DEADLINE_S = 10.0  # a connection that has not shown the token by then is closed
+MAX_PENDING = 4096  # connections waiting to authenticate at once (a burst of ranks); the oldest gives way
+FD_RESERVE = 128  # descriptors the runner keeps for its own files, logs and engine processes
+LOSS_GRACE_S = 10.0  # how long a rank's dropped connection may take to come back before it is lost
 
 
 @dataclass
 class _Peer:
+    since: float = 0.0
     buffer: bytes = b""
     authenticated: bool = False
     skipping: bool = False  # inside a line too long: drop up to its newline
@@ -47,6 +60,10 @@ class StreamCounts:
     accepted: int = 0
     rejected_connections: int = 0
     dropped_lines: int = 0
+    timed_out: int = 0  # closed for not authenticating in time
+    turned_away: int = 0  # closed at once: too many connections pending, or descriptors running out
+    reconnected: int = 0  # a rank's connection came back (after a paused runner, say)
+    peer_errors: int = 0  # a connection whose input raised, closed
 
 
 @dataclass
@@ -57,14 +74,26 @@ class StatusServer:
     port: int
     token: str
     clock: Callable[[], float] = time.time
+    loss_grace: float = LOSS_GRACE_S
+    auth_deadline: float = AUTH_DEADLINE_S
+    max_pending: int = MAX_PENDING
+    receive_buffer: int | None = None  # tests shrink it to make a paused runner's sockets fill
     counts: StreamCounts = field(default_factory=StreamCounts)
     _events: queue.SimpleQueue[dict] = field(default_factory=queue.SimpleQueue)
 
     def __post_init__(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         self._token = self.token.encode()
+        self._max_connections = _connection_budget()
+        self._pending: dict[socket.socket, _Peer] = {}  # accepted, not yet authenticated, oldest first
+        self._open = 0
+        self._live: dict[tuple[int, int | None], int] = {}  # (rank, pid) -> its open connections
+        self._seen: set[tuple[int, int | None]] = set()
+        self._losses: dict[tuple[int, int | None], float] = {}  # (rank, pid) -> when its last connection ended
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.receive_buffer is not None:  # accepted connections inherit it
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
         self._listener.bind((self.host, self.port))
         self._listener.listen(BACKLOG)
         self._listener.setblocking(False)
@@ -105,8 +134,13 @@ class StatusServer:
                 for key, _mask in self._selector.select(timeout=0.2):
                     if key.data is None:
                         self._accept()
-                    else:
+                        continue
+                    try:
                         self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+                    except Exception:  # whatever a peer sends, the loop goes on without that peer
+                        self.counts.peer_errors += 1
+                        self._close_peer(key.fileobj, key.data)  # type: ignore[arg-type]
+                self._expire(self.clock())
         finally:
             for key in list(self._selector.get_map().values()):
                 key.fileobj.close()  # type: ignore[union-attr]
@@ -121,9 +155,33 @@ class StatusServer:
                 return
             except OSError:  # out of file descriptors, or the peer gave up: the rest stay queued
                 return
+            full = self._open >= self._max_connections  # the runner's own descriptors come first
+            if (full or len(self._pending) >= self.max_pending) and self._pending:
+                self._drop(next(iter(self._pending)))  # the oldest connection still silent gives way
+                self.counts.turned_away += 1
+            elif full:
+                connection.close()
+                self.counts.turned_away += 1
+                continue
             connection.setblocking(False)
-            self._selector.register(connection, selectors.EVENT_READ, _Peer())
+            peer = _Peer(since=self.clock())
+            self._selector.register(connection, selectors.EVENT_READ, peer)
+            self._pending[connection] = peer
+            self._open += 1
             self.counts.accepted += 1
+
+    def _expire(self, now: float) -> None:
+        """Close connections too slow to authenticate; report ranks whose connection did not come back."""
+        for connection, peer in list(self._pending.items()):
+            if now - peer.since < self.auth_deadline:
+                break  # oldest first: the rest are younger
+            self._drop(connection)
+            self.counts.timed_out += 1
+        for key, ended in list(self._losses.items()):
+            if now - ended >= self.loss_grace:
+                del self._losses[key]
+                rank, pid = key
+                self._events.put({"event": LOST, "rank": rank, "time": ended, "pid": pid, RECEIVED: ended})
 
     def _read(self, connection: socket.socket, peer: _Peer) -> None:
         try:
@@ -134,9 +192,7 @@ class StatusServer:
             chunk = b""
         now = self.clock()
         if not chunk:
-            self._drop(connection)
-            if peer.rank is not None and not peer.said_bye:
-                self._events.put({"event": LOST, "rank": peer.rank, "time": now, "pid": peer.pid, RECEIVED: now})
+            self._close_peer(connection, peer, now)
             return
         *lines, peer.buffer = (peer.buffer + chunk).split(b"\n")
         for line in lines:
@@ -149,6 +205,7 @@ class StatusServer:
                     self._drop(connection)
                     return
                 peer.authenticated = True
+                self._pending.pop(connection, None)
                 continue
             self._take(line, peer, now)
         if len(peer.buffer) > MAX_LINE_BYTES:
@@ -161,7 +218,10 @@ class StatusServer:
     def _authentic(self, line: bytes) -> bool:
         record = _parse(line)
         given = record.get(TOKEN_FIELD) if record is not None else None
-        return isinstance(given, str) and hmac.compare_digest(given.encode(), self._token)
+        if not isinstance(given, str):
+            return False
+        # a lone surrogate ("\\ud800") parses but has no UTF-8 form: not the token, never an error
+        return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self._token)
 
     def _take(self, line: bytes, peer: _Peer, now: float) -> None:
         event = _parse(line)
@@ -171,15 +231,64 @@ class StatusServer:
         if peer.rank is not None and event["rank"] != peer.rank:
             self.counts.dropped_lines += 1  # one connection speaks for one rank
             return
-        peer.rank = event["rank"]
-        peer.pid = event.get("pid", peer.pid)
+        pid = event.get("pid", peer.pid)
+        if peer.rank is None or (peer.pid is None and isinstance(pid, int)):
+            self._identify(peer, event["rank"], pid if isinstance(pid, int) else None)
         peer.said_bye = event["event"] == BYE
         event[RECEIVED] = now
         self._events.put(event)
 
+    def _identify(self, peer: _Peer, rank: int, pid: int | None) -> None:
+        """The connection speaks for (rank, pid): one that comes back cancels the loss of the old one."""
+        if peer.rank is not None:
+            self._forget(peer)
+        peer.rank, peer.pid = rank, pid
+        key = (rank, pid)
+        self._live[key] = self._live.get(key, 0) + 1
+        if key in self._seen:
+            self.counts.reconnected += 1
+        self._seen.add(key)
+        self._losses.pop(key, None)
+
+    def _forget(self, peer: _Peer) -> int:
+        """Take the peer's connection off its rank's count; return how many the rank still has open."""
+        key = (peer.rank, peer.pid)
+        left = self._live.get(key, 1) - 1  # type: ignore[arg-type]
+        if left > 0:
+            self._live[key] = left  # type: ignore[index]
+        else:
+            self._live.pop(key, None)  # type: ignore[arg-type]
+        return left
+
+    def _close_peer(self, connection: socket.socket, peer: _Peer, now: float | None = None) -> None:
+        """Close a connection; one that ended without `bye` starts its rank's grace period."""
+        self._drop(connection)
+        if peer.rank is None:
+            return
+        if self._forget(peer) == 0 and not peer.said_bye:
+            self._losses[(peer.rank, peer.pid)] = self.clock() if now is None else now
+
     def _drop(self, connection: socket.socket) -> None:
-        self._selector.unregister(connection)
+        try:
+            self._selector.unregister(connection)
+        except (KeyError, ValueError):
+            return  # closed already
+        self._pending.pop(connection, None)
+        self._open -= 1
         connection.close()
+
+
+def _connection_budget() -> int:
+    """How many connections the server may hold: the descriptor limit (raised to the hard one) less a reserve."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return max(16, soft - FD_RESERVE - 64)  # 64: what the runner already holds at start, generously
 
 
 def _parse(line: bytes) -> dict | None:
