@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import secrets
 import signal
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,70 @@ def test_a_runner_stopped_until_every_rank_reconnected_still_finishes_the_job(tm
     assert summary["outcome"] == "finished"
     assert summary["status_stream"]["reconnected"] >= 4  # each rank came back at least once
     assert {info["state"] for info in summary["ranks"].values()} == {"finished"}
+
+
+def test_1100_silent_connections_against_a_1024_descriptor_limit_do_not_stop_the_job(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=16384, epochs=1)
+
+    def limited() -> None:  # the common default: 1024 descriptors, soft and hard
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--interval", "1"],
+        env=node_env(tmp_path / "unused"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=limited,
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), max(hard, 4096)))
+    silent: list[socket.socket] = []
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 0), START_S, "rank 0 to train")
+        port = wait_for(lambda: (run_dir / "run.json").is_file() and status_port(run_dir), 30, "the status port")
+        for _ in range(1100):  # connect and never say a word
+            try:
+                silent.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            except OSError:
+                break  # the backlog is full: the runner is not accepting fast enough, which is its right
+        output, _ = runner.communicate(timeout=300)
+        assert not leftover_processes(project)
+    finally:
+        for client in silent:
+            client.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        clean_up(project, runner)
+    assert len(silent) >= 1100
+    assert runner.returncode == 0, output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["outcome"] == "finished"
+    stream = summary["status_stream"]
+    assert stream["timed_out"] + stream["turned_away"] > 0  # silent ones were closed to keep descriptors free
+
+
+def test_a_runner_that_crashes_stops_its_job_first(tmp_path: Path) -> None:
+    """`npu-wizard run P | head -3`: head exits, the runner's next line meets a broken pipe and it fails."""
+    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=65536, epochs=2)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--interval", "0.5"],
+        env=node_env(tmp_path / "unused"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
+        assert runner.stdout is not None
+        runner.stdout.close()  # as `head` does once it has its lines
+        _, errors = runner.communicate(timeout=120)
+        assert runner.returncode != 0
+        wait_for(lambda: not leftover_processes(project), 30, "every process of the job to be stopped")
+    finally:
+        clean_up(project, runner)
+    assert "BrokenPipeError" in errors
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["outcome"] == "failed"
+    assert "npu-wizard run itself failed (BrokenPipeError" in summary["failure"]["summary"]

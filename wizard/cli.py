@@ -244,12 +244,16 @@ def _run(args: argparse.Namespace) -> int:
         aside = set_aside(checkpoint_dir(job.project))
         moved = f"--fresh: moved the old checkpoints aside to {aside}" if aside else "--fresh: no checkpoints to move"
         job.notes.append(moved)
-    if _live(args):
-        from wizard.monitor.app import run_live
+    try:
+        if _live(args):
+            from wizard.monitor.app import run_live
 
-        run_live(job)
-    else:
-        run_plain(job)
+            run_live(job)
+        else:
+            run_plain(job)
+    except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
+        job.abandon(error)
+        raise
     job.raise_for_outcome()
     return EXIT_OK
 

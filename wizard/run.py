@@ -311,6 +311,19 @@ class Job:
             self.stop_signal = signum
         return self._end(outcome, None)
 
+    def abandon(self, error: BaseException) -> None:
+        """The runner itself failed (`error`): stop every process of the job rather than leave it unsupervised."""
+        if self.outcome is not None:
+            return
+        if self.server is not None:
+            self.server.close()  # first: its connections' descriptors are what stopping needs
+        summary = f"npu-wizard run itself failed ({type(error).__name__}: {error}); the job was stopped"
+        try:
+            self._end("failed", Failure(None, None, self.clock(), "runner", summary))
+        except BaseException:
+            self.engine.cancel()  # the summary could not be written; the processes must still go
+            raise
+
     def _end(self, outcome: str, failure: Failure | None) -> str:
         if self.outcome is not None:
             return self.outcome
