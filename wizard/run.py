@@ -26,7 +26,7 @@ from wizard.engines import Engine, Launch, engine_for
 from wizard.engines.base import ENDED
 from wizard.errors import TargetError, WizardError
 from wizard.monitor import procs
-from wizard.monitor.attach import REMOTE_DIR, RUN_FILE
+from wizard.monitor.attach import REMOTE_DIR, RUN_FILE, catch_up
 from wizard.monitor.report import (
     failure_report,
     node_log_reason,
@@ -243,9 +243,8 @@ class Job:
         return None
 
     def _ingest(self) -> None:
-        local, remote = self._followers
-        self.state.ingest_all(local.poll())
-        self.state.ingest_all(remote.poll())
+        for follower in self._followers:
+            catch_up(self.state, follower)
         if self.server is None:
             return
         for event in self.server.drain():

@@ -21,6 +21,14 @@ RUN_FILE = "run.json"
 REMOTE_DIR = "remote"  # <run>/remote/events/rank-R.jsonl: what the stream told node 0 about other nodes
 
 
+def catch_up(state: JobState, follower: EventFollower) -> None:
+    """Fold in every event the follower has not read yet, a bounded chunk at a time."""
+    while True:
+        state.ingest_all(follower.poll())
+        if not follower.behind:
+            return
+
+
 class RunFolder:
     """A run folder as a job source: its events, its runner, its summary once written."""
 
@@ -31,11 +39,10 @@ class RunFolder:
         self.clock = clock
         self.info = _read_json(run_dir / RUN_FILE) or {}
         self._followers = [EventFollower(run_dir), EventFollower(run_dir / REMOTE_DIR)]
-        first = [f.poll() for f in self._followers]
-        world_size = self.info.get("world_size") or _world_size(first)
+        world_size = self.info.get("world_size") or _world_size(run_dir)
         self.state = JobState(world_size, hang_after=hang_after, clock=clock, nodes=self.info.get("node_count"))
-        for events in first:
-            self.state.ingest_all(events)
+        for follower in self._followers:
+            catch_up(self.state, follower)
         self.started_at = self.info.get("started_at") or _first_time(self.state) or clock()
         self.summary: dict | None = None
         self.outcome: str | None = None
@@ -68,7 +75,7 @@ class RunFolder:
         if self.outcome is not None:
             return self.outcome
         for follower in self._followers:
-            self.state.ingest_all(follower.poll())
+            catch_up(self.state, follower)
         self.summary = _read_json(self.run_dir / SUMMARY_FILE)
         if self.summary is not None:
             self.outcome, self.ended_at = self.summary["outcome"], self.summary["ended_at"]
@@ -117,10 +124,23 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def _world_size(polls: list[dict[int, list[dict]]]) -> int:
-    sizes = [e.get("world_size") for events in polls for rank_events in events.values() for e in rank_events]
-    ranks = [rank for events in polls for rank in events]
-    return max([s for s in sizes if isinstance(s, int)] + [max(ranks, default=-1) + 1, 1])
+def _world_size(run_dir: Path) -> int:
+    """The world size a run folder without run.json shows: its ranks' files and their first events."""
+    files = [*(run_dir / "events").glob("rank-*.jsonl"), *(run_dir / REMOTE_DIR / "events").glob("rank-*.jsonl")]
+    ranks = [int(path.stem.split("-", 1)[1]) for path in files if path.stem.split("-", 1)[1].isdigit()]
+    sizes = []
+    for path in files:
+        with path.open("rb") as handle:
+            head = handle.read(64 * 1024)  # the `started` event comes first
+        for line in head.split(b"\n")[:-1]:
+            try:
+                size = json.loads(line).get("world_size")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(size, int):
+                sizes.append(size)
+                break
+    return max([*sizes, max(ranks, default=-1) + 1, 1])
 
 
 def _first_time(state: JobState) -> float | None:

@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
+from runtime.events import clip
 from runtime.status import LOST
 from wizard.monitor.hints import Hint, explain
 from wizard.monitor.status_server import RECEIVED
@@ -24,6 +25,7 @@ STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "sta
 DEFAULT_HANG_AFTER = 30.0
 RATE_WINDOW = 5  # step events used for the step rate behind the ETA
 LOSS_HISTORY = 256  # loss points kept per rank: the plot shows 120
+MESSAGE_SHOWN = 2000  # characters of a rank's error message kept for the report (its log has the rest)
 START_MARGIN_S = 60.0  # a rank may take HCCL_CONNECT_TIMEOUT plus this to report that it started
 
 
@@ -222,7 +224,12 @@ class JobState:
         view.step = event.get("step", view.step)
 
     def _on_error(self, view: RankView, event: dict, at: float) -> None:
-        view.outcome, view.ended_at, view.error = FAILED, event["time"], event
+        # kept bounded: an event file may hold a message of any size
+        error = {key: event.get(key) for key in ("type", "message", "traceback")}
+        error["type"] = clip(str(error["type"]), "start", 200)
+        error["message"] = clip(str(error["message"] or ""), "start", MESSAGE_SHOWN)
+        error["traceback"] = clip(str(error["traceback"] or ""), "end")
+        view.outcome, view.ended_at, view.error = FAILED, event["time"], error
 
     def _on_lost(self, view: RankView, event: dict, at: float) -> None:
         self.vanished(view.rank, at)
