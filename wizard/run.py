@@ -230,16 +230,16 @@ class Job:
         codes = description.exit_codes
         failed_node = next((node for node, code in sorted(codes.items()) if code not in (None, 0)), None)
         if failed_node is not None:
-            return self._fail(self.state.root_cause() or self._launcher_failure(failed_node, codes[failed_node]))
+            return self._fail(self._settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node]))
         if self.options.max_restarts == 0 and self.state.root_cause() is not None:
-            return self._fail(self.state.root_cause())
+            return self._fail(self._settled_root_cause())
         if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
             return self._end("hung", self._hang_failure())
         if description.state == ENDED:
             self._ingest()
             if codes and all(code == 0 for code in codes.values()):
                 return self._end("finished", None)
-            return self._fail(self.state.root_cause() or self._engine_failure())
+            return self._fail(self._settled_root_cause() or self._engine_failure())
         return None
 
     def _ingest(self) -> None:
@@ -253,6 +253,13 @@ class Job:
             self.state.ingest(event)
             if event["rank"] not in self._local_ranks:
                 self._record_remote(event)
+
+    def _settled_root_cause(self) -> Failure | None:
+        """The root cause once the job is known to fail: a rank whose connection dropped counts as lost now."""
+        if self.server is not None:
+            self.server.settle_losses()
+            self._ingest()
+        return self.state.root_cause()
 
     def _record_remote(self, event: dict) -> None:
         path = self.run_dir / REMOTE_DIR / "events" / f"rank-{event['rank']}.jsonl"

@@ -90,6 +90,8 @@ class StatusServer:
         self._live: dict[tuple[int, int | None], int] = {}  # (rank, pid) -> its open connections
         self._seen: set[tuple[int, int | None]] = set()
         self._losses: dict[tuple[int, int | None], float] = {}  # (rank, pid) -> when its last connection ended
+        self._losses_lock = threading.Condition()  # settle_losses() runs on the supervisor's thread
+        self._rounds = 0  # serving rounds completed, so that settle_losses() can wait for one
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if self.receive_buffer is not None:  # accepted connections inherit it
@@ -123,6 +125,22 @@ class StatusServer:
             except queue.Empty:
                 return events
 
+    def settle_losses(self) -> None:
+        """Report now every rank whose connection dropped and has not come back.
+
+        For when the job is failing anyway: a rank that went silent before
+        another rank's error is more likely its cause than a paused runner's
+        casualty, and the job ends sooner than its grace period would.
+        The `lost` events keep the time the connection ended.
+        """
+        with self._losses_lock:
+            # what reached the socket before this call is read first: wait for a whole serving round
+            target = self._rounds + 2
+            self._losses_lock.wait_for(lambda: self._rounds >= target or not self._thread.is_alive(), timeout=2.0)
+            for (rank, pid), ended in self._losses.items():
+                self._events.put({"event": LOST, "rank": rank, "time": ended, "pid": pid, RECEIVED: ended})
+            self._losses.clear()
+
     def close(self) -> None:
         """Stop listening and drop every connection (the serving thread closes them as it ends)."""
         self._stop.set()
@@ -141,6 +159,9 @@ class StatusServer:
                         self.counts.peer_errors += 1
                         self._close_peer(key.fileobj, key.data)  # type: ignore[arg-type]
                 self._expire(self.clock())
+                with self._losses_lock:
+                    self._rounds += 1
+                    self._losses_lock.notify_all()
         finally:
             for key in list(self._selector.get_map().values()):
                 key.fileobj.close()  # type: ignore[union-attr]
@@ -177,11 +198,12 @@ class StatusServer:
                 break  # oldest first: the rest are younger
             self._drop(connection)
             self.counts.timed_out += 1
-        for key, ended in list(self._losses.items()):
-            if now - ended >= self.loss_grace:
-                del self._losses[key]
-                rank, pid = key
-                self._events.put({"event": LOST, "rank": rank, "time": ended, "pid": pid, RECEIVED: ended})
+        with self._losses_lock:
+            for key, ended in list(self._losses.items()):
+                if now - ended >= self.loss_grace:
+                    del self._losses[key]
+                    rank, pid = key
+                    self._events.put({"event": LOST, "rank": rank, "time": ended, "pid": pid, RECEIVED: ended})
 
     def _read(self, connection: socket.socket, peer: _Peer) -> None:
         try:
@@ -248,7 +270,8 @@ class StatusServer:
         if key in self._seen:
             self.counts.reconnected += 1
         self._seen.add(key)
-        self._losses.pop(key, None)
+        with self._losses_lock:
+            self._losses.pop(key, None)
 
     def _forget(self, peer: _Peer) -> int:
         """Take the peer's connection off its rank's count; return how many the rank still has open."""
@@ -266,7 +289,8 @@ class StatusServer:
         if peer.rank is None:
             return
         if self._forget(peer) == 0 and not peer.said_bye:
-            self._losses[(peer.rank, peer.pid)] = self.clock() if now is None else now
+            with self._losses_lock:
+                self._losses[(peer.rank, peer.pid)] = self.clock() if now is None else now
 
     def _drop(self, connection: socket.socket) -> None:
         try:
