@@ -4,8 +4,12 @@ A save goes to a hidden temporary file in the same folder, is fsynced, then
 renamed over its final name, so a crash mid-save leaves the previous
 checkpoint whole. `latest_checkpoint` only considers finished names. On a
 restart the ranks agree on the newest checkpoint that every one of them can
-load; one that cannot be loaded (truncated, zeroed) is set aside, renamed and
-never deleted, and the job resumes from the one before.
+load; one that is damaged (it reads to its end but does not unpickle or
+unzip) is set aside, renamed and never deleted, and the job resumes from the
+one before. A checkpoint that cannot be read (permissions, an I/O error, a
+stale NFS handle, no memory) is a failure to report: nothing is set aside.
+Each checkpoint names the project that wrote it, so two projects sharing a
+folder never resume from each other's.
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"
 NAME = re.compile(r"step-(\d+)\.pt")
 KEEP = 2
 SET_ASIDE = ".unreadable"  # step-000000009.pt -> step-000000009.pt.unreadable: no longer a checkpoint name
-# what torch.load raises on a truncated, zeroed or foreign file (torch 2.1 reads a
-# non-zip file as a legacy tar archive: KeyError or TarError)
+PROJECT_KEY = "npu_wizard_project"  # the project that wrote a checkpoint, kept in it
+READ_CHUNK = 8 * 1024 * 1024
+# what torch.load raises on a truncated, zeroed or foreign file that read whole
+# (torch 2.1 reads a non-zip file as a legacy tar archive: KeyError or TarError);
+# an OSError or an allocation failure is not the file's fault
 UNREADABLE = (
     EOFError,
-    OSError,
     RuntimeError,
     ValueError,
     pickle.UnpicklingError,
@@ -49,6 +55,14 @@ T = TypeVar("T")
 
 class CheckpointSpaceError(SetupError):
     """The checkpoint folder's disk is full: the message names the folder."""
+
+
+class CheckpointReadError(SetupError):
+    """A checkpoint could not be read on some rank (not damaged): nothing was set aside."""
+
+
+class ForeignCheckpointError(SetupError):
+    """The checkpoint folder holds another project's checkpoint."""
 
 
 class _RecordingWriter:
@@ -103,8 +117,12 @@ def save_checkpoint(
     step: int,
     state: Mapping[str, Any],
     keep: int = KEEP,
+    project: str | None = None,
 ) -> Path:
-    """Write `state` atomically as the checkpoint of `step`; keep the newest `keep`."""
+    """Write `state` atomically as the checkpoint of `step`; keep the newest `keep`.
+
+    `project` is kept in the checkpoint: `resume_point` refuses another project's.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / checkpoint_name(step)
@@ -117,7 +135,10 @@ def save_checkpoint(
     try:
         with os.fdopen(handle, "wb") as file:
             writer = _RecordingWriter(file)
-            torch.save(dict(state), writer)
+            body = dict(state)
+            if project is not None:
+                body[PROJECT_KEY] = project
+            torch.save(body, writer)
             writer.flush()
             os.fsync(file.fileno())
         os.replace(temporary, final)
@@ -167,14 +188,18 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def resume_point(directory: Path) -> tuple[Path, dict[str, Any]] | None:
+def resume_point(
+    directory: Path, project: str | None = None
+) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint every rank can load, and its state, decided by all ranks together.
 
     Each node's local rank 0 saves its own copy (DDP keeps the weights equal),
     so nodes need no shared storage; after a crash mid-save the nodes may hold
     different newest steps, and the job takes the newest one they all hold. A
-    copy some rank cannot load is renamed aside (with a warning naming it) and
-    every rank falls back to the next older step; None means start afresh.
+    damaged copy is renamed aside (with a warning naming it) and every rank
+    falls back to the next older step; None means start afresh. A copy some
+    rank cannot read, or one another project wrote, stops every rank with a
+    SetupError and sets nothing aside.
     """
     directory = Path(directory)
     every_rank = _gather([_step_of(path) for path in list_checkpoints(directory)])
@@ -189,18 +214,16 @@ def resume_point(directory: Path) -> tuple[Path, dict[str, Any]] | None:
         )
     for step in sorted(common, reverse=True):
         path = directory / checkpoint_name(step)
-        try:
-            state, problem = load_checkpoint(path), None
-        except UNREADABLE as error:
-            state, problem = None, f"{path} ({type(error).__name__}: {error})"
-        problems = [p for p in _gather(problem) if p is not None]
-        if state is not None and not problems:
-            return path, state
+        state, problem = _try_load(path, project)
+        problems = _gather(problem)
+        _raise_for(step, problems)
+        if not any(problems):
+            return path, state  # type: ignore[return-value]
         aside = set_aside(path) if problem is not None else None
         if aside is not None:
             _warn(f"warning: checkpoint {path} cannot be loaded; kept aside as {aside}")
         if _is_first_rank():
-            unreadable = "; ".join(sorted(set(problems)))
+            unreadable = "; ".join(sorted({p[1] for p in problems if p is not None}))
             _warn(
                 f"warning: the checkpoint of step {step} cannot be loaded on every rank: {unreadable}"
             )
@@ -209,6 +232,72 @@ def resume_point(directory: Path) -> tuple[Path, dict[str, Any]] | None:
             f"warning: no checkpoint in {directory} can be loaded by every rank: starting afresh"
         )
     return None
+
+
+def _try_load(
+    path: Path, project: str | None
+) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+    """(state, None), or (None, (kind, words)): kind is damaged, unread or foreign."""
+    try:
+        _read_through(
+            path
+        )  # a file that does not read to its end is not judged by its bytes
+        state = load_checkpoint(path)
+    except (OSError, MemoryError) as error:
+        return None, ("unread", f"{path} ({_describe(error)})")
+    except UNREADABLE as error:
+        if isinstance(error, RuntimeError) and _out_of_memory(error):
+            return None, ("unread", f"{path} ({_describe(error)})")
+        return None, ("damaged", f"{path} ({_describe(error)})")
+    owner = state.get(PROJECT_KEY) if isinstance(state, dict) else None
+    if project is not None and owner is not None and owner != project:
+        return None, ("foreign", f"{path} was written by project {owner!r}")
+    return state, None
+
+
+def _raise_for(step: int, problems: list[tuple[str, str] | None]) -> None:
+    """Stop every rank alike when a rank could not read the checkpoint or it is another project's."""
+    for kind, error in (
+        ("unread", CheckpointReadError),
+        ("foreign", ForeignCheckpointError),
+    ):
+        found = [
+            f"rank {rank}: {p[1]}"
+            for rank, p in enumerate(problems)
+            if p is not None and p[0] == kind
+        ]
+        if not found:
+            continue
+        if kind == "unread":
+            raise error(
+                f"the checkpoint of step {step} could not be read ({'; '.join(found)}); "
+                "nothing was set aside: fix the cause (permissions, the disk or file system, memory) "
+                "and run again, or move the file away to resume from an older step"
+            )
+        raise error(
+            f"the checkpoint folder is shared with another project ({'; '.join(found)}): "
+            "give each project its own folder (--checkpoint-dir or NPU_WIZARD_CHECKPOINT_DIR)"
+        )
+
+
+def _read_through(path: Path) -> None:
+    """Read the whole file (and drop it), so that a read error is told apart from damage."""
+    with open(path, "rb") as file:
+        while file.read(READ_CHUNK):
+            pass
+
+
+def _out_of_memory(error: RuntimeError) -> bool:
+    words = str(error).lower()
+    return (
+        "can't allocate memory" in words
+        or "out of memory" in words
+        or "not enough memory" in words
+    )
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:500]
 
 
 def set_aside(path: Path) -> Path | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,101 @@ def test_a_save_on_a_real_full_tmpfs_says_no_space_left_on_the_folder(full_disk:
     with pytest.raises(checkpoint.CheckpointSpaceError, match=f"^no space left on {full_disk}: "):
         checkpoint.save_checkpoint(full_disk, 3, big)
     assert list(full_disk.iterdir()) == []  # the partial temporary file is gone
+
+
+# ---- a checkpoint that cannot be read is a failure, not damage ------------------------------
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def open_folder() -> Any:
+    """A folder every uid can reach and write (pytest's own tmp folders are root's alone)."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="npu-wizard-ckpt-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+def _resume_as(rank: int, port: int, folders: list[Path], uids: list[int], results: Any) -> None:
+    """A rank of a real two-process gloo job that reads its folder as uid `uids[rank]`."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    os.setresgid(uids[rank], uids[rank], uids[rank])
+    os.setresuid(uids[rank], uids[rank], uids[rank])
+    try:
+        found = checkpoint.resume_point(folders[rank])
+        results.put((rank, "resumed", None if found is None else found[1]["step"]))
+    except checkpoint.CheckpointReadError as error:
+        results.put((rank, "read error", str(error)))
+    finally:
+        distributed.destroy_process_group()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to read as another uid")
+def test_a_checkpoint_one_rank_may_not_read_stops_every_rank_and_is_not_set_aside(open_folder: Path) -> None:
+    import torch.multiprocessing as mp
+
+    from tests.runs import free_port
+
+    folders = [open_folder / "node0", open_folder / "node1"]
+    for folder in folders:
+        for step in (10, 20):
+            checkpoint.save_checkpoint(folder, step, state(step))
+        folder.chmod(0o777)  # node 1's rank could rename what it cannot read
+    denied = folders[1] / "step-000000020.pt"
+    denied.chmod(0o600)  # root's: uid nobody gets EACCES
+
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    ranks = mp.start_processes(
+        _resume_as, args=(free_port(), folders, [0, NOBODY], results), nprocs=2, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + 240
+    while not ranks.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail("the two ranks did not finish within 240 s")
+
+    outcomes = sorted(results.get() for _ in range(2))
+    assert [outcome[:2] for outcome in outcomes] == [(0, "read error"), (1, "read error")], outcomes
+    assert f"rank 1: {denied} (PermissionError" in outcomes[0][2]
+    assert "nothing was set aside" in outcomes[0][2]
+    assert sorted(p.name for p in folders[1].iterdir()) == ["step-000000010.pt", "step-000000020.pt"]
+
+
+OUT_OF_MEMORY_PROBE = """
+import resource, sys
+from pathlib import Path
+from runtime import checkpoint
+# room for the read pass, not for the tensors: RLIMIT_AS just above what is mapped now
+mapped = int(next(l for l in open('/proc/self/status') if l.startswith('VmSize:')).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (mapped + 96 * 1024 * 1024, resource.RLIM_INFINITY))
+try:
+    found = checkpoint.resume_point(Path(sys.argv[1]))
+    print("resumed", found and found[0].name)
+except checkpoint.CheckpointReadError as error:
+    print("read error:", error)
+"""
+
+
+def test_running_out_of_memory_while_loading_is_reported_not_taken_for_damage(tmp_path: Path) -> None:
+    checkpoint.save_checkpoint(tmp_path, 10, state(10))
+    big = {"model": {"weight": torch.ones(64 * 1024 * 1024)}, "step": 20}  # 256 MB of tensor
+    checkpoint.save_checkpoint(tmp_path, 20, big)
+
+    probe = subprocess.run(
+        [sys.executable, "-c", OUT_OF_MEMORY_PROBE, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.startswith("read error: the checkpoint of step 20 could not be read"), probe.stdout
+    assert "nothing was set aside" in probe.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000010.pt", "step-000000020.pt"]

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from runtime import amp, checkpoint, data, device, distributed, events, schedule, smoke
+from runtime.errors import SetupError
 
 PROJECT_DIR = Path(__file__).resolve().parent
 DEVICE = "npu"
@@ -21,6 +22,7 @@ LAUNCHER = "mp-spawn"
 NODES = 2
 DEVICES_PER_NODE = 4
 AMP = "fp16"
+PROJECT = "t910-spawn"  # kept in each checkpoint: a shared folder is refused
 BATCH_SIZE = 32  # per device; the global batch is this x world size
 BASE_BATCH_SIZE = 32  # the single-card batch ...
 BASE_LR = 0.05  # ... and learning rate to scale from
@@ -83,8 +85,8 @@ class Trainer:
         self.step = 0
         self.batches_done = 0  # in the current epoch: where a resumed epoch starts
         self.saved_step = -1
-        # the newest checkpoint every rank can load (an unreadable one is set aside)
-        resumed = checkpoint.resume_point(checkpoint_dir)
+        # the newest checkpoint every rank can load (a damaged one is set aside)
+        resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
         if resumed is not None:
             self._load_checkpoint(*resumed)
         # a single process has no gradients to average: DDP would only cost time
@@ -99,8 +101,15 @@ class Trainer:
             )
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, RuntimeError, ValueError) as error:
+            raise SetupError(
+                f"checkpoint {path} does not fit this model ({type(error).__name__}: "
+                f"{str(error)[:300]}): was it written by another project? give each "
+                "project its own checkpoint folder, or run with --fresh"
+            ) from error
         amp.restore_scaler(self.scaler, state["scaler"])
         self.epoch = state["epoch"]
         self.step = self.saved_step = state["step"]
@@ -170,7 +179,9 @@ class Trainer:
             "batches_done": self.batches_done,
         }
         state["scaler"] = self.scaler.state_dict()
-        path = checkpoint.save_checkpoint(self.checkpoint_dir, self.step, state)
+        path = checkpoint.save_checkpoint(
+            self.checkpoint_dir, self.step, state, project=PROJECT
+        )
         self.saved_step = self.step
         self.recorder.checkpoint(step=self.step, path=path)
         print(f"step {self.step}: checkpoint {path}", flush=True)
