@@ -128,7 +128,8 @@ def test_a_second_run_of_a_finished_project_says_how_to_go_on_and_fresh_moves_ch
     assert (
         "nothing to train: the checkpoint at step 16 already completes the 2 epoch(s) asked; "
         "to train on, run again with --epochs N (more than 2); "
-        f"to start afresh, run again with --fresh (moves {checkpoints} aside, deletes nothing)"
+        f"to start afresh, run again with --fresh (moves the checkpoints in {checkpoints} into a subfolder, "
+        "deletes nothing)"
     ) in again.stdout
 
     more = npu_wizard_run(project, tmp_path, "--epochs", "3")
@@ -140,7 +141,7 @@ def test_a_second_run_of_a_finished_project_says_how_to_go_on_and_fresh_moves_ch
     kept = sorted(p.name for p in checkpoints.iterdir())
     fresh = npu_wizard_run(project, tmp_path, "--fresh")
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
-    (aside,) = project.glob("checkpoints.old-*")
-    assert f"--fresh: moved the old checkpoints aside to {aside}" in fresh.stdout
+    (aside,) = checkpoints.glob("set-aside-*")
+    assert f"--fresh: moved the old checkpoints into {aside}" in fresh.stdout
     assert sorted(p.name for p in aside.iterdir()) == kept  # nothing deleted
     assert kinds(events_of(run_dirs(project)[-1])[0], "started")[0]["resumed_step"] == 0

@@ -1,6 +1,7 @@
 """A project's checkpoint folder as the runner sees it: set aside for --fresh, and a run with nothing to train.
 
-The runner never imports torch, so it reads no checkpoint: what the ranks
+The runner never imports torch, so it loads no checkpoint: it reads only the
+project name a checkpoint keeps (without unpickling), and what the ranks
 report (the step they resumed at and the steps the asked epochs take) says
 whether the checkpoint already completes the epochs.
 """
@@ -8,7 +9,10 @@ whether the checkpoint already completes the epochs.
 from __future__ import annotations
 
 import os
+import pickletools
+import re
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +24,11 @@ if TYPE_CHECKING:
     from wizard.run import Job
 
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"  # the same variable runtime/checkpoint.py reads
+PROJECT_KEY = "npu_wizard_project"  # where runtime/checkpoint.py keeps the project that wrote a checkpoint
+CHECKPOINT_FILE = re.compile(r"step-\d+\.pt(\.unreadable(\.\d+)?)?|\.step-\d+\.pt\..+\.tmp")
+ASIDE_PREFIX = "set-aside-"
+PICKLE_READ_LIMIT = 64 * 1024 * 1024  # a checkpoint's pickle holds names and shapes, the tensors are apart
+MEMO_OPCODES = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
 
 
 def checkpoint_dir(project: Path, env: Mapping[str, str] = os.environ) -> Path:
@@ -28,20 +37,65 @@ def checkpoint_dir(project: Path, env: Mapping[str, str] = os.environ) -> Path:
     return Path(chosen) if chosen else project / "checkpoints"
 
 
-def set_aside(folder: Path) -> Path | None:
-    """Rename `folder` to `<name>.old-<stamp>` beside it (nothing is deleted); None when there is nothing to move."""
-    if not folder.is_dir() or not any(folder.iterdir()):
-        return None
+def set_aside(folder: Path, project: str) -> tuple[Path | None, list[Path]]:
+    """Move this project's checkpoint files into `<folder>/set-aside-<stamp>/`; nothing is deleted.
+
+    Only checkpoint files move (`step-N.pt`, its set-aside copies, a torn
+    save's temporary file), never the folder or anything else in it; a
+    checkpoint another project wrote stays where it is. Returns the new
+    subfolder (None when nothing moved) and the other projects' files left.
+    """
+    if not folder.is_dir():
+        return None, []
+    ours, theirs = [], []
+    for path in sorted(folder.iterdir()):
+        if not CHECKPOINT_FILE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+            continue
+        owner = written_by(path)
+        (theirs if owner is not None and owner != project else ours).append(path)
+    if not ours:
+        return None, theirs
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for suffix in range(1000):
-        aside = folder.with_name(f"{folder.name}.old-{stamp}" + (f"-{suffix}" if suffix else ""))
-        if not aside.exists():
-            try:
-                folder.rename(aside)
-            except OSError as error:
-                raise TargetError(f"--fresh: cannot move {folder} aside to {aside}: {error.strerror}") from None
-            return aside
-    raise TargetError(f"--fresh: cannot find a free name beside {folder}")
+        aside = folder / (f"{ASIDE_PREFIX}{stamp}" + (f"-{suffix}" if suffix else ""))
+        try:
+            aside.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise TargetError(f"--fresh: cannot make {aside} to set the checkpoints aside: {error.strerror}") from None
+        try:
+            for path in ours:
+                path.rename(aside / path.name)
+        except OSError as error:
+            raise TargetError(f"--fresh: cannot move {path} into {aside}: {error.strerror}") from None
+        return aside, theirs
+    raise TargetError(f"--fresh: cannot find a free name in {folder}")
+
+
+def written_by(path: Path) -> str | None:
+    """The project a checkpoint names (runtime/checkpoint.py keeps it in the file), read without unpickling.
+
+    None for a checkpoint without a name (written before names were kept), a
+    damaged file, or one that is not a torch zip archive.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            inner = next((name for name in archive.namelist() if name.rsplit("/", 1)[-1] == "data.pkl"), None)
+            if inner is None:
+                return None
+            with archive.open(inner) as file:
+                data = file.read(PICKLE_READ_LIMIT)
+        previous = None
+        for opcode, argument, _position in pickletools.genops(data):
+            if opcode.name in MEMO_OPCODES:
+                continue  # storing the string just read for later does not end the pair
+            if isinstance(argument, str) and previous == PROJECT_KEY:
+                return argument
+            previous = argument if isinstance(argument, str) else None
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, KeyError, RuntimeError):
+        return None
+    return None
 
 
 def nothing_to_train(state: JobState, epochs: int, folder: Path) -> str | None:
@@ -57,7 +111,7 @@ def nothing_to_train(state: JobState, epochs: int, folder: Path) -> str | None:
     return (
         f"nothing to train: the checkpoint at step {step} already completes the {epochs} epoch(s) asked; "
         f"to train on, run again with --epochs N (more than {epochs}); "
-        f"to start afresh, run again with --fresh (moves {folder} aside, deletes nothing)"
+        f"to start afresh, run again with --fresh (moves the checkpoints in {folder} into a subfolder, deletes nothing)"
     )
 
 

@@ -241,9 +241,12 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_OK
     job = Job(Path(args.project), options)
     if args.fresh:
-        aside = set_aside(checkpoint_dir(job.project))
-        moved = f"--fresh: moved the old checkpoints aside to {aside}" if aside else "--fresh: no checkpoints to move"
+        folder = checkpoint_dir(job.project)
+        aside, theirs = set_aside(folder, job.answers["project_name"])
+        moved = f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"
         job.notes.append(moved)
+        if theirs:
+            job.notes.append(f"--fresh: left {len(theirs)} checkpoint(s) of another project in {folder}")
     try:
         if _live(args):
             from wizard.monitor.app import run_live
