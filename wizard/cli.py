@@ -113,7 +113,8 @@ def build_run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fresh",
         action="store_true",
-        help="start from step 0: first move this node's checkpoint folder aside (renamed, nothing is deleted)",
+        help="start from step 0: first move this project's checkpoint files on this node into a set-aside-<stamp> "
+        "subfolder of the checkpoint folder (nothing else moves, nothing is deleted)",
     )
     parser.add_argument(
         "--dry-run",
