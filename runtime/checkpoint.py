@@ -19,7 +19,6 @@ import hashlib
 import os
 import pickle
 import re
-import sys
 import tarfile
 import tempfile
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from runtime import events
 from runtime.errors import SetupError
 
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"
@@ -336,7 +336,7 @@ def _step_of(path: Path) -> int:
 
 
 def _warn(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    events.warn(message, "checkpoint")
 
 
 def _no_space(error: BaseException, writer: _RecordingWriter | None) -> bool:

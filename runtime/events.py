@@ -61,10 +61,26 @@ def events_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / "events" / f"rank-{rank}.jsonl"
 
 
+_recording: EventWriter | None = None  # this process's open writer, for warn()
+
+
+def warn(message: str, kind: str) -> None:
+    """Print `message` on stderr and, while this rank records events, send it as a warning.
+
+    `kind` says what it is about (checkpoint, resume, amp), so the runner can
+    show it in its output and summary instead of only in the rank's log.
+    """
+    print(message, file=sys.stderr, flush=True)
+    writer = _recording
+    if writer is not None:
+        writer.warning(message, kind)
+
+
 class EventWriter:
     """Appends one rank's events to its JSON-lines file, flushing each line."""
 
     def __init__(self, run_dir: Path, rank: int) -> None:
+        global _recording
         self.rank = rank
         self.path = events_path(run_dir, rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +94,7 @@ class EventWriter:
         # a rank killed mid-line leaves a torn line; start ours on a fresh one
         if self._file.tell() > 0 and not self.path.read_bytes().endswith(b"\n"):
             self._file.write("\n")
+        _recording = self
 
     def emit(self, event: str, **fields: Any) -> Event:
         """Write one event line now and return it."""
@@ -157,6 +174,15 @@ class EventWriter:
             step=self.step,
         )
 
+    def warning(self, message: str, kind: str) -> Event:
+        """Something the user should see in the runner's output, not only in this rank's log."""
+        return self.emit(
+            "warning",
+            kind=kind,
+            message=clip(message, keep="start", limit=2000),
+            step=self.step,
+        )
+
     def start_heartbeat(self, interval_s: float) -> None:
         """Write a heartbeat every `interval_s` seconds from a daemon thread."""
         if interval_s <= 0 or self._heartbeat is not None:
@@ -187,6 +213,9 @@ class EventWriter:
 
     def close(self) -> None:
         """Stop the heartbeat and close the file."""
+        global _recording
+        if _recording is self:
+            _recording = None
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)

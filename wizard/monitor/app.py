@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -28,6 +29,7 @@ from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState, wher
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
 LOG_LINES = 200
 PLOT_POINTS = 120
+ALERT_NOTICES = 3  # the newest warnings shown under the job line
 LAUNCHER_EXIT_S = 15.0  # how long quitting waits for launchers whose ranks all finished
 
 
@@ -188,7 +190,11 @@ class MonitorApp(App[str | None]):
             return "[b green]the job finished: press q for the summary[/]"
         report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now))))
         report = report if self.source.outcome is None else ""
-        return f"[b yellow]{report}[/]" if report else ""
+        notices = state.notices.all()[-ALERT_NOTICES:]
+        said = "\n".join(f"warning from {escape(notice.line())}" for notice in notices)
+        return "\n".join(
+            filter(None, (f"[b yellow]{escape(report)}[/]" if report else "", f"[yellow]{said}[/]" if said else ""))
+        )
 
     def _draw_plot(self, state: JobState) -> None:
         view = state.ranks.get(self.selected)

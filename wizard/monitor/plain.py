@@ -47,6 +47,8 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
                 for line in job.engine_lines:
                     print(line, file=out, flush=True)
                 job.engine_lines.clear()
+                for notice in job.state.notices.fresh():
+                    print(f"WARNING from {notice.line()}", file=out, flush=True)
                 if outcome is not None:
                     break
                 if now >= next_line:

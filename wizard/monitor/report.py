@@ -131,6 +131,7 @@ def summarize(
         "restarts": max((view.restarts for view in state.ranks.values()), default=0),
         "ranks": per_rank,
         "failure": None if failure is None else _failure_dict(failure),
+        "warnings": state.notices.as_dicts(),
     }
 
 
@@ -166,6 +167,13 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}, step {info.get('step')}, "
             f"{shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}"
         )
+    warnings = summary.get("warnings") or []
+    if warnings:
+        lines.append("warnings:")
+        for warning in warnings:
+            ranks = warning.get("ranks") or []
+            who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: " if ranks else ""
+            lines.append(f"  {who}{warning.get('message')}")
     silent = summary.get("never_reported")
     if silent:
         lines.append(f"no status ever arrived from rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}")

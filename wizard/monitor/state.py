@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from runtime.events import clip
 from runtime.status import LOST
 from wizard.monitor.hints import Hint, explain
+from wizard.monitor.notices import Notices
 from wizard.monitor.status_server import RECEIVED
 
 STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "stalled", "hung", "finished", "failed"
@@ -150,6 +151,7 @@ class JobState:
         self.opened_at = clock()
         self.ranks: dict[int, RankView] = {rank: RankView(rank) for rank in range(world_size)}
         self.stopping_since: float | None = None
+        self.notices = Notices()
 
     def view(self, rank: int) -> RankView:
         """The view of `rank`, made on first sight (a rank beyond the world size too)."""
@@ -230,6 +232,9 @@ class JobState:
         error["message"] = clip(str(error["message"] or ""), "start", MESSAGE_SHOWN)
         error["traceback"] = clip(str(error["traceback"] or ""), "end")
         view.outcome, view.ended_at, view.error = FAILED, event["time"], error
+
+    def _on_warning(self, view: RankView, event: dict, at: float) -> None:
+        self.notices.add(view.rank, str(event.get("kind") or "warning"), str(event.get("message") or ""), at)
 
     def _on_lost(self, view: RankView, event: dict, at: float) -> None:
         self.vanished(view.rank, at)

@@ -53,7 +53,7 @@ def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
         print(f"collectives time out after {timeout_s} s", flush=True)
         note = amp.simulation_note(target.type, AMP)
         if note:
-            print(note, flush=True)
+            events.warn(note, "amp")
     return target
 
 
@@ -115,7 +115,10 @@ class Trainer:
         self.step = self.saved_step = state["step"]
         self.batches_done = state["batches_done"]
         if self.rank.is_main:
-            print(f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}")
+            events.warn(
+                f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}",
+                "resume",
+            )
 
     def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
@@ -300,7 +303,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             if trainer.epoch >= args.epochs and rank.is_main:
                 print(
                     f"nothing to train: the checkpoint at step {trainer.step} already completes "
-                    f"{args.epochs} epoch(s); pass --epochs N for more, or move {folder} aside to start afresh"
+                    f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
                 )
             trainer.train(args.epochs)
             recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
