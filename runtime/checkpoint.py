@@ -276,7 +276,7 @@ def _raise_for(step: int, problems: list[tuple[str, str] | None]) -> None:
             )
         raise error(
             f"the checkpoint folder is shared with another project ({'; '.join(found)}): "
-            "give each project its own folder (--checkpoint-dir or NPU_WIZARD_CHECKPOINT_DIR)"
+            "give each project its own folder (NPU_WIZARD_CHECKPOINT_DIR, or train.py's --checkpoint-dir)"
         )
 
 

@@ -235,11 +235,16 @@ def _salvage(head: bytes) -> Event | None:
     }
     if not (fields["event"] and fields["time"] and fields["rank"]):
         return None
-    event: Event = {
-        "event": fields["event"].group(1),
-        "time": float(fields["time"].group(1)),
-        "rank": int(fields["rank"].group(1)),
-    }
+    try:
+        event: Event = {
+            "event": fields["event"].group(1),
+            "time": float(fields["time"].group(1)),
+            "rank": int(fields["rank"].group(1)),
+        }
+    except (
+        ValueError
+    ):  # "time": 1.2.3 is no number: the line is skipped like any other bad one
+        return None
     for name in ("type", "message"):
         found = fields[name]
         if found:

@@ -9,6 +9,7 @@ $KUBECTL_DOUBLE_DIR/scenario:
 - fail: Created, Running, then Failed with node 1's pod exited 3;
 - run: Running until it is deleted;
 - no-context: `kubectl config current-context` fails, as on a machine with no cluster set up.
+- refuse-apply: the cluster refuses to apply the job (a quota), after the ConfigMap.
 
 The step of a scenario advances with each `get` of the job.
 """
@@ -120,6 +121,9 @@ def main(argv: list[str]) -> int:
 
         for path in files_given(argv):
             document = yaml.safe_load(path.read_text())
+            if scenario() == "refuse-apply" and document["kind"] != "ConfigMap":
+                print('Error from server (Forbidden): exceeded quota: "compute"', file=sys.stderr)
+                return 1
             (STATE / f"applied-{document['kind']}.yaml").write_text(path.read_text())
             if document["kind"] != "ConfigMap":
                 (STATE / "applied.json").write_text(json.dumps({"name": document["metadata"]["name"]}))

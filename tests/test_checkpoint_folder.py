@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 from runtime import checkpoint
 from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
 from wizard.checkpoints import set_aside, written_by
+from wizard.errors import TargetError
 
 
 def run(project: Path, tmp_path: Path, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -72,16 +74,16 @@ def test_a_folder_shared_with_another_project_is_refused_naming_the_file(tmp_pat
     assert shared.returncode == 3, shared.stdout + shared.stderr
     assert f"{newest} was written by project 'first'" in shared.stderr
     assert "give each project its own folder" in shared.stderr
-    # --fresh in the second project leaves the first one's checkpoints alone
+    # --fresh in the second project is refused before anything moves
+    before = sorted(path.name for path in folder.iterdir())
     fresh = run(second, tmp_path, folder, "--fresh")
-    assert "--fresh: left 2 checkpoint(s) of another project" in fresh.stdout
-    assert checkpoint.latest_checkpoint(folder) is not None
-    assert written_by(checkpoint.latest_checkpoint(folder)) == "first"
+    assert fresh.returncode == 1, fresh.stdout + fresh.stderr
+    assert "was written by project 'first', not 'second'" in fresh.stderr
+    assert sorted(path.name for path in folder.iterdir()) == before
 
 
 def test_set_aside_moves_checkpoint_files_and_their_leftovers_only(tmp_path: Path) -> None:
     ours = checkpoint.save_checkpoint(tmp_path, 4, {"step": 4}, keep=9, project="mine")
-    theirs = checkpoint.save_checkpoint(tmp_path, 8, {"step": 8}, keep=9, project="other")
     unnamed = checkpoint.save_checkpoint(tmp_path, 2, {"step": 2}, keep=9)  # written before names were kept
     torn = tmp_path / ".step-000000009.pt.x1y2.tmp"
     torn.write_bytes(b"PK torn")
@@ -92,13 +94,16 @@ def test_set_aside_moves_checkpoint_files_and_their_leftovers_only(tmp_path: Pat
     kept[1].write_bytes(b"x")
     kept[2].mkdir()
 
-    aside, left = set_aside(tmp_path, "mine")
+    aside = set_aside(tmp_path, "mine")
 
     assert aside is not None and aside.parent == tmp_path
     assert sorted(path.name for path in aside.iterdir()) == sorted(path.name for path in (ours, unnamed, torn, damaged))
-    assert left == [theirs] and theirs.exists()
     assert all(path.exists() for path in kept)
-    assert set_aside(tmp_path / "missing", "mine") == (None, [])
+    assert set_aside(tmp_path / "missing", "mine") is None
+    theirs = checkpoint.save_checkpoint(tmp_path, 8, {"step": 8}, keep=9, project="other")
+    with pytest.raises(TargetError, match="written by project 'other', not 'mine'"):
+        set_aside(tmp_path, "mine")
+    assert theirs.exists()
 
 
 def test_the_project_name_is_read_without_unpickling(tmp_path: Path) -> None:
@@ -106,5 +111,17 @@ def test_the_project_name_is_read_without_unpickling(tmp_path: Path) -> None:
     # its pickle names a global (unpickling it would import one): reading the name unpickles nothing
     torch.save({"npu_wizard_project": "mine", "hook": print}, planted)
     assert written_by(planted) == "mine"
+    # a name pickled before the project's is referred to through the pickle's memo
+    repeated = tmp_path / "step-000000003.pt"
+    torch.save({"model": {"weight": torch.zeros(1)}, "npu_wizard_project": "model"}, repeated)
+    assert written_by(repeated) == "model"
+    deflated = tmp_path / "step-000000004.pt"
+    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", bytes(range(256)) * 4)
+    damaged = bytearray(deflated.read_bytes())
+    start = 30 + len("archive/data.pkl")  # the local header, the name, then the compressed stream
+    damaged[start : start + 8] = b"\xff" * 8  # zlib refuses it
+    deflated.write_bytes(bytes(damaged))
+    assert written_by(deflated) is None
     (tmp_path / "step-000000002.pt").write_bytes(b"\0" * 100)
     assert written_by(tmp_path / "step-000000002.pt") is None

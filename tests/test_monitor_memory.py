@@ -136,3 +136,21 @@ def test_a_rank_writes_a_huge_error_clipped_to_one_readable_line(tmp_path: Path)
     assert len(line) < FOLLOW_CHUNK and len(line) < 64 * 1024
     event = json.loads(line)
     assert event["message"].startswith("zzz") and "characters cut" in event["message"]
+
+
+def test_a_crafted_overlong_line_or_world_size_is_refused_not_fatal(tmp_path: Path) -> None:
+    folder = tmp_path / "events"
+    folder.mkdir()
+    crafted = '{"event": "error", "time": 1.2.3, "rank": 0, "message": "' + "y" * 300 + '"}\n'
+    (folder / "rank-0.jsonl").write_text(crafted + json.dumps({"event": "heartbeat", "time": 6.0, "rank": 0}) + "\n")
+    follower = EventFollower(tmp_path, chunk=128)
+    seen = []
+    for _ in range(10):
+        seen += follower.poll().get(0, [])
+    assert [event["event"] for event in seen] == ["heartbeat"]
+
+    (folder / "rank-100000000.jsonl").write_text("")
+    monitor = [sys.executable, "-m", "wizard", "monitor", str(tmp_path), "--plain"]
+    done = subprocess.run(monitor, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "says its world size is 100000001" in done.stderr

@@ -315,5 +315,21 @@ def test_a_new_process_of_the_rank_does_not_cancel_the_loss_of_the_old_one() -> 
         events = drained(listening, 2, "the new hello and the old process's loss")
         assert sorted((e["event"], e["pid"]) for e in events) == [("hello", 200), ("lost", 100)]
         new.close()
+        # the monitor keeps watching the new process: the old one's loss does not fail the rank
+        state = JobState(2)
+        state.ingest_all(sorted(events, key=lambda e: e["event"] == "lost"))
+        assert state.ranks[1].outcome is None and state.ranks[1].pid == 200
+        assert state.root_cause() is None
     finally:
         listening.close()
+
+
+def test_a_stranger_cannot_make_the_runner_hold_more_than_a_token_line(server: StatusServer) -> None:
+    # many such connections held 256 KiB each: before authentication a connection may send 4 KiB at most
+    stranger = connect(server, b"{" + b" " * (16 * 1024))
+    assert closed_by_server(stranger)
+    assert server.counts.rejected_connections == 1
+    stranger.close()
+    rank = connect(server, AUTH, event(0, "started"))
+    assert [e["event"] for e in drained(server, 1, "a rank's event after the stranger")] == ["started"]
+    rank.close()

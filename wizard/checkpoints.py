@@ -13,9 +13,9 @@ import pickletools
 import re
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wizard.errors import TargetError
 from wizard.monitor.state import JobState
@@ -28,7 +28,7 @@ PROJECT_KEY = "npu_wizard_project"  # where runtime/checkpoint.py keeps the proj
 CHECKPOINT_FILE = re.compile(r"step-\d+\.pt(\.unreadable(\.\d+)?)?|\.step-\d+\.pt\..+\.tmp")
 ASIDE_PREFIX = "set-aside-"
 PICKLE_READ_LIMIT = 64 * 1024 * 1024  # a checkpoint's pickle holds names and shapes, the tensors are apart
-MEMO_OPCODES = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
+STRING_OPCODES = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
 
 
 def checkpoint_dir(project: Path, env: Mapping[str, str] = os.environ) -> Path:
@@ -37,24 +37,30 @@ def checkpoint_dir(project: Path, env: Mapping[str, str] = os.environ) -> Path:
     return Path(chosen) if chosen else project / "checkpoints"
 
 
-def set_aside(folder: Path, project: str) -> tuple[Path | None, list[Path]]:
+def set_aside(folder: Path, project: str) -> Path | None:
     """Move this project's checkpoint files into `<folder>/set-aside-<stamp>/`; nothing is deleted.
 
     Only checkpoint files move (`step-N.pt`, its set-aside copies, a torn
-    save's temporary file), never the folder or anything else in it; a
-    checkpoint another project wrote stays where it is. Returns the new
-    subfolder (None when nothing moved) and the other projects' files left.
+    save's temporary file), never the folder or anything else in it. A
+    folder that holds another project's checkpoint is refused before anything
+    moves: the run would refuse it next. Returns the new subfolder (None when
+    there was nothing to move).
     """
     if not folder.is_dir():
-        return None, []
-    ours, theirs = [], []
+        return None
+    ours = []
     for path in sorted(folder.iterdir()):
         if not CHECKPOINT_FILE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
             continue
         owner = written_by(path)
-        (theirs if owner is not None and owner != project else ours).append(path)
+        if owner is not None and owner != project:
+            raise TargetError(
+                f"--fresh: {path} was written by project {owner!r}, not {project!r}: give this project its own "
+                "checkpoint folder (NPU_WIZARD_CHECKPOINT_DIR); nothing was moved"
+            )
+        ours.append(path)
     if not ours:
-        return None, theirs
+        return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for suffix in range(1000):
         aside = folder / (f"{ASIDE_PREFIX}{stamp}" + (f"-{suffix}" if suffix else ""))
@@ -69,7 +75,7 @@ def set_aside(folder: Path, project: str) -> tuple[Path | None, list[Path]]:
                 path.rename(aside / path.name)
         except OSError as error:
             raise TargetError(f"--fresh: cannot move {path} into {aside}: {error.strerror}") from None
-        return aside, theirs
+        return aside
     raise TargetError(f"--fresh: cannot find a free name in {folder}")
 
 
@@ -86,15 +92,31 @@ def written_by(path: Path) -> str | None:
                 return None
             with archive.open(inner) as file:
                 data = file.read(PICKLE_READ_LIMIT)
-        previous = None
-        for opcode, argument, _position in pickletools.genops(data):
-            if opcode.name in MEMO_OPCODES:
-                continue  # storing the string just read for later does not end the pair
-            if isinstance(argument, str) and previous == PROJECT_KEY:
-                return argument
-            previous = argument if isinstance(argument, str) else None
-    except (OSError, zipfile.BadZipFile, ValueError, EOFError, KeyError, RuntimeError):
+        return _value_after(pickletools.genops(data), PROJECT_KEY)
+    except Exception:  # noqa: BLE001 - whatever a damaged or crafted file raises (zlib.error, lzma...), it names no project
         return None
+    return None
+
+
+def _value_after(opcodes: Iterator[tuple[Any, Any, Any]], key: str) -> str | None:
+    """The string pickled right after the string `key` (a dict's item), following the pickle's memo."""
+    memo: dict[int, str | None] = {}
+    previous = latest = None
+    for opcode, argument, _position in opcodes:
+        name = opcode.name
+        if name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[argument] = latest  # storing the value just read for later does not end the pair
+            continue
+        if name == "MEMOIZE":
+            memo[len(memo)] = latest
+            continue
+        if name in ("GET", "BINGET", "LONG_BINGET"):
+            value = memo.get(argument)  # a string pickled before is referred to, not repeated
+        else:
+            value = argument if name in STRING_OPCODES else None
+        if previous == key and isinstance(value, str):
+            return value
+        previous = latest = value
     return None
 
 

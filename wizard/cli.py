@@ -7,6 +7,7 @@ refused); 2 usage error; 3 the training run failed; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -243,11 +244,9 @@ def _run(args: argparse.Namespace) -> int:
     job = Job(Path(args.project), options)
     if args.fresh:
         folder = checkpoint_dir(job.project)
-        aside, theirs = set_aside(folder, job.answers["project_name"])
+        aside = set_aside(folder, job.answers["project_name"])
         moved = f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"
         job.notes.append(moved)
-        if theirs:
-            job.notes.append(f"--fresh: left {len(theirs)} checkpoint(s) of another project in {folder}")
     try:
         if _live(args):
             from wizard.monitor.app import run_live
@@ -255,6 +254,10 @@ def _run(args: argparse.Namespace) -> int:
             run_live(job)
         else:
             run_plain(job)
+    except KeyboardInterrupt as stop:  # Ctrl-C (or TERM, HUP) that the view did not take itself
+        if job.submitted:
+            job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
+        raise
     except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
         job.abandon(error)
         raise

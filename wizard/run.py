@@ -138,6 +138,7 @@ class Job:
         self.job_id: str | None = None
         self.engine_reason: str | None = None
         self.server: StatusServer | None = None
+        self.submitted = False
         self.started_at = clock()
         self.ended_at: float | None = None
         self.outcome: str | None = None  # finished, failed, hung, interrupted
@@ -189,6 +190,7 @@ class Job:
         }
         write_json(self.run_dir / RUN_FILE, info)
         self.job_id = self.engine.submit(launch)
+        self.submitted = True  # from here on the job's processes exist: whatever ends the runner must stop them
         write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id})
         self._local_ranks = {r for n in self.engine.local_nodes() for r in self._ranks_of(n)}
 
@@ -318,11 +320,18 @@ class Job:
         return self._end(outcome, None)
 
     def abandon(self, error: BaseException) -> None:
-        """The runner itself failed (`error`): stop every process of the job rather than leave it unsupervised."""
+        """The runner itself failed (`error`): stop every process of the job rather than leave it unsupervised.
+
+        Only a job this runner submitted is stopped: a refused start (a check,
+        an apply the cluster refused) has nothing of its own to stop, and
+        cancelling could reach a job of the same name it never started.
+        """
         if self.outcome is not None:
             return
         if self.server is not None:
             self.server.close()  # first: its connections' descriptors are what stopping needs
+        if not self.submitted:
+            return
         summary = f"npu-wizard run itself failed ({type(error).__name__}: {error}); the job was stopped"
         try:
             self._end("failed", Failure(None, None, self.clock(), "runner", summary))

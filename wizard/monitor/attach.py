@@ -40,6 +40,11 @@ class RunFolder:
         self.info = _read_json(run_dir / RUN_FILE) or {}
         self._followers = [EventFollower(run_dir), EventFollower(run_dir / REMOTE_DIR)]
         world_size = self.info.get("world_size") or _world_size(run_dir)
+        if not isinstance(world_size, int) or not 0 < world_size <= MAX_WORLD_SIZE:
+            raise TargetError(
+                f"{run_dir} says its world size is {str(world_size)[:20]}: npu-wizard runs 1 to {MAX_WORLD_SIZE} "
+                "ranks, so this is no run folder of its own"
+            )
         self.state = JobState(world_size, hang_after=hang_after, clock=clock, nodes=self.info.get("node_count"))
         for follower in self._followers:
             catch_up(self.state, follower)
@@ -122,6 +127,9 @@ def _read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+MAX_WORLD_SIZE = 4096 * 16  # the most nodes a project has, times the most devices a node has
 
 
 def _world_size(run_dir: Path) -> int:

@@ -38,6 +38,7 @@ class Notices:
 
     def add(self, rank: int, kind: str, message: str, at: float) -> None:
         """Fold in a rank's warning."""
+        message = message[len("warning: ") :] if message.lower().startswith("warning: ") else message
         message = message if len(message) <= SHOWN else message[:SHOWN] + " [...]"
         notice = self._by_words.get((kind, message))
         if notice is None:

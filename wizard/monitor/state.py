@@ -237,6 +237,9 @@ class JobState:
         self.notices.add(view.rank, str(event.get("kind") or "warning"), str(event.get("message") or ""), at)
 
     def _on_lost(self, view: RankView, event: dict, at: float) -> None:
+        pid = event.get("pid")
+        if pid is not None and view.pid is not None and pid != view.pid:
+            return  # an earlier process of the rank (the launcher restarted it): the new one is watched
         self.vanished(view.rank, at)
 
     def vanished(self, rank: int, at: float) -> None:

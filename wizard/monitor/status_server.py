@@ -34,6 +34,7 @@ from runtime.status import BYE, LOST, TOKEN_FIELD
 
 RECEIVED = "received"
 MAX_LINE_BYTES = 256 * 1024  # an error event with its traceback fits many times over
+MAX_TOKEN_LINE_BYTES = 4096  # the token line is about 60 bytes: a stranger may not make the runner hold more
 MAX_DEPTH = 16  # the events nest two levels; json's recursion limit must never be reached
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 AUTH_DEADLINE_S = 10.0  # a connection that has not shown the token by then is closed
@@ -230,7 +231,7 @@ class StatusServer:
                 self._pending.pop(connection, None)
                 continue
             self._take(line, peer, now)
-        if len(peer.buffer) > MAX_LINE_BYTES:
+        if len(peer.buffer) > (MAX_LINE_BYTES if peer.authenticated else MAX_TOKEN_LINE_BYTES):
             self.counts.dropped_lines += 1
             peer.buffer, peer.skipping = b"", True
             if not peer.authenticated:
