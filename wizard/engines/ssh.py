@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from runtime.status import ENV_STATUS_TOKEN
 from wizard.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.engines.common import ENV_STATUS_HOST, node_environment, route_source, run_command
 
@@ -100,13 +101,22 @@ class SshEngine(Engine):
         ]
 
     def start_command(self, launch: Launch, node: int) -> list[str]:
-        """ssh running node's launch script in a session of its own, printing that session's id first."""
+        """ssh running node's launch script in a session of its own, printing that session's id first.
+
+        The status token is not on it: the remote shell reads it from ssh's standard input
+        (see `submit`), so no command line on either host holds it for another user's `ps`.
+        """
         env = self.node_env(launch)
+        token = env.pop(ENV_STATUS_TOKEN, None)
         python_dir = os.path.dirname(env["PYTHON"])
         assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(env.items()))
         inner = f'echo "{PGID_MARK}$$"; exec bash launch/node{node}.sh "$@"'
+        read_token = (
+            f"IFS= read -r {ENV_STATUS_TOKEN} || {{ echo 'npu-wizard: no status token on standard input "
+            f"(the ssh command must pass it on: no -n)' >&2; exit 2; }}; export {ENV_STATUS_TOKEN}; "
+        )
         remote = (
-            f"cd {shlex.quote(self.remote_dir(launch))} && "
+            (read_token if token is not None else "") + f"cd {shlex.quote(self.remote_dir(launch))} && "
             f'exec env {assignments} PATH={shlex.quote(python_dir)}:"$PATH" '
             f"setsid -w bash -c {shlex.quote(inner)} npu-wizard-node {shlex.join(launch.train_args)}"
         ).rstrip()
@@ -127,6 +137,8 @@ class SshEngine(Engine):
     def dry_run(self, launch: Launch) -> str:
         """The rsync and ssh commands, node by node."""
         lines = [f"# ssh engine: {len(launch.nodes)} node(s); ssh command: {shlex.join(ssh_command())}"]
+        if ENV_STATUS_TOKEN in launch.env:
+            lines.append(f"# each node's ssh gets {ENV_STATUS_TOKEN} on its standard input, never on a command line")
         for node in launch.nodes:
             lines.append(f"# node {node} on {self.hosts(launch)[node]}")
             lines.append(shlex.join(self.rsync_command(launch, node)))
@@ -176,15 +188,21 @@ class SshEngine(Engine):
                 + "\n  ".join(f"node {node} ({self.hosts(launch)[node]}): {r.stderr.strip()}" for node, r in failed)
             )
         self._lines.append(f"ssh: project copied to {len(launch.nodes)} host(s) in {time.monotonic() - started:.1f}s")
+        token = launch.env.get(ENV_STATUS_TOKEN)
         for node in launch.nodes:
             with (logs / f"ssh-node-{node}.log").open("wb") as log:
-                self.sessions[node] = subprocess.Popen(
+                session = subprocess.Popen(
                     self.start_command(launch, node),
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL if token is None else subprocess.PIPE,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+            self.sessions[node] = session
+            if session.stdin is not None:
+                with contextlib.suppress(OSError):  # an ssh that ended at once says why in its log
+                    session.stdin.write(f"{token}\n".encode())
+                    session.stdin.close()
             self._lines.append(f"ssh: node {node} started on {self.hosts(launch)[node]}")
         return ",".join(self.hosts(launch)[node] for node in launch.nodes)
 
