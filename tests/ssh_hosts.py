@@ -44,6 +44,8 @@ class SshHosts:
     pids: list[int] = field(default_factory=list)
     bridge: str = ""
     gateway: str = ""
+    extra: dict[int, str] = field(default_factory=dict)
+    """More sshd_config lines for host K (a Banner, a SetEnv)."""
 
     @property
     def ssh_command(self) -> str:
@@ -86,7 +88,7 @@ class SshHosts:
             f"ListenAddress {address}\nPort 22\nHostKey {host_key}\nPidFile {pid_file}\n"
             f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-            "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n"
+            "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n" + self.extra.get(index, "")
         )
         _run("ip", "netns", "exec", namespace, SSHD, "-f", str(config), "-E", str(self.root / f"sshd{index}.log"))
         deadline = time.monotonic() + 30
@@ -111,9 +113,9 @@ class SshHosts:
 
 
 @contextmanager
-def ssh_hosts(root: Path, count: int = 2) -> Iterator[SshHosts]:
-    """Started hosts under `root`, torn down when the block ends."""
-    hosts = SshHosts(root)
+def ssh_hosts(root: Path, count: int = 2, extra: dict[int, str] | None = None) -> Iterator[SshHosts]:
+    """Started hosts under `root` (host K's sshd_config with extra[K] added), torn down when the block ends."""
+    hosts = SshHosts(root, extra=extra or {})
     try:
         hosts.start(count)
         yield hosts

@@ -17,33 +17,33 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 from runtime.status import ENV_STATUS_TOKEN
 from wizard.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
-from wizard.engines.common import ENV_STATUS_HOST, node_environment, route_source, run_command
+from wizard.engines.common import ENV_STATUS_HOST, node_environment, route_source
+from wizard.engines.ssh_run import run_all
 
 ENV_SSH_COMMAND = "NPU_WIZARD_SSH_COMMAND"
-DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15")
+# a host that stops answering ends its session within about a minute (exit 255) instead of never
+DEFAULT_SSH = (
+    *("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15"),
+    *("-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"),
+)
 PASSED_PREFIXES = ("NPU_WIZARD_", "HCCL_", "ASCEND_")
 PASSED_NAMES = ("MASTER_PORT", "CANN_SET_ENV")
 NOT_PASSED = (ENV_SSH_COMMAND, ENV_STATUS_HOST)
 PGID_MARK = "npu-wizard-pgid "
-T = TypeVar("T")
+CHECK_S = 60.0
+COPY_S = 600.0
+ROUND_S = 10.0
+"""The most one round of stopping (TERM, KILL, the last sweep) waits for a host."""
 
 
 def ssh_command() -> list[str]:
     """The ssh client command: NPU_WIZARD_SSH_COMMAND as a whole, else ssh in batch mode."""
     override = os.environ.get(ENV_SSH_COMMAND, "").strip()
     return shlex.split(override) if override else list(DEFAULT_SSH)
-
-
-def _parallel(function: Callable[[int], T], count: int) -> list[T]:
-    with ThreadPoolExecutor(max_workers=max(1, min(count, 32))) as pool:
-        return list(pool.map(function, range(count)))
 
 
 class SshEngine(Engine):
@@ -126,11 +126,15 @@ class SshEngine(Engine):
         """ssh signalling node's session and, with KILL, every process of the run left on the host."""
         parts = [f"kill -{signal_name} -- -{pgid} 2>/dev/null" if pgid else "true"]
         if signal_name == "KILL":
-            # one grep over every process's environment (NUL-separated lines) finds what is left of the run
-            needle = shlex.quote(f"NPU_WIZARD_RUN_DIR={self.remote_run_dir(launch)}")
+            # one grep over every process's environment (NUL-separated lines) finds what is left of the run;
+            # one over command lines finds a node's login shell that has not yet started its launch script
+            # (the needle is put together in the shell, so that this shell's own command line holds none)
+            run_dir = shlex.quote(self.remote_run_dir(launch))
+            started = shlex.quote(f"={run_dir} ")
             parts.append(
-                f"for f in $(grep -lzxF {needle} /proc/[0-9]*/environ 2>/dev/null); do "
-                'p="${f#/proc/}"; kill -KILL "${p%/environ}" 2>/dev/null; done'
+                f'n=NPU_WIZARD_RUN_DIR; for f in $(grep -lzxF "$n"={run_dir} /proc/[0-9]*/environ 2>/dev/null) '
+                f'$(grep -lzF "$n"{started} /proc/[0-9]*/cmdline 2>/dev/null); do '
+                'p="${f#/proc/}"; p="${p%/*}"; [ "$p" = "$$" ] || kill -KILL "$p" 2>/dev/null; done'
             )
         return [*ssh_command(), self.hosts(launch)[node], "; ".join(parts) + "; true"]
 
@@ -158,7 +162,7 @@ class SshEngine(Engine):
         """Every host answers over ssh (in parallel); refuse naming each one that does not."""
         hosts = self.hosts(launch)
         started = time.monotonic()
-        results = _parallel(lambda node: run_command([*ssh_command(), hosts[node], "true"], timeout=60), len(hosts))
+        results = run_all([[*ssh_command(), host, "true"] for host in hosts], CHECK_S)
         failed = [(node, result) for node, result in enumerate(results) if result.returncode != 0]
         if failed:
             lines = [
@@ -178,9 +182,7 @@ class SshEngine(Engine):
         logs = launch.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        copies = _parallel(
-            lambda index: run_command(self.rsync_command(launch, launch.nodes[index]), timeout=600), len(launch.nodes)
-        )
+        copies = run_all([self.rsync_command(launch, node) for node in launch.nodes], COPY_S)
         failed = [(node, result) for node, result in zip(launch.nodes, copies, strict=True) if result.returncode]
         if failed:
             raise EngineError(
@@ -238,26 +240,38 @@ class SshEngine(Engine):
         return None
 
     def cancel(self) -> None:
-        """TERM every node's session on its host, wait the grace, then KILL what is left of the run."""
+        """TERM every node's session on its host, wait the grace, then KILL what is left of the run.
+
+        Each round waits ROUND_S at most for a host (a hung host cannot hold the runner); a
+        node that had not yet said its session id when stopped is swept once more after its
+        ssh is gone, in case its launch started after the first sweep.
+        """
         launch = self.launch
         if launch is None:
             return
         nodes = list(self.sessions)
         pgids = {node: self.pgid(node) for node in nodes}
-        _parallel(
-            lambda i: run_command(self.stop_command(launch, nodes[i], pgids[nodes[i]], "TERM"), timeout=60), len(nodes)
-        )
+        term = run_all([self.stop_command(launch, node, pgids[node], "TERM") for node in nodes], ROUND_S)
         deadline = time.monotonic() + launch.grace
-        for session in self.sessions.values():
-            try:
-                session.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        _parallel(
-            lambda i: run_command(self.stop_command(launch, nodes[i], pgids[nodes[i]], "KILL"), timeout=60), len(nodes)
-        )
+        for node, result in zip(nodes, term, strict=True):
+            if result.returncode in (0, 1):  # a host that did not answer is not waited for
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.sessions[node].wait(timeout=max(0.1, deadline - time.monotonic()))
+        pgids = {node: pgids[node] or self.pgid(node) for node in nodes}
+        kill = run_all([self.stop_command(launch, node, pgids[node], "KILL") for node in nodes], ROUND_S)
         for session in self.sessions.values():
             if session.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(session.pid, signal.SIGKILL)
             session.wait()
+        reached = {node for node, result in zip(nodes, kill, strict=True) if result.returncode in (0, 1)}
+        late = [node for node in nodes if node in reached and pgids[node] is None]
+        if late:
+            swept = run_all([self.stop_command(launch, node, None, "KILL") for node in late], ROUND_S)
+            reached -= {node for node, result in zip(late, swept, strict=True) if result.returncode not in (0, 1)}
+        for node in nodes:
+            if node not in reached:
+                self._lines.append(
+                    f"ssh: could not reach {self.hosts(launch)[node]} within {ROUND_S:.0f}s to stop node {node}: "
+                    "processes of the run may be left there"
+                )
