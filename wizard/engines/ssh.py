@@ -22,6 +22,7 @@ from pathlib import Path
 from runtime.status import ENV_STATUS_TOKEN
 from wizard.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.engines.common import ENV_STATUS_HOST, node_environment, route_source
+from wizard.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
 from wizard.engines.ssh_run import run_all
 
 ENV_SSH_COMMAND = "NPU_WIZARD_SSH_COMMAND"
@@ -44,6 +45,14 @@ def ssh_command() -> list[str]:
     """The ssh client command: NPU_WIZARD_SSH_COMMAND as a whole, else ssh in batch mode."""
     override = os.environ.get(ENV_SSH_COMMAND, "").strip()
     return shlex.split(override) if override else list(DEFAULT_SSH)
+
+
+def rsync_host(host: str) -> str:
+    """The host as rsync's HOST:PATH takes it: an IPv6 address in brackets (fd00::2:/p is daemon syntax)."""
+    user, at, name = host.rpartition("@")
+    if ":" in name and not name.startswith("["):
+        name = f"[{name}]"
+    return f"{user}{at}{name}"
 
 
 class SshEngine(Engine):
@@ -97,7 +106,7 @@ class SshEngine(Engine):
             shlex.join(ssh_command()),
             f"--rsync-path=mkdir -p {shlex.quote(remote)} && rsync",
             f"{launch.project}/",
-            f"{self.hosts(launch)[node]}:{remote}/",
+            f"{rsync_host(self.hosts(launch)[node])}:{remote}/",
         ]
 
     def start_command(self, launch: Launch, node: int) -> list[str]:
@@ -159,10 +168,15 @@ class SshEngine(Engine):
         return StatusPlan("::" if ":" in host else "0.0.0.0", port or 0, host)
 
     def check(self, launch: Launch) -> None:
-        """Every host answers over ssh (in parallel); refuse naming each one that does not."""
-        hosts = self.hosts(launch)
+        """Every host answers over ssh (in parallel) and its folder for the project is free or this project's.
+
+        Refuse, naming each host, one that does not answer or holds other files in that folder.
+        """
+        hosts, remote = self.hosts(launch), self.remote_dir(launch)
+        refuse_system_folder(remote)
+        check = folder_check(remote, project_line(launch.project, launch.answers["project_name"])) + "; true"
         started = time.monotonic()
-        results = run_all([[*ssh_command(), host, "true"] for host in hosts], CHECK_S)
+        results = run_all([[*ssh_command(), host, check] for host in hosts], CHECK_S)
         failed = [(node, result) for node, result in enumerate(results) if result.returncode != 0]
         if failed:
             lines = [
@@ -174,6 +188,7 @@ class SshEngine(Engine):
                 + "\n  ".join(lines)
                 + f"\n(the ssh command is `{shlex.join(ssh_command())}`; set {ENV_SSH_COMMAND} to change it)"
             )
+        refuse_foreign(remote, hosts, [result.stdout for result in results], launch.answers["project_name"])
         self._lines.append(f"ssh: {len(hosts)} host(s) answered in {time.monotonic() - started:.1f}s")
 
     def submit(self, launch: Launch) -> str:

@@ -64,4 +64,4 @@ def _kill_session(process: subprocess.Popen[bytes]) -> None:
 
 def _text(handle: IO[bytes]) -> str:
     handle.seek(0)
-    return handle.read().decode()
+    return handle.read().decode(errors="replace")  # a login banner in GBK, say, is not UTF-8
