@@ -2,7 +2,8 @@
 
 The second host greets every login in GBK (a Banner, and a line on stderr before
 each command, as a start-up file of a server set up in Chinese prints); both hosts
-have IPv6 addresses too; the folder on the hosts may already hold other files.
+have IPv6 addresses too; the folder on the hosts may already hold other files. `run --fresh`
+is refused on the ssh engine: the checkpoints it would set aside are on the hosts.
 """
 
 from __future__ import annotations
@@ -101,3 +102,20 @@ def test_the_root_and_system_folders_are_refused_as_the_folder_on_the_hosts(
     assert f"cluster.remote_dir {folder}: " in error and "system folder" in error, error
     assert len(error.strip().splitlines()) == 1
     assert run_dirs(project) == []
+
+
+def test_run_fresh_on_the_ssh_engine_is_refused_before_anything_moves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    there = "/srv/work/ssh-demo"
+    project = render_ssh(tmp_path, ["192.0.2.10", "192.0.2.11"], **{"cluster.remote_dir": there})
+    checkpoint = project / "checkpoints" / "step-8.pt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"weights")
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["run", str(project), "--plain", "--fresh"]) == 1
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1, error
+    assert "--fresh" in error and f"{there}/checkpoints" in error and "every host" in error, error
+    assert checkpoint.read_bytes() == b"weights"  # nothing moved here either
+    assert not (project / "runs").exists()

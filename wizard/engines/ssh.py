@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from runtime.status import ENV_STATUS_TOKEN
+from wizard.answers import Answers
 from wizard.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.engines.common import ENV_STATUS_HOST, node_environment, route_source
 from wizard.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
@@ -76,6 +77,18 @@ class SshEngine(Engine):
     def remote_dir(launch: Launch) -> str:
         """The project's folder on every host: cluster.remote_dir, else its path here."""
         return str(launch.answers.get("cluster.remote_dir") or launch.project)
+
+    def fresh_refusal(self, project: Path, answers: Answers) -> str | None:
+        """Always: the ranks save on their hosts, where this runner cannot set checkpoints aside."""
+        from wizard.checkpoints import ENV_CHECKPOINT_DIR
+
+        remote = answers.get("cluster.remote_dir") or str(project)
+        folder = os.environ.get(ENV_CHECKPOINT_DIR) or f"{remote.rstrip('/')}/checkpoints"
+        return (
+            f"--fresh: the ssh engine's ranks keep their checkpoints on every host, in {folder}, which npu-wizard "
+            "cannot set aside from here; move that folder's step-N.pt files aside on every host, then run again "
+            "without --fresh (nothing was changed)"
+        )
 
     def remote_run_dir(self, launch: Launch) -> str:
         """The run folder on the hosts, at the same place inside the project."""
