@@ -44,6 +44,11 @@ class SshHosts:
     pids: list[int] = field(default_factory=list)
     bridge: str = ""
     gateway: str = ""
+    extra: dict[int, str] = field(default_factory=dict)
+    """More sshd_config lines for host K (a Banner, a ForceCommand)."""
+    ipv6: bool = False
+    """Give each host an IPv6 address too (in addresses6), its sshd listening there as well."""
+    addresses6: list[str] = field(default_factory=list)
 
     @property
     def ssh_command(self) -> str:
@@ -60,15 +65,18 @@ class SshHosts:
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
+        prefix6 = f"fd42:{random.randrange(0x1000, 0xFFFF):x}::"
+        if self.ipv6:
+            _run("ip", "-6", "addr", "add", f"{prefix6}1/64", "dev", self.bridge, "nodad")
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.root / "client_key"))
         authorized = self.root / "authorized_keys"
         shutil.copyfile(self.root / "client_key.pub", authorized)
         authorized.chmod(0o600)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
         for index in range(count):
-            self._host(index, f"{subnet}.{index + 2}")
+            self._host(index, f"{subnet}.{index + 2}", f"{prefix6}{index + 2}" if self.ipv6 else None)
 
-    def _host(self, index: int, address: str) -> None:
+    def _host(self, index: int, address: str, address6: str | None) -> None:
         namespace, outside, inside = f"nwh{self.tag}{index}", f"nwv{self.tag}{index}", f"nwi{self.tag}{index}"
         _run("ip", "netns", "add", namespace)
         self.namespaces.append(namespace)
@@ -78,15 +86,18 @@ class SshHosts:
         _run("ip", "-n", namespace, "addr", "add", f"{address}/24", "dev", inside)
         _run("ip", "-n", namespace, "link", "set", inside, "up")
         _run("ip", "-n", namespace, "link", "set", "lo", "up")
+        if address6:
+            _run("ip", "-n", namespace, "-6", "addr", "add", f"{address6}/64", "dev", inside, "nodad")
         host_key = self.root / f"host{index}_key"
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
         pid_file = self.root / f"sshd{index}.pid"
         config = self.root / f"sshd{index}.conf"
         config.write_text(
-            f"ListenAddress {address}\nPort 22\nHostKey {host_key}\nPidFile {pid_file}\n"
+            f"ListenAddress {address}\n" + (f"ListenAddress {address6}\n" if address6 else "") + "Port 22\n"
+            f"HostKey {host_key}\nPidFile {pid_file}\n"
             f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-            "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n"
+            "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n" + self.extra.get(index, "")
         )
         _run("ip", "netns", "exec", namespace, SSHD, "-f", str(config), "-E", str(self.root / f"sshd{index}.log"))
         deadline = time.monotonic() + 30
@@ -96,6 +107,8 @@ class SshHosts:
             time.sleep(0.1)
         self.pids.append(int(pid_file.read_text()))
         self.addresses.append(address)
+        if address6:
+            self.addresses6.append(address6)
 
     def stop(self) -> None:
         """Stop each sshd by PID, delete the namespaces and the bridge."""
@@ -111,9 +124,11 @@ class SshHosts:
 
 
 @contextmanager
-def ssh_hosts(root: Path, count: int = 2) -> Iterator[SshHosts]:
-    """Started hosts under `root`, torn down when the block ends."""
-    hosts = SshHosts(root)
+def ssh_hosts(
+    root: Path, count: int = 2, extra: dict[int, str] | None = None, ipv6: bool = False
+) -> Iterator[SshHosts]:
+    """Started hosts under `root` (host K's sshd_config with extra[K] added), torn down when the block ends."""
+    hosts = SshHosts(root, extra=extra or {}, ipv6=ipv6)
     try:
         hosts.start(count)
         yield hosts

@@ -241,6 +241,8 @@ def _run(args: argparse.Namespace) -> int:
     if steps is not None:
         print(steps)
         return EXIT_OK
+    if args.fresh:  # before anything moves or a run folder is made
+        _refuse_fresh(Path(args.project))
     job = Job(Path(args.project), options)
     if args.fresh:
         folder = checkpoint_dir(job.project)
@@ -263,6 +265,18 @@ def _run(args: argparse.Namespace) -> int:
         raise
     job.raise_for_outcome()
     return EXIT_OK
+
+
+def _refuse_fresh(project: Path) -> None:
+    """Refuse --fresh where the project's engine cannot set its checkpoints aside from here (the ssh engine)."""
+    from wizard.engines import engine_for
+    from wizard.errors import TargetError
+    from wizard.run import load_project
+
+    answers = load_project(project.resolve())
+    refusal = engine_for(answers).fresh_refusal(project.resolve(), answers)
+    if refusal:
+        raise TargetError(refusal)
 
 
 def _monitor(args: argparse.Namespace) -> int:

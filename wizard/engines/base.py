@@ -83,6 +83,10 @@ class Engine(abc.ABC):
         """What to run by hand where this machine cannot submit the job itself (no client tool); None where it can."""
         return None
 
+    def fresh_refusal(self, project: Path, answers: Answers) -> str | None:
+        """Why `run --fresh` cannot set this project's checkpoints aside from here; None where it can."""
+        return None
+
     def check(self, launch: Launch) -> None:  # noqa: B027 - most engines have nothing to check
         """Refuse, before anything starts, a job that cannot start (an unreachable host)."""
 

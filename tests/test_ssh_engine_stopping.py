@@ -1,0 +1,145 @@
+"""Stopping the ssh engine in every phase: SIGTERM or SIGINT ends the runner within seconds, whatever hangs.
+
+A host that never answers is played by a fake ssh command (NPU_WIZARD_SSH_COMMAND)
+that sleeps, or by a real host (tests/ssh_hosts.py) whose sshd is SIGSTOPped, so new
+connections hang with no timeout; a host that is slow to start a node's launch is a
+real host whose shell sleeps (BASH_ENV) before it runs the launch command.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.runs import clean_up, leftover_processes, node_env, run_dirs, start_runner, started_pid, wait_for
+from tests.ssh_hosts import SshHosts, have_ssh_hosts, ssh_hosts
+from tests.test_ssh_engine import LONG_RUN, START_S, render_ssh
+from wizard.engines.ssh import DEFAULT_SSH
+from wizard.monitor.procs import is_alive
+
+needs_hosts = pytest.mark.skipif(not have_ssh_hosts(), reason="needs root, sshd, ssh, rsync and ip")
+
+
+def fake_ssh(tmp_path: Path, answers_true: bool) -> tuple[str, Path]:
+    """An ssh command that records its pid and sleeps (or, for `true`, succeeds when `answers_true`)."""
+    pids = tmp_path / "fake-ssh-pids"
+    pids.mkdir()
+    script = tmp_path / "fake-ssh"
+    passes = 'case "$*" in *" true") exit 0 ;; esac\n' if answers_true else ""
+    script.write_text(f'#!/bin/sh\n{passes}echo "$*" > {shlex.quote(str(pids))}/$$\nexec sleep 300\n')
+    script.chmod(0o755)
+    return str(script), pids
+
+
+def stop_while_hung(tmp_path: Path, answers_true: bool, signum: int) -> tuple[subprocess.Popen[str], float, str, Path]:
+    """Start a run whose ssh hangs, signal the runner once a fake ssh sleeps; how long the runner took to end."""
+    command, pids = fake_ssh(tmp_path, answers_true)
+    project = render_ssh(tmp_path / "p", ["192.0.2.10", "192.0.2.11"])
+    runner = start_runner(project, env=node_env(project / "runs" / "unused", NPU_WIZARD_SSH_COMMAND=command))
+    try:
+        wait_for(lambda: len(list(pids.iterdir())) == 2, 60, "both hosts' ssh to hang")
+        runner.send_signal(signum)
+        signalled = time.monotonic()
+        output, _ = runner.communicate(timeout=120)
+        took = time.monotonic() - signalled
+    finally:
+        clean_up(project, runner)
+    return runner, took, output, pids
+
+
+def test_the_default_ssh_notices_a_host_that_stops_answering() -> None:
+    shown = subprocess.run([*DEFAULT_SSH, "-G", "atlas-a"], capture_output=True, text=True, check=True).stdout
+    assert "serveraliveinterval 15" in shown.splitlines()
+    assert "serveralivecountmax 4" in shown.splitlines()
+
+
+def test_sigterm_during_a_hung_host_check_ends_the_runner_at_once(tmp_path: Path) -> None:
+    runner, took, output, pids = stop_while_hung(tmp_path, answers_true=False, signum=signal.SIGTERM)
+    assert runner.returncode == 128 + signal.SIGTERM, output
+    assert took < 5, (took, output)
+    assert not [pid for pid in map(int, os.listdir(pids)) if is_alive(pid)]  # no ssh left behind
+
+
+def test_sigint_to_the_runner_during_a_hung_copy_ends_it_at_once(tmp_path: Path) -> None:
+    runner, took, output, pids = stop_while_hung(tmp_path, answers_true=True, signum=signal.SIGINT)
+    assert runner.returncode == 130, output
+    assert took < 5, (took, output)
+    assert all("rsync" in (pids / name).read_text() for name in os.listdir(pids))  # they hung in the copy
+    assert not [pid for pid in map(int, os.listdir(pids)) if is_alive(pid)]
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[SshHosts]:
+    if not have_ssh_hosts():
+        pytest.skip("needs root, sshd, ssh, rsync and ip")
+    (tmp_path / "hosts").mkdir()
+    with ssh_hosts(tmp_path / "hosts") as started:
+        yield started
+
+
+@needs_hosts
+@pytest.mark.slow
+def test_ctrl_c_while_a_host_hangs_ends_the_runner_in_bounded_time(tmp_path: Path, hosts: SshHosts) -> None:
+    project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
+    no_timeout = hosts.ssh_command.replace("-o ConnectTimeout=10", "")  # a hung host holds ssh forever
+    runner = start_runner(project, "--interval", "1", env=node_env(project / "x", NPU_WIZARD_SSH_COMMAND=no_timeout))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 2), START_S, "rank 2 to train on the second host")
+        os.kill(hosts.pids[1], signal.SIGSTOP)  # the second host's sshd accepts connections but never answers
+        runner.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        output, _ = runner.communicate(timeout=90)
+        took = time.monotonic() - signalled
+    finally:
+        os.kill(hosts.pids[1], signal.SIGCONT)
+        clean_up(project, runner)
+    assert runner.returncode == 130, output
+    assert took < 40, (took, output)
+    assert f"ssh: could not reach {hosts.addresses[1]} within 10s to stop node 1" in output
+
+
+@needs_hosts
+@pytest.mark.slow
+def test_a_launch_stopped_before_it_said_its_session_is_swept_on_its_host(tmp_path: Path) -> None:
+    # the second host's login runs the launch command after 8 s (a slow shell start-up file, say)
+    marker, sleeper, slow = tmp_path / "login-started", tmp_path / "login-sleep-pid", tmp_path / "slow-login"
+    slow.write_text(
+        '#!/bin/bash\ncase "$SSH_ORIGINAL_COMMAND" in\n'
+        f"*setsid*) exec bash -c 'touch {marker}; sleep 8 & echo $! > {sleeper}; wait $!; eval \"$1\"' "
+        'slow-login "$SSH_ORIGINAL_COMMAND" ;;\n*) exec bash -c "$SSH_ORIGINAL_COMMAND" ;;\nesac\n'
+    )
+    slow.chmod(0o755)
+    (tmp_path / "hosts").mkdir()
+    with ssh_hosts(tmp_path / "hosts", extra={1: f"ForceCommand {slow}\n"}) as hosts:
+        project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
+        env = node_env(project / "x", NPU_WIZARD_SSH_COMMAND=hosts.ssh_command)
+        runner = start_runner(project, "--interval", "1", env=env)
+        try:
+            wait_for(marker.exists, 120, "the second host's login to start the launch")
+            runner.send_signal(signal.SIGTERM)
+            output, _ = runner.communicate(timeout=60)
+            wait_for(
+                lambda: (
+                    sleeper.exists()
+                    and sleeper.read_text().strip().isdigit()
+                    and not is_alive(int(sleeper.read_text()))
+                ),
+                30,
+                "the slow login's sleep",
+            )
+            # a launch that escaped the sweep starts now: look for its processes a while
+            deadline, left = time.monotonic() + 5, []
+            while not left and time.monotonic() < deadline:
+                left = leftover_processes(project)
+        finally:
+            clean_up(project, runner)
+    assert runner.returncode == 128 + signal.SIGTERM, output
+    assert left == [], output
