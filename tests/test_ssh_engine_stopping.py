@@ -143,3 +143,47 @@ def test_a_launch_stopped_before_it_said_its_session_is_swept_on_its_host(tmp_pa
             clean_up(project, runner)
     assert runner.returncode == 128 + signal.SIGTERM, output
     assert left == [], output
+
+
+def test_sigterm_during_a_hung_host_check_ends_the_live_view_runner_at_once(tmp_path: Path) -> None:
+    import pty
+    import sys
+    import threading
+
+    command, pids = fake_ssh(tmp_path, answers_true=False)
+    project = render_ssh(tmp_path / "p", ["192.0.2.10", "192.0.2.11"])
+    env = node_env(project / "runs" / "unused", NPU_WIZARD_SSH_COMMAND=command, TERM="xterm")
+    terminal, screen = pty.openpty()  # the live view runs only on a terminal
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "wizard", "run", str(project)], env=env, stdin=screen, stdout=screen, stderr=screen
+    )
+    os.close(screen)
+    shown: list[bytes] = []
+
+    def read_screen() -> None:
+        while True:
+            try:
+                chunk = os.read(terminal, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            shown.append(chunk)
+
+    reader = threading.Thread(target=read_screen, daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: len(list(pids.iterdir())) == 2, 60, "both hosts' ssh to hang")
+        runner.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        runner.wait(timeout=120)
+        took = time.monotonic() - signalled
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        os.close(terminal)
+        clean_up(project, runner)
+    output = b"".join(shown).decode(errors="replace")
+    assert runner.returncode == 128 + signal.SIGTERM, output
+    assert took < 5, (took, output)
+    assert not [pid for pid in map(int, os.listdir(pids)) if is_alive(pid)]  # no ssh left behind

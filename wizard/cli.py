@@ -257,9 +257,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             run_plain(job)
     except KeyboardInterrupt as stop:  # Ctrl-C (or TERM, HUP) that the view did not take itself
-        if job.submitted:
-            job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
-        raise
+        job.interrupted(getattr(stop, "signum", signal.SIGINT))
     except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
         job.abandon(error)
         raise

@@ -319,6 +319,15 @@ class Job:
             self.stop_signal = signum
         return self._end(outcome, None)
 
+    def interrupted(self, signum: int) -> None:
+        """A signal reached the runner: stop the job if it was submitted; before that there is nothing to stop."""
+        if self.submitted:
+            self.stop("interrupted", signum)
+            return
+        if self.server is not None:
+            self.server.close()
+        self.outcome, self.stop_signal = self.outcome or "interrupted", signum
+
     def abandon(self, error: BaseException) -> None:
         """The runner itself failed (`error`): stop every process of the job rather than leave it unsupervised.
 
@@ -391,6 +400,8 @@ class Job:
             name = signal.Signals(self.stop_signal).name
             how = "interrupted" if self.stop_signal == signal.SIGINT else f"stopped by {name}"
             message = f"{how}: every process of the job was stopped; logs in {self.run_dir}"
+            if not self.submitted:
+                message = f"{how} before the job started: nothing of it is running"
             raise RunInterrupted(message, self.stop_signal)
 
 

@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
 from wizard.monitor.report import duration, format_summary, log_tail
 from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState, where
+from wizard.stopping import stop_signals_raise
 
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
 LOG_LINES = 200
@@ -292,7 +293,8 @@ def run_live(job: object) -> None:
     from wizard.run import Job
 
     assert isinstance(job, Job)
-    job.start()
+    with stop_signals_raise():  # TERM or HUP while the engine starts (a hung host check) stops it at once
+        job.start()
     title = f"{job.answers['project_name']}  |  {job.answers['launcher']}  |  nodes {job.nodes}"
     MonitorApp(job, title=title, owns_job=True, catch_sigint=True).run()
     if job.outcome is None:
