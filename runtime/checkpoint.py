@@ -246,7 +246,8 @@ def _try_load(
     except (OSError, MemoryError) as error:
         return None, ("unread", f"{path} ({_describe(error)})")
     except UNREADABLE as error:
-        if isinstance(error, RuntimeError) and _out_of_memory(error):
+        # torch 2.1's weights-only load wraps an allocation failure in UnpicklingError
+        if _out_of_memory(error):
             return None, ("unread", f"{path} ({_describe(error)})")
         return None, ("damaged", f"{path} ({_describe(error)})")
     owner = state.get(PROJECT_KEY) if isinstance(state, dict) else None
@@ -287,7 +288,7 @@ def _read_through(path: Path) -> None:
             pass
 
 
-def _out_of_memory(error: RuntimeError) -> bool:
+def _out_of_memory(error: Exception) -> bool:
     words = str(error).lower()
     return (
         "can't allocate memory" in words
