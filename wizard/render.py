@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wizard.answers import Answers, load_text, to_context
-from wizard.errors import Problem, RenderError, TargetError, WizardError
+from wizard.errors import FILE, NO_VALUE, Problem, RenderError, TargetError, WizardError
 from wizard.project import finish, walk_files
 from wizard.replace import carry_over, check_replaceable, give_back
 from wizard.spec import shorten
-from wizard.templates import TEMPLATE_SETTINGS, project_template, template_cache
+from wizard.template_cache import PrivateBytecodeCache, template_cache
+from wizard.templates import TEMPLATE_SETTINGS, project_template
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,12 @@ def render(
     _refuse_template_syntax(target.absolute())
     exists = _check_target(output_dir, target, force)
     created_output = not output_dir.exists() and not dry_run
+    cache, cache_note = template_cache()
+    warnings = (*answers.warnings, Problem(FILE, NO_VALUE, cache_note, "warning")) if cache_note else answers.warnings
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="npu-wizard-") as scratch:
-            files = walk_files(_generate(answers, Path(scratch)))
-        return RenderResult(target, tuple(files), answers.warnings, exists)
+            files = walk_files(_generate(answers, Path(scratch), cache))
+        return RenderResult(target, tuple(files), warnings, exists)
     if exists:
         check_replaceable(target)
     try:
@@ -52,7 +55,7 @@ def render(
             shutil.rmtree(output_dir, ignore_errors=True)
         raise TargetError(f"cannot write in {output_dir}: {error.strerror or error}; choose another -o") from None
     try:
-        project = _generate(answers, staging)
+        project = _generate(answers, staging, cache)
         files = walk_files(project)
         data_dirs = _data_dirs(answers, target) if exists else []
         _move_into_place(project, target, replace=exists, keep=not clean, data_dirs=data_dirs)
@@ -64,7 +67,7 @@ def render(
         shutil.rmtree(staging, ignore_errors=True)
         if created_output and not target.exists():
             shutil.rmtree(output_dir, ignore_errors=True)
-    return RenderResult(target, tuple(files), answers.warnings, exists)
+    return RenderResult(target, tuple(files), warnings, exists)
 
 
 def _refuse_template_syntax(target: Path) -> None:
@@ -88,20 +91,16 @@ def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
     return target.exists()
 
 
-def _environment_settings() -> dict[str, object]:
-    """cookiecutter's `_jinja2_env_vars`: the compiled-template cache, where there is one."""
-    cache = template_cache()
-    return {"_jinja2_env_vars": {"bytecode_cache": cache}} if cache else {}
-
-
-def _generate(answers: Answers, into: Path) -> Path:
+def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None) -> Path:
     from cookiecutter.generate import generate_files
 
     context = to_context(answers)
+    # cookiecutter's `_jinja2_env_vars`: the compiled-template cache, where there is one.
+    environment = {"_jinja2_env_vars": {"bytecode_cache": cache}} if cache else {}
     project = Path(
         generate_files(
             repo_dir=str(project_template()),
-            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS, **_environment_settings()}},
+            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS, **environment}},
             output_dir=str(into),
             accept_hooks=False,
         )
