@@ -194,3 +194,16 @@ def test_force_keeps_a_dataset_downloaded_into_the_data_folder_unless_clean(tmp_
     render(mnist, tmp_path / "out", force=True, clean=True)
     assert not (project / "datasets").exists()
     assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("name", ["retired", "staging"])
+def test_force_replaces_a_project_whatever_its_name(tmp_path: Path, name: str) -> None:
+    # The old project was set aside as <staging>/retired: the new project "retired" itself.
+    project = render(answers(project_name=name), tmp_path / "out").project_dir
+    grow(project)
+    for _ in range(2):
+        (project / "train.py").write_text("edited")
+        render(answers(project_name=name), tmp_path / "out", force=True)
+        assert (project / "train.py").read_text() != "edited"
+        assert (project / "checkpoints" / "step-8.pt").read_bytes() == b"weights"
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [name]

@@ -16,6 +16,9 @@ from wizard.spec import shorten
 from wizard.template_cache import PrivateBytecodeCache, template_cache
 from wizard.templates import TEMPLATE_SETTINGS, project_template
 
+# What the project that --force replaces is called in the staging folder until it is deleted.
+REPLACED = ".replaced"
+
 
 @dataclass(frozen=True)
 class RenderResult:
@@ -124,7 +127,8 @@ def _move_into_place(project: Path, target: Path, *, replace: bool, keep: bool, 
         project.rename(target)
         return
     kept = carry_over(target, project, data_dirs) if keep else []
-    retired = project.parent / "retired"
+    # Beside the new project in the staging folder, under a name no project can have (a slug starts with a letter)
+    retired = project.parent / REPLACED
     try:
         target.rename(retired)
     except OSError:
