@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -16,8 +17,23 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Renders keep compiled templates in a cache of the suite's own (wizard/templates.py), not the user's.
-os.environ.setdefault("NPU_WIZARD_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"npu-wizard-tests-{os.getuid()}"))
+# Renders keep compiled templates in a cache of the suite's own (wizard/template_cache.py), not the user's:
+# a private folder (mode 0700) made for this run, never a predictable path another local user could make first.
+# Set before the tests are collected, so that xdist's workers and every process a test starts inherit it.
+_OWN_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the run a private template cache, unless the one who started it named one."""
+    if "NPU_WIZARD_CACHE_DIR" not in os.environ:
+        _OWN_CACHE.append(tempfile.mkdtemp(prefix="npu-wizard-tests-cache-"))
+        os.environ["NPU_WIZARD_CACHE_DIR"] = _OWN_CACHE[0]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Delete the run's cache folder (xdist's workers leave the one their controller made)."""
+    for folder in _OWN_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

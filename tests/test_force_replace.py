@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import answers
+from wizard.answers import Answers
 from wizard.errors import TargetError
 from wizard.render import render
 from wizard.replace import mounts_inside
@@ -194,3 +197,172 @@ def test_force_keeps_a_dataset_downloaded_into_the_data_folder_unless_clean(tmp_
     render(mnist, tmp_path / "out", force=True, clean=True)
     assert not (project / "datasets").exists()
     assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("name", ["retired", "staging"])
+def test_force_replaces_a_project_whatever_its_name(tmp_path: Path, name: str) -> None:
+    # The old project was set aside as <staging>/retired: the new project "retired" itself.
+    project = render(answers(project_name=name), tmp_path / "out").project_dir
+    grow(project)
+    for _ in range(2):
+        (project / "train.py").write_text("edited")
+        render(answers(project_name=name), tmp_path / "out", force=True)
+        assert (project / "train.py").read_text() != "edited"
+        assert (project / "checkpoints" / "step-8.pt").read_bytes() == b"weights"
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [name]
+
+
+def mnist_at(data_dir: str) -> Answers:
+    """Answers that read MNIST from `data_dir`."""
+    return answers(training__dataset="mnist", training__data_dir=data_dir)
+
+
+def download(folder: Path) -> Path:
+    """What torchvision leaves in a data folder: a file of the dataset, returned."""
+    raw = folder / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-images-idx3-ubyte").write_bytes(b"images")
+    return raw / "train-images-idx3-ubyte"
+
+
+@pytest.mark.parametrize("where", ["absolute, inside the project", "under a folder the render makes", "./data"])
+def test_force_keeps_the_data_folder_however_it_is_written(tmp_path: Path, where: str) -> None:
+    project = tmp_path / "out" / PROJECT
+    data_dir = {
+        "absolute, inside the project": str(project / "datasets"),
+        "under a folder the render makes": "launch/data",
+        "./data": "./data",
+    }[where]
+    render(mnist_at(data_dir), tmp_path / "out")
+    dataset = download(project / data_dir)
+    for _ in range(2):
+        render(mnist_at(data_dir), tmp_path / "out", force=True)
+        assert dataset.read_bytes() == b"images"
+    assert (project / "launch" / "run-node.sh").is_file() and leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "why"),
+    [
+        (".", "is the project folder itself"),
+        ("..", "holds the project folder"),
+        ("launch", "is launch in .*, which the render makes"),
+    ],
+)
+@pytest.mark.parametrize("clean", [False, True])
+def test_force_and_clean_are_refused_for_a_data_folder_that_is_the_project_holds_it_or_is_made_by_it(
+    tmp_path: Path, data_dir: str, why: str, clean: bool
+) -> None:
+    project = render(mnist_at(data_dir), tmp_path / "out").project_dir
+    dataset = download(project / data_dir)
+    with pytest.raises(TargetError, match=f"training.data_dir '{re.escape(data_dir)}' \\(the new answers\\) {why}"):
+        render(mnist_at(data_dir), tmp_path / "out", force=True, clean=clean)
+    assert dataset.read_bytes() == b"images" and (project / "train.py").is_file()
+    assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")] == []
+
+
+ANSWERS = "project_name: demo\ndevice: cpu\ndevices_per_node: 2\nlauncher: torchrun\namp: 'off'\n"
+SET_ASIDE = 3000  # folders to carry over: --force takes a while moving them, long enough to be caught at it
+
+
+def cli(tmp_path: Path, *options: str) -> list[str]:
+    """The command line of `npu-wizard --answers A -o tmp_path/out OPTIONS`."""
+    (tmp_path / "a.yaml").write_text(ANSWERS)
+    return [
+        sys.executable,
+        "-m",
+        "wizard",
+        "--answers",
+        str(tmp_path / "a.yaml"),
+        "-o",
+        str(tmp_path / "out"),
+        *options,
+    ]
+
+
+def set_aside_in(project: Path) -> int:
+    """How many checkpoints.old-* folders `project` holds."""
+    try:
+        return sum(1 for entry in os.scandir(project) if entry.name.startswith("checkpoints.old-"))
+    except FileNotFoundError:
+        return 0
+
+
+def force_interrupted_while_carrying(tmp_path: Path, signum: int) -> tuple[Path, int, str]:
+    """`--force` on a project with SET_ASIDE old checkpoint folders, sent `signum` while it moves them over.
+
+    The process is stopped (SIGSTOP) the moment some but not all are in the
+    project, the signal sent, and it is let go; a try where the render ended
+    before it was seen at it is made again.
+    """
+    for attempt in range(10):
+        where = tmp_path / f"try{attempt}"
+        where.mkdir()
+        assert subprocess.run(cli(where), capture_output=True, timeout=120).returncode == 0
+        project = where / "out" / PROJECT
+        for number in range(SET_ASIDE):
+            (project / f"checkpoints.old-{number:05d}").mkdir()
+        (project / "train.py").write_text("edited")
+        render_process = subprocess.Popen(cli(where, "--force"), stderr=subprocess.PIPE, text=True)
+        sent = False
+        while not sent and render_process.poll() is None:
+            if 0 < set_aside_in(project) < SET_ASIDE:
+                os.kill(render_process.pid, signal.SIGSTOP)
+                if 0 < set_aside_in(project) < SET_ASIDE:
+                    os.kill(render_process.pid, signum)
+                    sent = True
+                os.kill(render_process.pid, signal.SIGCONT)
+        _, stderr = render_process.communicate(timeout=120)
+        if sent:
+            return project, render_process.returncode, stderr
+    pytest.fail("--force was never seen moving the folders over")
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_during_force_puts_the_old_project_back(tmp_path: Path, signum: int, code: int) -> None:
+    project, returncode, stderr = force_interrupted_while_carrying(tmp_path, signum)
+    assert (returncode, stderr) == (code, "npu-wizard: interrupted\n")
+    assert set_aside_in(project) == SET_ASIDE and (project / "train.py").read_text() == "edited"
+    assert leftovers(project.parent) == []
+
+
+def test_the_render_after_a_killed_force_says_where_the_rest_of_the_old_project_is(tmp_path: Path) -> None:
+    project, returncode, _ = force_interrupted_while_carrying(tmp_path, signal.SIGKILL)
+    assert returncode == -signal.SIGKILL
+    [staging] = [project.parent / name for name in leftovers(project.parent)]
+    again = subprocess.run(cli(project.parent.parent, "--force"), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0
+    assert f"warning: {staging} holds the project an interrupted --force replaced" in again.stderr
+    assert "checkpoints.old-" in again.stderr and f"rm -r {staging}\n" in again.stderr
+    # Nothing lost: what was not carried over yet is in the staging folder the warning names.
+    assert set_aside_in(project) + set_aside_in(staging / ".replaced") == SET_ASIDE
+
+
+def test_the_render_after_a_force_killed_between_its_two_renames_puts_the_old_project_back(tmp_path: Path) -> None:
+    # The state a SIGKILL leaves between setting the old project aside and moving the new one in.
+    project = rendered(tmp_path)
+    grow(project)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    staging = tmp_path / "out" / f".{PROJECT}.staging-{dead.pid}-x1y2z3"
+    staging.mkdir()
+    project.rename(staging / ".replaced")
+    render(answers(), staging)  # the new render, not yet moved in
+    result = render(answers(), tmp_path / "out", force=True)
+    assert f"restored {project} from {staging}, where an interrupted --force had set it aside" in [
+        str(warning) for warning in result.warnings
+    ]
+    assert (project / "checkpoints" / "step-8.pt").read_bytes() == b"weights"
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_the_render_after_a_render_killed_while_it_wrote_names_its_staging_folder(tmp_path: Path) -> None:
+    project = rendered(tmp_path)
+    staging = tmp_path / "out" / f".{PROJECT}.staging-4194305-a1b2c3"  # above any pid Linux hands out
+    render(answers(), staging)  # half a render, as a SIGKILL leaves it
+    result = render(answers(), tmp_path / "out", force=True)
+    assert [str(warning) for warning in result.warnings] == [
+        f"{staging} is left from a render that was interrupted (1 entry: demo/): look inside, then delete it: "
+        f"rm -r {staging}"
+    ]
+    assert project.is_dir() and staging.is_dir()

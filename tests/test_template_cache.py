@@ -4,30 +4,66 @@ from __future__ import annotations
 
 import filecmp
 import os
+import pickle
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import jinja2
 import pytest
+from jinja2.bccache import bc_magic
 
 from tests.factories import answers
 from wizard.render import render
-from wizard.templates import template_cache
+from wizard.template_cache import template_cache
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cpu-demo.yaml"
 
 
-def cli_render(out: Path, cache: str) -> subprocess.CompletedProcess[str]:
-    """`npu-wizard --answers examples/cpu-demo.yaml -o OUT` with NPU_WIZARD_CACHE_DIR=cache."""
-    env = {**os.environ, "NPU_WIZARD_CACHE_DIR": cache}
+def cli_render(
+    out: Path, cache: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`npu-wizard --answers examples/cpu-demo.yaml -o OUT` with NPU_WIZARD_CACHE_DIR=cache (or the given env)."""
     return subprocess.run(
         [sys.executable, "-m", "wizard", "--answers", str(EXAMPLE), "-o", str(out)],
-        env=env,
+        env={**os.environ, "NPU_WIZARD_CACHE_DIR": cache} if env is None else env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+class WritesMarker:
+    """Pickles to a call that writes `marker` when unpickled: what a planted cache entry could run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return exec, (f"open({str(self.marker)!r}, 'w').write('ran')",)
+
+
+def filled(cache: Path, tmp_path: Path) -> list[Path]:
+    """The entries a render leaves in `cache`."""
+    assert cli_render(tmp_path / "fill", str(cache)).returncode == 0
+    entries = sorted((cache / "templates").iterdir())
+    assert entries
+    return entries
+
+
+def plant(entries: list[Path], marker: Path) -> None:
+    """Replace every entry with jinja2's magic and a pickle that writes `marker` when jinja2 reads it."""
+    for entry in entries:
+        entry.write_bytes(bc_magic + pickle.dumps(WritesMarker(marker), 2))
+
+
+def uncached(tmp_path: Path) -> Path:
+    """The project as a render without a cache makes it."""
+    assert cli_render(tmp_path / "none", "").returncode == 0
+    return tmp_path / "none"
 
 
 def same_tree(left: Path, right: Path) -> bool:
@@ -86,8 +122,89 @@ def test_a_broken_cache_never_fails_or_changes_a_render(tmp_path: Path, problem:
 
 
 def test_the_cache_folder_follows_the_environment(tmp_path: Path) -> None:
-    assert template_cache({"NPU_WIZARD_CACHE_DIR": ""}) is None
-    xdg = template_cache({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert template_cache({"NPU_WIZARD_CACHE_DIR": ""}) == (None, "")
+    xdg, _ = template_cache({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert xdg is not None and Path(xdg.directory) == tmp_path / "xdg" / "npu-wizard" / "templates"
-    named = template_cache({"NPU_WIZARD_CACHE_DIR": str(tmp_path / "named"), "XDG_CACHE_HOME": str(tmp_path / "x")})
+    named, _ = template_cache({"NPU_WIZARD_CACHE_DIR": str(tmp_path / "named"), "XDG_CACHE_HOME": str(tmp_path / "x")})
     assert named is not None and Path(named.directory) == tmp_path / "named" / "templates"
+
+
+@pytest.mark.parametrize("problem", ["owned by another user", "writable by others", "a symlink"])
+def test_a_cache_folder_others_can_write_is_not_used_and_its_planted_entries_never_run(
+    tmp_path: Path, problem: str
+) -> None:
+    cache, marker = tmp_path / "cache", tmp_path / "planted-code-ran"
+    plant(filled(cache, tmp_path), marker)
+    named, unsafe = cache, cache
+    if problem == "owned by another user":
+        try:
+            for path in (cache, cache / "templates", *(cache / "templates").iterdir()):
+                os.chown(path, 65534, 65534)  # nobody
+        except PermissionError:
+            pytest.skip("only root can give a folder to another user")
+        reason = f"it belongs to uid 65534, not to you (uid {os.getuid()})"
+    elif problem == "writable by others":
+        cache.chmod(0o777)
+        reason = "it is writable by group and others (mode 0777)"
+    else:
+        named = unsafe = tmp_path / "link"
+        named.symlink_to(cache)
+        reason = "it is a symlink"
+    result = cli_render(tmp_path / "out", str(named))
+    assert result.returncode == 0 and not marker.exists()
+    assert result.stderr.splitlines() == [
+        f"warning: not using the template cache {unsafe}: {reason}; delete it, or set NPU_WIZARD_CACHE_DIR "
+        "to a folder of your own (renders are slower without it, never different)"
+    ]
+    assert same_tree(tmp_path / "out", uncached(tmp_path))
+
+
+def test_an_entry_planted_in_the_users_own_cache_is_never_unpickled_but_compiled_anew(tmp_path: Path) -> None:
+    cache, marker = tmp_path / "cache", tmp_path / "planted-code-ran"
+    entries = filled(cache, tmp_path)
+    plant(entries, marker)
+    result = cli_render(tmp_path / "out", str(cache))
+    assert (result.returncode, result.stderr, marker.exists()) == (0, "", False)
+    assert same_tree(tmp_path / "out", uncached(tmp_path))
+    assert all(entry.read_bytes().startswith(bc_magic + b"\x80\x02X") for entry in entries)  # compiled anew
+
+
+def test_a_damaged_entry_is_deleted_and_compiled_anew(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    entries = filled(cache, tmp_path)
+    good = {entry: entry.read_bytes() for entry in entries}
+    for entry in entries:
+        entry.write_bytes(bc_magic + b"garbage")  # jinja2's magic, then bytes that are no pickle
+    result = cli_render(tmp_path / "out", str(cache))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert same_tree(tmp_path / "out", uncached(tmp_path))
+    assert {entry: entry.read_bytes() for entry in entries} == good
+
+
+def test_a_new_cache_folder_is_private(tmp_path: Path) -> None:
+    cache, _ = template_cache({"HOME": str(tmp_path / "home")})
+    assert cache is not None and Path(cache.directory) == tmp_path / "home" / ".cache" / "npu-wizard" / "templates"
+    for folder in (".cache", ".cache/npu-wizard", ".cache/npu-wizard/templates"):
+        assert stat.S_IMODE((tmp_path / "home" / folder).stat().st_mode) == 0o700, folder
+
+
+def test_without_a_home_folder_there_is_no_cache_and_the_render_goes_on(tmp_path: Path) -> None:
+    # Path.home() took HOME='' for '/', a cache in /.cache; without HOME it asked the user database, or raised.
+    assert template_cache({}) == (None, "")
+    assert template_cache({"HOME": ""}) == (None, "")
+    assert template_cache({"HOME": "relative"}) == (None, "")
+    plain = {k: v for k, v in os.environ.items() if k not in ("NPU_WIZARD_CACHE_DIR", "XDG_CACHE_HOME", "HOME")}
+    expected = uncached(tmp_path)
+    (tmp_path / "a-file").write_text("not a folder")
+    for home in ({}, {"HOME": ""}, {"HOME": str(tmp_path / "a-file")}):
+        result = cli_render(tmp_path / "out", "", env={**plain, **home})
+        assert (result.returncode, result.stderr) == (0, ""), home
+        assert same_tree(tmp_path / "out", expected)
+        shutil.rmtree(tmp_path / "out")
+
+
+def test_the_suites_cache_is_a_private_folder_of_this_run() -> None:
+    folder = Path(os.environ["NPU_WIZARD_CACHE_DIR"])
+    info = folder.lstat()
+    assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700
+    assert folder.name != f"npu-wizard-tests-{os.getuid()}"  # the predictable name any local user could make first

@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="replace an existing project folder; its checkpoints/ (and those --fresh set aside), runs/ "
-        "and a data folder inside it move into the new one (see --clean). "
-        "Refused while a run of the project is alive or a mount point is inside it",
+        "and a data folder inside it (training.data_dir, relative or absolute) move into the new one (see --clean); "
+        "Ctrl-C or SIGTERM on the way puts the old project back. Refused while a run of the project is alive, "
+        "a mount point is inside it, or its data folder is the project folder, holds it or is one the render makes",
     )
     parser.add_argument(
         "--clean", action="store_true", help="with --force: drop the old checkpoints/, runs/ and data folder too"
@@ -212,9 +213,9 @@ def _guarded(command: Callable[[], int]) -> int:
     except WizardError as error:
         print(f"npu-wizard: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM and SIGHUP where a command hears them (StopSignal)
         print("npu-wizard: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + getattr(stop, "signum", EXIT_INTERRUPTED - 128)
 
 
 def _run(args: argparse.Namespace) -> int:

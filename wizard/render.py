@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wizard.answers import Answers, load_text, to_context
-from wizard.errors import Problem, RenderError, TargetError, WizardError
+from wizard.errors import FILE, NO_VALUE, Problem, RenderError, TargetError, WizardError
 from wizard.project import finish, walk_files
-from wizard.replace import carry_over, check_replaceable, give_back
+from wizard.replace import carried_paths, check_replaceable
 from wizard.spec import shorten
-from wizard.templates import TEMPLATE_SETTINGS, project_template, template_cache
+from wizard.staging import make_staging, recover_leftovers, replace_project
+from wizard.stopping import stop_signals_raise
+from wizard.template_cache import PrivateBytecodeCache, template_cache
+from wizard.templates import TEMPLATE_SETTINGS, project_template
 
 
 @dataclass(frozen=True)
@@ -36,26 +39,55 @@ def render(
     output_dir = Path(output_dir)
     target = output_dir / answers["project_name"]
     _refuse_template_syntax(target.absolute())
-    exists = _check_target(output_dir, target, force)
+    # Before the target is checked: a project set aside by a killed --force is put back first.
+    notes = recover_leftovers(output_dir, answers["project_name"], restore=not dry_run)
+    try:
+        exists = _check_target(output_dir, target, force)
+    except TargetError as error:
+        raise TargetError("; ".join([*notes, str(error)])) from None
     created_output = not output_dir.exists() and not dry_run
+    cache, cache_note = template_cache()
+    warnings = (
+        *answers.warnings,
+        *(Problem(FILE, NO_VALUE, note, "warning") for note in [*notes, cache_note] if note),
+    )
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="npu-wizard-") as scratch:
-            files = walk_files(_generate(answers, Path(scratch)))
-        return RenderResult(target, tuple(files), answers.warnings, exists)
+            files = walk_files(_generate(answers, Path(scratch), cache))
+        return RenderResult(target, tuple(files), warnings, exists)
     if exists:
         check_replaceable(target)
+    with stop_signals_raise():  # SIGTERM and SIGHUP clean up as Ctrl-C does
+        files = _write(answers, output_dir, target, cache, replace=exists, clean=clean, created_output=created_output)
+    return RenderResult(target, tuple(files), warnings, exists)
+
+
+def _write(
+    answers: Answers,
+    output_dir: Path,
+    target: Path,
+    cache: PrivateBytecodeCache | None,
+    *,
+    replace: bool,
+    clean: bool,
+    created_output: bool,
+) -> list[str]:
+    """Render into a staging folder beside `target` and move the project into place; return its files."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{answers['project_name']}.staging-", dir=output_dir))
+        staging = make_staging(output_dir, answers["project_name"])
     except OSError as error:
         if created_output:
             shutil.rmtree(output_dir, ignore_errors=True)
         raise TargetError(f"cannot write in {output_dir}: {error.strerror or error}; choose another -o") from None
     try:
-        project = _generate(answers, staging)
+        project = _generate(answers, staging, cache)
         files = walk_files(project)
-        data_dirs = _data_dirs(answers, target) if exists else []
-        _move_into_place(project, target, replace=exists, keep=not clean, data_dirs=data_dirs)
+        if replace:
+            carried = carried_paths(target, _made(files), _data_dirs(answers, target))
+            replace_project(project, target, [] if clean else carried)
+        else:
+            project.rename(target)
     except TargetError:
         raise
     except Exception as error:  # any failure: nothing may be left behind
@@ -64,7 +96,15 @@ def render(
         shutil.rmtree(staging, ignore_errors=True)
         if created_output and not target.exists():
             shutil.rmtree(output_dir, ignore_errors=True)
-    return RenderResult(target, tuple(files), answers.warnings, exists)
+    return files
+
+
+def _made(files: list[str]) -> set[str]:
+    """Every file a render makes and every folder that holds one, as relative paths."""
+    made = set(files)
+    for name in files:
+        made.update(parent.as_posix() for parent in Path(name).parents if parent != Path("."))
+    return made
 
 
 def _refuse_template_syntax(target: Path) -> None:
@@ -88,20 +128,16 @@ def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
     return target.exists()
 
 
-def _environment_settings() -> dict[str, object]:
-    """cookiecutter's `_jinja2_env_vars`: the compiled-template cache, where there is one."""
-    cache = template_cache()
-    return {"_jinja2_env_vars": {"bytecode_cache": cache}} if cache else {}
-
-
-def _generate(answers: Answers, into: Path) -> Path:
+def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None) -> Path:
     from cookiecutter.generate import generate_files
 
     context = to_context(answers)
+    # cookiecutter's `_jinja2_env_vars`: the compiled-template cache, where there is one.
+    environment = {"_jinja2_env_vars": {"bytecode_cache": cache}} if cache else {}
     project = Path(
         generate_files(
             repo_dir=str(project_template()),
-            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS, **_environment_settings()}},
+            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS, **environment}},
             output_dir=str(into),
             accept_hooks=False,
         )
@@ -110,30 +146,12 @@ def _generate(answers: Answers, into: Path) -> Path:
     return project
 
 
-def _data_dirs(answers: Answers, target: Path) -> list[str]:
+def _data_dirs(answers: Answers, target: Path) -> list[tuple[str, str]]:
     """The data folders of the new answers and of the project being replaced (its answers.yaml, if readable)."""
-    found = [answers.get("training.data_dir")]
+    found = [(answers.get("training.data_dir"), "the new answers")]
     try:
-        found.append(load_text((target / "answers.yaml").read_text()).get("training.data_dir"))
+        old = load_text((target / "answers.yaml").read_text())
+        found.append((old.get("training.data_dir"), "the answers of the project replaced"))
     except (OSError, UnicodeDecodeError, WizardError):
         pass  # a project without readable answers keeps checkpoints/ and runs/ only
-    return [str(path) for path in found if path]
-
-
-def _move_into_place(project: Path, target: Path, *, replace: bool, keep: bool, data_dirs: list[str]) -> None:
-    if not replace:
-        project.rename(target)
-        return
-    kept = carry_over(target, project, data_dirs) if keep else []
-    retired = project.parent / "retired"
-    try:
-        target.rename(retired)
-    except OSError:
-        give_back(project, target, kept)
-        raise
-    try:
-        project.rename(target)
-    except OSError:
-        retired.rename(target)
-        give_back(project, target, kept)
-        raise
+    return [(str(path), whose) for path, whose in found if path]

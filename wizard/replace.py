@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from wizard.errors import TargetError
@@ -66,7 +66,7 @@ def live_runs(project: Path) -> list[str]:
     alive = []
     for run_file in sorted(runs.glob(f"*/{RUN_FILE}")):
         pid = _runner_pid(run_file)
-        if pid is not None and _is_runner(pid):
+        if pid is not None and is_wizard_process(pid):
             alive.append(f"{run_file.parent.relative_to(project)} by npu-wizard run, pid {pid}")
     named = {line.split(",")[0] for line in alive}
     for run_dir, pids in sorted(_job_processes_under(runs).items()):
@@ -76,35 +76,93 @@ def live_runs(project: Path) -> list[str]:
     return alive
 
 
-def carry_over(old: Path, new: Path, data_dirs: Sequence[str] = ()) -> list[str]:
-    """Move the run-time folders into the new project; return their names.
+def carried_paths(target: Path, generated: Collection[str], data_dirs: Sequence[tuple[str, str]]) -> list[str]:
+    """What moves from the project `target` into its replacement: relative paths, none inside another.
 
-    KEPT, checkpoints set aside, and the top folder of each relative data
-    folder (`data_dirs`: the old and the new answers' `training.data_dir`).
+    KEPT, checkpoints set aside (checkpoints.old-*), and each data folder
+    inside the project (`data_dirs`: (training.data_dir, whose answers)),
+    however it is written: relative, absolute, `./data`, under a folder the
+    render makes (`launch/data`). TargetError for a data folder that is the
+    project itself, holds it, or is something the render makes: its data and
+    the new render would be mixed or replaced.
+    """
+    paths = [*KEPT, *sorted(path.name for path in target.glob("checkpoints.old-*"))]
+    for data_dir, whose in data_dirs:
+        inside = data_folder_inside(target, data_dir)
+        if inside is None:
+            continue
+        if inside == "." or inside == "..":
+            held = "is the project folder itself" if inside == "." else f"holds the project folder {target}"
+            raise TargetError(
+                f"training.data_dir {data_dir!r} ({whose}) {held}: --force would mix your data with the new "
+                "render and --clean would delete it; move the data into a folder of its own, set "
+                "training.data_dir to that folder, then render again"
+            )
+        if inside in generated:
+            raise TargetError(
+                f"training.data_dir {data_dir!r} ({whose}) is {inside} in {target}, which the render makes: "
+                "--force would replace what you keep there; move the data into a folder of its own, set "
+                "training.data_dir to that folder, then render again"
+            )
+        paths.append(inside)
+    unique = list(dict.fromkeys(paths))
+    return [path for path in unique if not any(_under(path, other) for other in unique if other != path)]
+
+
+def data_folder_inside(target: Path, data_dir: str) -> str | None:
+    """`data_dir` (relative to `target`, or absolute) as a path relative to `target` if it lies inside it.
+
+    '.' for the project folder itself, '..' for a folder that holds it, None for one elsewhere.
+    """
+    base = os.path.normpath(target.absolute())
+    for root, path in (
+        (base, os.path.normpath(os.path.join(base, data_dir))),  # as written: links inside the project kept
+        (os.path.realpath(base), os.path.realpath(os.path.join(base, data_dir))),  # as it is on disk
+    ):
+        if _under(root, path):
+            return ".." if root != path else "."
+        if _under(path, root):
+            return os.path.relpath(path, root)
+    return None
+
+
+def _under(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies below it (both normalised)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def carry_over(old: Path, new: Path, paths: Sequence[str]) -> list[str]:
+    """Move `paths` from the project `old` into `new`; return what moved (for `give_back`).
+
+    Each moves whole at its first folder the new project lacks (`launch/data`
+    moves as launch/data into the new launch/); a symlink moves as a link,
+    its target never touched. On an OSError what moved goes back first.
     """
     moved: list[str] = []
-    # `npu-wizard run --fresh` sets old checkpoints aside as checkpoints.old-<stamp>: kept as well.
-    names = [*KEPT, *sorted(path.name for path in old.glob("checkpoints.old-*"))]
-    for data_dir in data_dirs:
-        top = Path(data_dir).parts[0] if data_dir and not Path(data_dir).is_absolute() else ""
-        if top not in ("", ".", "..", *names):
-            names.append(top)
     try:
-        for name in names:
-            source = old / name
-            if (source.is_dir() or source.is_symlink()) and not (new / name).exists():
-                source.rename(new / name)  # a symlink moves as a link: its target is never touched
-                moved.append(name)
+        for path in paths:
+            parts = Path(path).parts
+            for depth in range(1, len(parts) + 1):
+                sub = Path(*parts[:depth])
+                source, dest = old / sub, new / sub
+                if not os.path.lexists(source):
+                    break
+                if not os.path.lexists(dest):
+                    source.rename(dest)
+                    moved.append(sub.as_posix())
+                    break
+                if source.is_symlink() or dest.is_symlink() or not (source.is_dir() and dest.is_dir()):
+                    break  # what the user made into a link or a file is left in the old project
     except OSError:
         give_back(new, old, moved)
         raise
     return moved
 
 
-def give_back(new: Path, old: Path, moved: list[str]) -> None:
-    """Undo `carry_over`: move the named folders back into the old project."""
-    for name in reversed(moved):
-        (new / name).rename(old / name)
+def give_back(new: Path, old: Path, moved: Sequence[str]) -> None:
+    """Undo `carry_over`: move what it moved back into the old project."""
+    for path in reversed(moved):
+        (new / path).rename(old / path)
 
 
 def _runner_pid(run_file: Path) -> int | None:
@@ -115,7 +173,7 @@ def _runner_pid(run_file: Path) -> int | None:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
 
 
-def _is_runner(pid: int) -> bool:
+def is_wizard_process(pid: int) -> bool:
     """Whether `pid` is alive and still an npu-wizard process (not a reused pid)."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-from jinja2 import FileSystemBytecodeCache
-from jinja2.bccache import Bucket
 
 from wizard import release_facts
 from wizard.shellquote import EXTENSION
@@ -25,41 +21,6 @@ def project_template() -> Path:
         if (candidate / "cookiecutter.json").is_file():
             return candidate
     raise FileNotFoundError("npu-wizard's templates are missing; reinstall npu-wizard")
-
-
-class _QuietBytecodeCache(FileSystemBytecodeCache):
-    """Jinja's file cache of compiled templates, which never fails a render: a write it cannot make is skipped."""
-
-    def dump_bytecode(self, bucket: Bucket) -> None:
-        try:
-            super().dump_bytecode(bucket)
-        except OSError:
-            pass
-
-
-def template_cache(env: dict[str, str] | None = None) -> FileSystemBytecodeCache | None:
-    """Where compiled templates are kept between renders, or None (no cache).
-
-    Compiling the project's templates is most of a render's time; like
-    Python's own __pycache__ this cache only saves work (delete it freely).
-    It lives in $NPU_WIZARD_CACHE_DIR, else $XDG_CACHE_HOME/npu-wizard, else
-    ~/.cache/npu-wizard, never in a folder the user renders into;
-    NPU_WIZARD_CACHE_DIR='' turns it off.
-    """
-    env = dict(os.environ) if env is None else env
-    if env.get("NPU_WIZARD_CACHE_DIR") == "":
-        return None
-    if env.get("NPU_WIZARD_CACHE_DIR"):
-        folder = Path(env["NPU_WIZARD_CACHE_DIR"])
-    else:
-        base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-        folder = base / "npu-wizard"
-    folder = folder / "templates"
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return _QuietBytecodeCache(str(folder))
 
 
 def cookiecutter_json() -> dict[str, object]:
