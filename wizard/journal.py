@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from wizard.errors import TargetError
 from wizard.pristine import STATE_DIR
 
 STAGING = f"{STATE_DIR}/update"
@@ -32,6 +34,7 @@ def apply(
     executable: frozenset[str],
 ) -> None:
     """Write `writes`, delete `removes` in `project`, all or nothing (see the module docstring)."""
+    check_targets(project, writes, removes)
     staging = project / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # what an update killed before its commit left
     files = staging / "files"
@@ -64,6 +67,7 @@ def roll_forward(project: Path) -> bool:
         shutil.rmtree(staging, ignore_errors=True)
         return False
     entries = json.loads(journal.read_text())
+    check_targets(project, entries["write"], entries["remove"])
     for count, name in enumerate(entries["write"]):
         staged = staging / "files" / name
         if staged.exists():  # else moved in before an interruption
@@ -76,6 +80,36 @@ def roll_forward(project: Path) -> bool:
     journal.unlink()
     shutil.rmtree(staging, ignore_errors=True)
     return True
+
+
+def check_targets(project: Path, writes: Iterable[str], removes: Iterable[str]) -> None:
+    """Refuse (TargetError, nothing changed) when a file to write or remove cannot be replaced by a plain file."""
+    problems = [problem for name in sorted({*writes, *removes}) if (problem := target_problem(project, name))]
+    if problems:
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        raise TargetError(
+            f"update cannot write {len(problems)} file(s) of {project}, so nothing was changed:\n{listed}"
+        )
+
+
+def target_problem(root: Path, name: str) -> str:
+    """Why `name` under `root` cannot be written or removed as a regular file ("" when it can, or is absent)."""
+    parts = name.split("/")
+    path = root
+    for depth, part in enumerate(parts, start=1):
+        path = path / part
+        shown = "/".join(parts[:depth])
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return ""
+        if depth < len(parts) and not stat.S_ISDIR(mode):
+            return f"{name}: {shown} is a file where update needs a folder: move it away, then run update again"
+        if depth == len(parts) and stat.S_ISDIR(mode):
+            return f"{name} is a folder where update writes a file: move the folder away, then run update again"
+        if depth == len(parts) and not stat.S_ISREG(mode):
+            return f"{name} is not a regular file: move it away, then run update again"
+    return ""
 
 
 def _pause(point: str) -> None:
