@@ -47,3 +47,57 @@ def test_a_file_where_update_needs_a_folder_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert "  - launch/node2.sh: launch is a file where update needs a folder: move it away" in result.stderr
     assert files_of(project) == before
+
+
+def test_write_conflicts_never_writes_through_a_linked_folder_out_of_the_project(tmp_path: Path) -> None:
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    edit_answers(project, launcher="shell")  # changes launch/run-node.sh
+    elsewhere = tmp_path / "elsewhere"
+    (project / "launch").rename(elsewhere)
+    (project / "launch").symlink_to(elsewhere)
+    with (elsewhere / "run-node.sh").open("a") as script:
+        script.write("# my edit, on the shared disk\n")
+    outside, before = files_of(elsewhere), files_of(project)
+
+    result = update(project, "--write-conflicts")
+
+    assert result.returncode == 1
+    assert "written with <<<<<<< markers" not in result.stderr
+    assert (
+        f"  - launch/run-node.sh: launch is a symbolic link (to {elsewhere}) and update never writes through a link"
+        in result.stderr
+    )
+    assert files_of(elsewhere) == outside
+    assert files_of(project) == before and (project / "launch").is_symlink()
+
+
+def test_a_node_script_replaced_by_a_link_is_reported_and_stays_a_link(tmp_path: Path) -> None:
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    shared = tmp_path / "shared-node0.sh"
+    shared.write_bytes((project / "launch" / "node0.sh").read_bytes())
+    (project / "launch" / "node0.sh").unlink()
+    (project / "launch" / "node0.sh").symlink_to(shared)
+    before = shared.read_bytes()
+
+    result = update(project)
+
+    assert result.returncode == 1
+    assert f"  - launch/node0.sh is a symbolic link (to {shared}) and update neither writes" in result.stderr
+    assert (project / "launch" / "node0.sh").is_symlink() and shared.read_bytes() == before
+    assert not (project / "launch" / "node2.sh").exists()
+
+
+def test_a_staging_folder_that_is_a_link_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine\n")
+    (project / ".npu-wizard" / "update").symlink_to(victim)
+    before = files_of(project)
+
+    result = update(project)
+
+    assert result.returncode == 1
+    assert f"{project / '.npu-wizard' / 'update'} is a symbolic link" in result.stderr
+    assert files_of(victim) == {"keep.txt": (b"mine\n", 0o644)}
+    assert files_of(project) == before

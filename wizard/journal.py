@@ -35,7 +35,7 @@ def apply(
 ) -> None:
     """Write `writes`, delete `removes` in `project`, all or nothing (see the module docstring)."""
     check_targets(project, writes, removes)
-    staging = project / STAGING
+    staging = _staging_folder(project)
     shutil.rmtree(staging, ignore_errors=True)  # what an update killed before its commit left
     files = staging / "files"
     for name, content in sorted(writes.items()):
@@ -103,6 +103,16 @@ def target_problem(root: Path, name: str) -> str:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
             return ""
+        if stat.S_ISLNK(mode) and depth < len(parts):
+            return (
+                f"{name}: {shown} is a symbolic link ({_link_text(path)}) and update never writes through a link: "
+                f"make {shown} a folder of the project (a copy of what it points to), then run update again"
+            )
+        if stat.S_ISLNK(mode):
+            return (
+                f"{name} is a symbolic link ({_link_text(path)}) and update neither writes through a link nor turns "
+                "it back into a file: replace the link by a copy of its file, then run update again"
+            )
         if depth < len(parts) and not stat.S_ISDIR(mode):
             return f"{name}: {shown} is a file where update needs a folder: move it away, then run update again"
         if depth == len(parts) and stat.S_ISDIR(mode):
@@ -110,6 +120,26 @@ def target_problem(root: Path, name: str) -> str:
         if depth == len(parts) and not stat.S_ISREG(mode):
             return f"{name} is not a regular file: move it away, then run update again"
     return ""
+
+
+def _link_text(path: Path) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return "unreadable"
+    return f"to {target[:200]!r}..." if len(target) > 200 else f"to {target}"
+
+
+def _staging_folder(project: Path) -> Path:
+    """The staging folder, refused (TargetError) when it or `.npu-wizard` is a link or not a folder."""
+    for name in (STATE_DIR, STAGING):
+        path = project / name
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise TargetError(
+                f"{path} is {'a symbolic link' if path.is_symlink() else 'not a folder'}; npu-wizard keeps its state "
+                "there and never writes through a link: remove it, then run update again"
+            )
+    return project / STAGING
 
 
 def _pause(point: str) -> None:
