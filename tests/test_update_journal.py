@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 from pathlib import Path
+
+import pytest
 
 from tests.test_update import edit_answers, files_of, project_raw, render_project, update
 
@@ -101,3 +106,104 @@ def test_a_staging_folder_that_is_a_link_is_refused_and_its_target_untouched(tmp
     assert f"{project / '.npu-wizard' / 'update'} is a symbolic link" in result.stderr
     assert files_of(victim) == {"keep.txt": (b"mine\n", 0o644)}
     assert files_of(project) == before
+
+
+# ---- a journal the update did not write ------------------------------------------------
+
+
+def plant_journal(project: Path, document: object, staged: dict[str, bytes]) -> Path:
+    """Write `document` as the project's update journal and `staged` files beside it, as a crafted project would."""
+    staging = project / ".npu-wizard" / "update"
+    for name, data in staged.items():
+        path = Path(os.path.normpath(staging / "files" / name))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / "journal.json").write_text(json.dumps(document))
+    return staging
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+PLANTED = b"#!/bin/sh\necho planted\n"
+
+
+@pytest.mark.parametrize("form", ["names", "digests", "absolute"])
+def test_a_journal_naming_files_outside_the_project_is_refused_and_nothing_changes(tmp_path: Path, form: str) -> None:
+    project = render_project(tmp_path / "projects", project_raw(2))
+    victim = tmp_path / "victim.txt"  # two levels above the project
+    victim.write_text("someone's file\n")
+    removed = "../../victim.txt" if form != "absolute" else str(victim)
+    written = "../../planted.sh" if form != "absolute" else str(tmp_path / "planted.sh")
+    if form == "names":  # the journal as npu-wizard wrote it before
+        document: object = {"write": [written], "remove": [removed]}
+    else:
+        document = {"format": 2, "write": {written: sha256(PLANTED)}, "remove": {removed: sha256(victim.read_bytes())}}
+    staging = plant_journal(project, document, {written: PLANTED} if form != "absolute" else {})
+    if form == "absolute":
+        (tmp_path / "planted.sh").write_bytes(PLANTED)
+    before, around = files_of(project), files_of(tmp_path, skip=("projects/",))
+
+    result = update(project)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "finished the interrupted update" not in result.stdout
+    assert "nothing was changed" in result.stderr and f"delete {staging}" in result.stderr
+    if form == "names":
+        assert "is damaged (not a journal of this npu-wizard version)" in result.stderr
+    else:
+        which = "an absolute path, outside" if form == "absolute" else "not a plain relative path inside"
+        assert f"asks to write {written!r}, which is {which} the project" in result.stderr
+    assert victim.read_text() == "someone's file\n"
+    assert files_of(project) == before and files_of(tmp_path, skip=("projects/",)) == around
+
+
+def test_a_journal_writing_through_a_linked_folder_is_refused(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "projects", project_raw(2))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (project / "data").symlink_to(elsewhere)
+    plant_journal(project, {"format": 2, "write": {"data/x.sh": sha256(PLANTED)}, "remove": {}}, {"data/x.sh": PLANTED})
+
+    result = update(project)
+
+    assert result.returncode == 1
+    assert "asks to write 'data/x.sh', which data/x.sh: data is a symbolic link" in result.stderr
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_staged_file_unlike_its_journal_entry_is_refused(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "projects", project_raw(2))
+    before = files_of(project)
+    document = {"format": 2, "write": {"train.py": sha256(b"print('the update')\n")}, "remove": {}}
+    plant_journal(project, document, {"train.py": b"import os; os.system('id')\n"})
+
+    result = update(project)
+
+    assert result.returncode == 1
+    assert "asks to write 'train.py', which has a staged file whose content is not what the journal says" in (
+        result.stderr
+    )
+    assert files_of(project, skip=(".npu-wizard/update/",)) == before
+
+
+def test_a_journal_removes_only_files_still_holding_the_bytes_the_update_saw(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "projects", project_raw(2))
+    (project / "checkpoints").mkdir()
+    (project / "checkpoints" / "last.pt").write_bytes(b"weights of three days\n")
+    (project / "scratch.txt").write_bytes(b"old\n")
+    document = {
+        "format": 2,
+        "write": {},
+        "remove": {"checkpoints/last.pt": sha256(b"something else\n"), "scratch.txt": sha256(b"old\n")},
+    }
+    plant_journal(project, document, {})
+
+    result = update(project)
+
+    assert result.returncode == 0, result.stderr
+    assert "  kept     checkpoints/last.pt (changed since that update began: not removed)" in result.stdout
+    assert (project / "checkpoints" / "last.pt").read_bytes() == b"weights of three days\n"
+    assert not (project / "scratch.txt").exists()

@@ -6,25 +6,46 @@ update killed before that leaves the project as it was (the stale staging is
 dropped next time); one killed after it is finished by `roll_forward`, which
 the next `npu-wizard update` runs first. Each file moves in with one rename,
 so no file is ever half written.
+
+A project may come from anyone, journal included, so `roll_forward` finishes
+only what an update staged: plain relative names inside the project, each
+write a staged file whose SHA-256 the journal holds, each removal a file still
+holding the bytes the update saw, nothing through a symbolic link. Anything
+else is refused before a file changes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import stat
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from wizard.errors import TargetError
-from wizard.pristine import STATE_DIR
+from wizard.pristine import PRISTINE, STATE_DIR
 
 STAGING = f"{STATE_DIR}/update"
 JOURNAL = "journal.json"
+FILES = "files"
+FORMAT = 2  # format 1 listed bare names
+JOURNAL_LIMIT = 4 << 20
+# A removal compares the file with the bytes the update saw; a bigger file was never generated.
+REMOVE_LIMIT = 64 << 20
 # Test hook: stop at this point (before-commit, after-first-move), say so in the named file, wait to be killed.
 PAUSE_AT_ENV, PAUSE_FILE_ENV = "NPU_WIZARD_TEST_PAUSE_AT", "NPU_WIZARD_TEST_PAUSE_FILE"
+
+
+@dataclass(frozen=True)
+class Entries:
+    """A journal: the SHA-256 of each staged file to move in, and of each file to remove."""
+
+    write: dict[str, str]
+    remove: dict[str, str]
 
 
 def apply(
@@ -34,52 +55,170 @@ def apply(
     executable: frozenset[str],
 ) -> None:
     """Write `writes`, delete `removes` in `project`, all or nothing (see the module docstring)."""
+    removes = sorted(removes)
     check_targets(project, writes, removes)
+    if pending(project):
+        raise TargetError(f"an update of {project} was interrupted; run npu-wizard update {project} to finish it first")
     staging = _staging_folder(project)
     shutil.rmtree(staging, ignore_errors=True)  # what an update killed before its commit left
-    files = staging / "files"
+    files = staging / FILES
+    written: dict[str, str] = {}
     for name, content in sorted(writes.items()):
+        data = content if isinstance(content, bytes) else content.encode("utf-8")
         target, staged = project / name, files / name
         staged.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            staged.write_bytes(content)
-        else:
-            staged.write_text(content, encoding="utf-8")
-        mode = 0o755 if name in executable else (target.stat().st_mode & 0o777 if target.exists() else 0o644)
-        staged.chmod(mode)
+        mode = 0o755 if name in executable else (target.lstat().st_mode & 0o777 if os.path.lexists(target) else 0o644)
+        _write_file(staged, data, mode)
+        written[name] = _sha256(data)
+    removed = {name: digest for name in removes if (digest := _digest_of(project / name))}
     _pause("before-commit")
-    pending = staging / (JOURNAL + ".new")
-    pending.write_text(json.dumps({"write": sorted(writes), "remove": sorted(removes)}))
-    os.replace(pending, staging / JOURNAL)  # the commit
+    pending_journal = staging / (JOURNAL + ".new")
+    document = {"format": FORMAT, "write": written, "remove": removed}
+    _write_file(pending_journal, json.dumps(document, sort_keys=True).encode(), 0o644)
+    os.replace(pending_journal, staging / JOURNAL)  # the commit
     roll_forward(project)
 
 
 def pending(project: Path) -> bool:
     """Whether a committed update of `project` was interrupted before it finished."""
-    return (project / STAGING / JOURNAL).is_file()
+    return os.path.lexists(_staging_folder(project) / JOURNAL)
 
 
-def roll_forward(project: Path) -> bool:
-    """Finish a committed update (True), or drop an uncommitted one's staging (False)."""
-    staging = project / STAGING
+def roll_forward(project: Path) -> list[str]:
+    """Finish a committed update; return the files it kept rather than removed (changed since it was planned)."""
+    staging = _staging_folder(project)
     journal = staging / JOURNAL
-    if not journal.is_file():
-        shutil.rmtree(staging, ignore_errors=True)
-        return False
-    entries = json.loads(journal.read_text())
-    check_targets(project, entries["write"], entries["remove"])
-    for count, name in enumerate(entries["write"]):
-        staged = staging / "files" / name
-        if staged.exists():  # else moved in before an interruption
+    entries = _read_journal(project, journal)
+    for count, name in enumerate(sorted(entries.write)):
+        staged = staging / FILES / name
+        if os.path.lexists(staged):  # else moved in before an interruption
             (project / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, project / name)
         if count == 0:
             _pause("after-first-move")
-    for name in entries["remove"]:
-        (project / name).unlink(missing_ok=True)
+    kept = []
+    for name, digest in sorted(entries.remove.items()):
+        target = project / name
+        if not os.path.lexists(target):
+            continue
+        if _digest_of(target) != digest:
+            kept.append(name)
+            continue
+        target.unlink()
     journal.unlink()
     shutil.rmtree(staging, ignore_errors=True)
-    return True
+    return kept
+
+
+def _read_journal(project: Path, journal: Path) -> Entries:
+    """The journal's entries, each checked; TargetError (nothing changed) when it is damaged or not the update's."""
+    try:
+        info = journal.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("it is not a regular file")
+        if info.st_size > JOURNAL_LIMIT:
+            raise ValueError(f"{info.st_size} bytes, more than any update writes")
+        document = json.loads(journal.read_bytes())
+        entries = _entries(document)
+    except (OSError, ValueError) as error:
+        raise _damaged(project, journal, str(error)) from None
+    for action, names in (("write", entries.write), ("remove", entries.remove)):
+        for name, digest in names.items():
+            problem = _name_problem(name, action) or target_problem(project, name)
+            if not problem and action == "write":
+                problem = _staged_problem(journal.parent, name, digest)
+            if problem:
+                raise _not_ours(project, journal, action, name, problem)
+    return entries
+
+
+def _entries(document: object) -> Entries:
+    """The journal's two tables; ValueError when the document is not a journal of this format."""
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ValueError("not a journal of this npu-wizard version")
+    tables = []
+    for key in ("write", "remove"):
+        table = document.get(key)
+        if not isinstance(table, dict) or not all(
+            isinstance(name, str) and isinstance(digest, str) and _is_sha256(digest) for name, digest in table.items()
+        ):
+            raise ValueError(f"its {key!r} entry is not a table of names and SHA-256 digests")
+        tables.append(dict(table))
+    return Entries(*tables)
+
+
+def _name_problem(name: str, action: str) -> str:
+    """Why `name` is not a name an update writes or removes ("" when it is)."""
+    if not name or "\0" in name:
+        return "is not a file name"
+    if name.startswith("/"):
+        return "is an absolute path, outside the project"
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        return "is not a plain relative path inside the project"
+    if (name == STATE_DIR or name.startswith(STATE_DIR + "/")) and not (action == "write" and name == PRISTINE):
+        return "is npu-wizard's own state, which no update writes or removes"
+    return ""
+
+
+def _staged_problem(staging: Path, name: str, digest: str) -> str:
+    """Why the staged file of `name` is not the one the journal names ("" when it is, or was moved in)."""
+    if target_problem(staging, f"{FILES}/{name}"):
+        return "is staged as something else than a plain file in a plain folder"
+    staged = staging / FILES / name
+    if os.path.lexists(staged) and _digest_of(staged, limit=JOURNAL_LIMIT * 16) != digest:
+        return "has a staged file whose content is not what the journal says"
+    return ""
+
+
+def _not_ours(project: Path, journal: Path, action: str, name: str, problem: str) -> TargetError:
+    shown = repr(name[:200] + "..." if len(name) > 200 else name)
+    return TargetError(
+        f"{project}: the journal of an interrupted update, {journal}, asks to {action} {shown}, which {problem}; "
+        "npu-wizard finishes only an update it staged itself inside the project, so nothing was changed. "
+        f"If that update was not yours (a project you received), delete {journal.parent} and run npu-wizard "
+        "update again"
+    )
+
+
+def _damaged(project: Path, journal: Path, reason: str) -> TargetError:
+    return TargetError(
+        f"{project}: the journal of an interrupted update, {journal}, is damaged ({reason}), so whether that "
+        f"update finished cannot be told; nothing was changed. Its new files are under {journal.parent / FILES}: "
+        f"compare them with yours (diff -r {journal.parent / FILES} {project}), copy over what you want, then "
+        f"delete {journal.parent} and run npu-wizard update again"
+    )
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """Create or truncate `path` (never through a link) with `data` and permission bits `mode`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as stream:
+            stream.write(data)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _digest_of(path: Path, limit: int = REMOVE_LIMIT) -> str:
+    """The SHA-256 of a regular file of at most `limit` bytes, never through a link ("" otherwise)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return ""
+        return _sha256(stream.read(limit + 1))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def check_targets(project: Path, writes: Iterable[str], removes: Iterable[str]) -> None:

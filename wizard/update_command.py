@@ -23,8 +23,10 @@ def update(args: argparse.Namespace) -> int:
             raise TargetError(
                 f"an update of {project} was interrupted; run npu-wizard update without --dry-run to finish it"
             )
-        journal.roll_forward(project)
+        kept = journal.roll_forward(project)
         print(f"finished the interrupted update of {project} first")
+        for name in kept:
+            print(f"  kept     {name} (changed since that update began: not removed)")
     source = args.answers or str(project / ANSWERS_FILE)
     answers = load_text(_read_answers_text(source), answers_base(source))
     plan = plan_update(project, answers, keep_answers_file=args.answers is None)
