@@ -6,11 +6,21 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_update import edit_answers, files_of, project_raw, render_project, update
+from tests.test_update import (
+    edit_answers,
+    files_of,
+    kill,
+    project_raw,
+    render_project,
+    start_paused_update,
+    update,
+)
 
 
 def four_node_update_of_a_two_node_project(tmp_path: Path) -> Path:
@@ -207,3 +217,93 @@ def test_a_journal_removes_only_files_still_holding_the_bytes_the_update_saw(tmp
     assert "  kept     checkpoints/last.pt (changed since that update began: not removed)" in result.stdout
     assert (project / "checkpoints" / "last.pt").read_bytes() == b"weights of three days\n"
     assert not (project / "scratch.txt").exists()
+
+
+# ---- durable: fsync in the order the commit needs, a damaged journal reported ------------
+
+# Runs `npu-wizard update PROJECT` in this interpreter, recording each fsync (by the path of its descriptor),
+# rename and unlink as it happens, then the real call; the log goes to the file named second.
+RECORDER = """
+import json, os, sys
+
+log = []
+real = {"fsync": os.fsync, "replace": os.replace, "unlink": os.unlink}
+
+def fsync(fd):
+    log.append(["fsync", os.readlink(f"/proc/self/fd/{fd}")])
+    return real["fsync"](fd)
+
+def replace(source, target, **kw):
+    log.append(["replace", os.path.abspath(source), os.path.abspath(target)])
+    return real["replace"](source, target, **kw)
+
+def unlink(path, **kw):
+    if "dir_fd" not in kw:  # shutil.rmtree's removals, after the commit is done, are left out
+        log.append(["unlink", os.path.abspath(path)])
+    return real["unlink"](path, **kw)
+
+os.fsync, os.replace, os.unlink = fsync, replace, unlink
+from wizard.cli import main
+
+code = main(["update", sys.argv[1]])
+with open(sys.argv[2], "w") as out:
+    json.dump(log, out)
+sys.exit(code)
+"""
+
+
+def test_an_update_fsyncs_staged_files_then_the_journal_then_each_changed_folder_then_drops_the_journal(
+    tmp_path: Path,
+) -> None:
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    log_file = tmp_path / "log.json"
+
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "recorder.py"), str(project), str(log_file)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+    assert result.returncode == 0, result.stderr
+    log = [tuple(entry) for entry in json.loads(log_file.read_text())]
+    staging, launch = str(project / ".npu-wizard" / "update"), str(project / "launch")
+
+    def between(entry: tuple[str, ...], after: int, before: int) -> bool:
+        return entry in log[after + 1 : before]
+
+    commit = log.index(("replace", f"{staging}/journal.json.new", f"{staging}/journal.json"))
+    moves = [at for at, entry in enumerate(log) if entry[0] == "replace" and entry[1].startswith(f"{staging}/files/")]
+    drop = log.index(("unlink", f"{staging}/journal.json"))
+    for name in ("launch/node2.sh", "launch/node3.sh", "train.py", ".npu-wizard/pristine.json.gz"):
+        assert between(("fsync", f"{staging}/files/{name}"), -1, commit), name
+    for folder in (f"{staging}/files/launch", f"{staging}/files", staging):
+        assert between(("fsync", folder), -1, commit), folder
+    assert between(("fsync", f"{staging}/journal.json.new"), -1, commit)
+    assert commit < min(moves) and between(("fsync", staging), commit, min(moves))  # the commit durable first
+    for folder in (launch, str(project), str(project / ".npu-wizard")):
+        assert between(("fsync", folder), max(moves), drop), folder
+    assert drop < len(log) - 1 and log[-1] == ("fsync", staging)  # the journal goes last, durably
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"", b'{"format": 2, "write": {"launch/no', b"\x00\x00\x00\x00", b"[1, 2]", b'{"format": 2, "write": ["x"]}'],
+    ids=["empty", "truncated", "zeros", "list", "wrong-shape"],
+)
+def test_a_damaged_journal_is_reported_with_what_to_do_and_changes_nothing(tmp_path: Path, damage: bytes) -> None:
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    kill(start_paused_update(project, "after-first-move", tmp_path / "paused"))
+    journal = project / ".npu-wizard" / "update" / "journal.json"
+    journal.write_bytes(damage)  # what a power loss left of it
+    before = files_of(project)
+
+    for _ in range(2):
+        result = update(project)
+        assert result.returncode == 1
+        assert "Traceback" not in result.stderr
+        assert result.stderr.startswith(f"npu-wizard: {project}: the journal of an interrupted update, {journal}, is")
+        assert "so whether that update finished cannot be told; nothing was changed" in result.stderr
+        assert f"diff -r {journal.parent / 'files'} {project}" in result.stderr
+        assert files_of(project) == before

@@ -5,7 +5,10 @@ the project changes until the journal is renamed into place (the commit). An
 update killed before that leaves the project as it was (the stale staging is
 dropped next time); one killed after it is finished by `roll_forward`, which
 the next `npu-wizard update` runs first. Each file moves in with one rename,
-so no file is ever half written.
+so no file is ever half written. Power loss is survived by fsync in the order
+the commit needs: the staged files and their folders, the journal and its
+rename, each folder a file moved into or out of, and only then the journal's
+removal. A journal a crash damaged anyway is reported, never guessed at.
 
 A project may come from anyone, journal included, so `roll_forward` finishes
 only what an update staged: plain relative names inside the project, each
@@ -71,11 +74,14 @@ def apply(
         _write_file(staged, data, mode)
         written[name] = _sha256(data)
     removed = {name: digest for name in removes if (digest := _digest_of(project / name))}
+    # Durable in this order: the staged files and their folders, the journal, its rename (the commit).
+    _sync_folders(project, [f"{STAGING}/{FILES}/{name}" for name in written] + [f"{STAGING}/{JOURNAL}"])
     _pause("before-commit")
     pending_journal = staging / (JOURNAL + ".new")
     document = {"format": FORMAT, "write": written, "remove": removed}
     _write_file(pending_journal, json.dumps(document, sort_keys=True).encode(), 0o644)
     os.replace(pending_journal, staging / JOURNAL)  # the commit
+    _sync_folder(staging)
     roll_forward(project)
 
 
@@ -105,7 +111,10 @@ def roll_forward(project: Path) -> list[str]:
             kept.append(name)
             continue
         target.unlink()
+    # Every move and removal durable before the journal goes: after a power loss it is finished again.
+    _sync_folders(project, [*entries.write, *entries.remove])
     journal.unlink()
+    _sync_folder(staging)
     shutil.rmtree(staging, ignore_errors=True)
     return kept
 
@@ -196,6 +205,27 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
         with os.fdopen(fd, "wb", closefd=False) as stream:
             stream.write(data)
         os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_folders(root: Path, names: Iterable[str]) -> None:
+    """fsync the folder of each name and every folder above it up to `root`, deepest first."""
+    folders = {root}
+    for name in names:
+        parts = name.split("/")[:-1]
+        folders.update(root.joinpath(*parts[:depth]) for depth in range(1, len(parts) + 1))
+    for folder in sorted(folders, key=lambda path: (-len(path.parts), path)):
+        if folder.is_dir():
+            _sync_folder(folder)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the entries of `folder` (created, renamed, removed) durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
 
