@@ -284,7 +284,11 @@ def test_an_update_fsyncs_staged_files_then_the_journal_then_each_changed_folder
     assert commit < min(moves) and between(("fsync", staging), commit, min(moves))  # the commit durable first
     for folder in (launch, str(project), str(project / ".npu-wizard")):
         assert between(("fsync", folder), max(moves), drop), folder
-    assert drop < len(log) - 1 and log[-1] == ("fsync", staging)  # the journal goes last, durably
+    # The journal goes last, durably: after it only the update's lock file is removed.
+    assert between(("fsync", staging), drop, len(log))
+    assert [entry for entry in log[drop + 1 :] if entry[0] != "fsync"] == [
+        ("unlink", str(project / ".npu-wizard" / "update.lock"))
+    ]
 
 
 @pytest.mark.parametrize(
@@ -297,7 +301,8 @@ def test_a_damaged_journal_is_reported_with_what_to_do_and_changes_nothing(tmp_p
     kill(start_paused_update(project, "after-first-move", tmp_path / "paused"))
     journal = project / ".npu-wizard" / "update" / "journal.json"
     journal.write_bytes(damage)  # what a power loss left of it
-    before = files_of(project)
+    stale_lock = (".npu-wizard/update.lock",)  # the killed update's, which the next one takes and drops
+    before = files_of(project, skip=stale_lock)
 
     for _ in range(2):
         result = update(project)
@@ -306,4 +311,32 @@ def test_a_damaged_journal_is_reported_with_what_to_do_and_changes_nothing(tmp_p
         assert result.stderr.startswith(f"npu-wizard: {project}: the journal of an interrupted update, {journal}, is")
         assert "so whether that update finished cannot be told; nothing was changed" in result.stderr
         assert f"diff -r {journal.parent / 'files'} {project}" in result.stderr
-        assert files_of(project) == before
+        assert files_of(project, skip=stale_lock) == before
+
+
+# ---- one update at a time ----------------------------------------------------------------
+
+
+def test_a_second_update_while_one_is_at_work_is_refused_naming_the_first(tmp_path: Path) -> None:
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    first = start_paused_update(project, "before-commit", tmp_path / "paused")  # it has staged, not committed
+    try:
+        during = files_of(project)
+        edit_answers(project, nodes=3, network__host_ips=["127.0.0.1"] * 3)
+        during["answers.yaml"] = ((project / "answers.yaml").read_bytes(), during["answers.yaml"][1])
+
+        second = update(project)
+
+        assert second.returncode == 1
+        assert second.stderr == (
+            f"npu-wizard: another npu-wizard update of {project} is running (held by pid {first.pid}: "
+            f"npu-wizard update {project}), so nothing was changed: wait for it to finish (or stop it), "
+            "then run this one again\n"
+        )
+        assert files_of(project) == during  # the first one's staging included
+    finally:
+        kill(first)
+    after = update(project)  # the lock died with its holder
+    assert after.returncode == 0, after.stderr
+    assert sorted(p.name for p in (project / "launch").iterdir()) == ["node0.sh", "node1.sh", "node2.sh", "run-node.sh"]
+    assert not (project / ".npu-wizard" / "update.lock").exists()
