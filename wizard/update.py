@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wizard import journal, pristine
+from wizard import pristine
 from wizard.answers import Answers, dump
 from wizard.errors import Problem, TargetError
 from wizard.merge import Conflict, merge
@@ -82,7 +82,6 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool) -> 
             removes.append(name)
         elif text is not None and text != mine:
             writes[name] = text
-    journal.check_targets(project, writes, removes)
     return UpdatePlan(
         project=project,
         changes=tuple(changes),

@@ -42,17 +42,10 @@ def _update_locked(project: Path, args: argparse.Namespace) -> int:
     return report_and_apply(plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts)
 
 
-def _command_line(args: argparse.Namespace) -> str:
-    """The update as a command line, for whoever finds the lock taken."""
-    words = ["npu-wizard", "update", args.project]
-    words += ["--answers", args.answers] if args.answers else []
-    words += ["--dry-run"] * args.dry_run + ["--write-conflicts"] * args.write_conflicts
-    return shlex.join(words)
-
-
 def report_and_apply(plan: UpdatePlan, answers: Answers, source: str, *, dry_run: bool, write_conflicts: bool) -> int:
     """Print what the update changes; write it unless a dry run or a conflict forbids."""
     project = plan.project
+    journal.check_targets(project, plan.writes, plan.removes)  # a dry run names them too
     if not plan.changes:
         if not dry_run and plan.new_pristine != plan.old_pristine:
             write(plan)  # the pristine copy follows the answers even when no file changes
@@ -87,3 +80,11 @@ def write(plan: UpdatePlan) -> None:
 
     writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
     journal.apply(plan.project, writes, plan.removes, plan.executable)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The update as a command line, for whoever finds the lock taken."""
+    words = ["npu-wizard", "update", args.project]
+    words += ["--answers", args.answers] if args.answers else []
+    words += ["--dry-run"] * args.dry_run + ["--write-conflicts"] * args.write_conflicts
+    return shlex.join(words)
