@@ -180,7 +180,7 @@ def test_a_journal_writing_through_a_linked_folder_is_refused(tmp_path: Path) ->
     result = update(project)
 
     assert result.returncode == 1
-    assert "asks to write 'data/x.sh', which data/x.sh: data is a symbolic link" in result.stderr
+    assert "asks to write 'data/x.sh', which is refused: data/x.sh: data is a symbolic link" in result.stderr
     assert list(elsewhere.iterdir()) == []
 
 
@@ -293,8 +293,15 @@ def test_an_update_fsyncs_staged_files_then_the_journal_then_each_changed_folder
 
 @pytest.mark.parametrize(
     "damage",
-    [b"", b'{"format": 2, "write": {"launch/no', b"\x00\x00\x00\x00", b"[1, 2]", b'{"format": 2, "write": ["x"]}'],
-    ids=["empty", "truncated", "zeros", "list", "wrong-shape"],
+    [
+        b"",
+        b'{"format": 2, "write": {"launch/no',
+        b"\x00\x00\x00\x00",
+        b"[1, 2]",
+        b'{"format": 2, "write": ["x"]}',
+        b"[" * 100_000,
+    ],
+    ids=["empty", "truncated", "zeros", "list", "wrong-shape", "nested"],
 )
 def test_a_damaged_journal_is_reported_with_what_to_do_and_changes_nothing(tmp_path: Path, damage: bytes) -> None:
     project = four_node_update_of_a_two_node_project(tmp_path)

@@ -129,11 +129,15 @@ def _read_journal(project: Path, journal: Path) -> Entries:
             raise ValueError(f"{info.st_size} bytes, more than any update writes")
         document = json.loads(journal.read_bytes())
         entries = _entries(document)
+    except RecursionError:
+        raise _damaged(project, journal, "nested too deep to be a journal") from None
     except (OSError, ValueError) as error:
         raise _damaged(project, journal, str(error)) from None
     for action, names in (("write", entries.write), ("remove", entries.remove)):
         for name, digest in names.items():
-            problem = _name_problem(name, action) or target_problem(project, name)
+            problem = _name_problem(name, action)
+            if not problem and (obstacle := target_problem(project, name)):
+                problem = f"is refused: {obstacle}"
             if not problem and action == "write":
                 problem = _staged_problem(journal.parent, name, digest)
             if problem:
