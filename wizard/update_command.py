@@ -22,6 +22,14 @@ def update(args: argparse.Namespace) -> int:
         return _update_locked(project, args)
 
 
+def _command_line(args: argparse.Namespace) -> str:
+    """The update as a command line, for whoever finds the lock taken."""
+    words = ["npu-wizard", "update", args.project]
+    words += ["--answers", args.answers] if args.answers else []
+    words += ["--dry-run"] * args.dry_run + ["--write-conflicts"] * args.write_conflicts
+    return shlex.join(words)
+
+
 def _update_locked(project: Path, args: argparse.Namespace) -> int:
     """`update` while holding the project's update lock."""
     from wizard.cli import _print_warnings, _read_answers_text, answers_base
@@ -80,11 +88,3 @@ def write(plan: UpdatePlan) -> None:
 
     writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
     journal.apply(plan.project, writes, plan.removes, plan.executable)
-
-
-def _command_line(args: argparse.Namespace) -> str:
-    """The update as a command line, for whoever finds the lock taken."""
-    words = ["npu-wizard", "update", args.project]
-    words += ["--answers", args.answers] if args.answers else []
-    words += ["--dry-run"] * args.dry_run + ["--write-conflicts"] * args.write_conflicts
-    return shlex.join(words)
