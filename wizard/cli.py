@@ -157,7 +157,7 @@ def build_update_parser() -> argparse.ArgumentParser:
         "three ways (the project as generated, your copy, the new render). Edit answers.yaml and run it, "
         "or give another answers file.",
         epilog="Exit codes: 0 updated (or nothing to do), 1 conflicts (each file and its lines named; nothing "
-        "changed unless --write-conflicts) or bad answers or project.",
+        "changed unless --write-conflicts), bad answers or project, or another update of it at work (named).",
     )
     parser.add_argument("project", help="the rendered project folder")
     parser.add_argument("--answers", metavar="FILE", help="the new answers (default: the project's answers.yaml)")

@@ -3,28 +3,46 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from wizard import journal
 from wizard.answers import Answers, load_text
 from wizard.errors import ConflictError, TargetError
 from wizard.update import ANSWERS_FILE, UpdatePlan, plan_update
+from wizard.update_lock import update_lock
 
 
 def update(args: argparse.Namespace) -> int:
     """Merge the new answers' render into the project; 0 when done, ConflictError on conflicts."""
-    from wizard.cli import _print_warnings, _read_answers_text, answers_base
-
     project = Path(args.project)
     if not project.is_dir():
         raise TargetError(f"{project} is not a folder; name a project rendered by npu-wizard")
+    with update_lock(project, _command_line(args), optional=args.dry_run):
+        return _update_locked(project, args)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The update as a command line, for whoever finds the lock taken."""
+    words = ["npu-wizard", "update", args.project]
+    words += ["--answers", args.answers] if args.answers else []
+    words += ["--dry-run"] * args.dry_run + ["--write-conflicts"] * args.write_conflicts
+    return shlex.join(words)
+
+
+def _update_locked(project: Path, args: argparse.Namespace) -> int:
+    """`update` while holding the project's update lock."""
+    from wizard.cli import _print_warnings, _read_answers_text, answers_base
+
     if journal.pending(project):
         if args.dry_run:
             raise TargetError(
                 f"an update of {project} was interrupted; run npu-wizard update without --dry-run to finish it"
             )
-        journal.roll_forward(project)
+        kept = journal.roll_forward(project)
         print(f"finished the interrupted update of {project} first")
+        for name in kept:
+            print(f"  kept     {name} (changed since that update began: not removed)")
     source = args.answers or str(project / ANSWERS_FILE)
     answers = load_text(_read_answers_text(source), answers_base(source))
     plan = plan_update(project, answers, keep_answers_file=args.answers is None)
@@ -35,6 +53,7 @@ def update(args: argparse.Namespace) -> int:
 def report_and_apply(plan: UpdatePlan, answers: Answers, source: str, *, dry_run: bool, write_conflicts: bool) -> int:
     """Print what the update changes; write it unless a dry run or a conflict forbids."""
     project = plan.project
+    journal.check_targets(project, plan.writes, plan.removes)  # a dry run names them too
     if not plan.changes:
         if not dry_run and plan.new_pristine != plan.old_pristine:
             write(plan)  # the pristine copy follows the answers even when no file changes

@@ -197,9 +197,10 @@ class ReviewScreen(Screen[None]):
         from wizard.render import RenderResult
         from wizard.update import plan_update
         from wizard.update_command import write
+        from wizard.update_lock import update_lock
 
         try:
-            with RENDER_LOCK:
+            with RENDER_LOCK, update_lock(target, "npu-wizard --edit (the wizard)"):
                 plan = plan_update(target, self.app.state.answers(), keep_answers_file=False)
                 if not plan.conflicts:
                     write(plan)
