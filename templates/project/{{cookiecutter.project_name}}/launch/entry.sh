@@ -15,7 +15,10 @@
 {%- if cookiecutter.engine == "slurm" %}
 # Ports: jobs may share a node, so each job takes its own from its job id:
 #   MASTER_PORT       = {{ cookiecutter.master_port|int }} + job id % {{ (cookiecutter|port_plan).masters|int }}
-#   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + (job id % {{ (cookiecutter|port_plan).slots|int }}) x {{ cookiecutter.hccl_port_count|int }}
+#   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + slot x {{ cookiecutter.hccl_port_count|int }}, slot = job id % {{ (cookiecutter|port_plan).slots|int }}
+# Jobs fewer than {{ (cookiecutter|port_plan).slots|int }} ids apart never share a port; two jobs {{ (cookiecutter|port_plan).slots|int }} (or {{ (cookiecutter|port_plan).masters|int }}) ids apart
+# on one node would: the preflight (runtime/preflight.py) then stops the node before any
+# rank starts, naming the port and the slot that another job holds.
 {%- else %}
 # Ports: each pod has a network namespace of its own: MASTER_PORT is the operator's, the
 # HCCL ports start at {{ cookiecutter.hccl_base_port|int }} as rendered.
@@ -67,8 +70,12 @@ fi
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" && -z "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
     export ASCEND_RT_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"
 fi
+# An inherited MASTER_PORT is ignored: every node of the job must compute the same one.
 master_port=$(({{ cookiecutter.master_port|int }} + job_id % {{ (cookiecutter|port_plan).masters|int }}))
-hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + (job_id % {{ (cookiecutter|port_plan).slots|int }}) * {{ cookiecutter.hccl_port_count|int }}))
+hccl_slot=$((job_id % {{ (cookiecutter|port_plan).slots|int }}))
+hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + hccl_slot * {{ cookiecutter.hccl_port_count|int }}))
+# For the preflight: a port found taken is then named with the job and the slot it came from.
+export NPU_WIZARD_JOB_ID="$job_id" NPU_WIZARD_HCCL_SLOT="$hccl_slot"
 job="job $job_id"
 {%- elif cookiecutter.engine == "ascendjob" %}
 
