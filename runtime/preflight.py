@@ -300,6 +300,26 @@ def hccl_address(env: Mapping[str, str]) -> str | None:
     return found[1] if found else None
 
 
+def as_job_clash(result: Result, env: Mapping[str, str], ports: str) -> Result:
+    """A port taken under Slurm, whose ports come from the job id: name the job, the slot, the likely holder."""
+    job, slot = env.get("NPU_WIZARD_JOB_ID"), env.get("NPU_WIZARD_HCCL_SLOT")
+    if result.status != FAIL or not job or slot is None:
+        return result
+    host = socket.gethostname()
+    if result.name == "master port":
+        clash = f"job {job} takes master port {ports} from its job id; another job on {host} whose id gives the same port"
+    else:
+        clash = f"job {job} takes HCCL slot {slot} ({ports}) from its job id; another job on {host} in slot {slot}"
+    return Result(
+        result.name,
+        FAIL,
+        f"{result.detail}: {clash} probably holds it",
+        f"see who holds it (ss -tlnp 'sport = :{ports.split('-')[0]}'; squeue -w {host}), then submit again: "
+        "a new job id takes other ports (or keep jobs off a shared node: sbatch --exclusive); "
+        "if no job holds it, reserve the ports (sysctl/reserve-ports.sh)",
+    )
+
+
 def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Result]:
     """The fast checks of this node for its launch script."""
     node = int(env.get("NODE_RANK", "0"))
@@ -313,7 +333,8 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
     if node == 0:
         results.append(check_master_local(master_addr))
         every_address = "::" if ":" in master_addr else ""
-        results.append(check_port_free("master port", every_address, master_port))
+        master_free = check_port_free("master port", every_address, master_port)
+        results.append(as_job_clash(master_free, env, str(master_port)))
     elif not is_loopback(master_addr):
         # (simulated nodes start together on loopback: node 0 may not be up yet)
         wait = args.wait
@@ -325,7 +346,8 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
     if args.device == "npu" and address and results[0].status == PASS:
         base = int(env.get("HCCL_IF_BASE_PORT", "60000"))
         count = args.hccl_port_count
-        results.append(check_ports_free("HCCL ports", address, base, count))
+        hccl_free = check_ports_free("HCCL ports", address, base, count)
+        results.append(as_job_clash(hccl_free, env, f"{base}-{base + count - 1}"))
     return results
 
 

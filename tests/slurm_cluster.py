@@ -43,10 +43,31 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int) -> str:
+JOB_ID_BLOCK = 100
+"""Job ids each test cluster may give: its jobs' master ports (29500 + job id % 1000) stay its own."""
+
+
+def first_job_id(env: dict[str, str] | None = None, run_pid: int | None = None) -> int:
+    """This test process's first job id: clusters running at once get job ids, and so master ports, apart.
+
+    Every cluster would otherwise start at job id 1, and two of them on this host (two
+    pytest-xdist workers, or two test runs) would give their first jobs the same master port.
+    Workers of one run get different blocks of ids; separate runs differ by their pid.
+    """
+    env = os.environ if env is None else env
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
+    # the workers of one run share their parent, the controller
+    run = (os.getppid() if worker else os.getpid()) if run_pid is None else run_pid
+    block = (run + index) % (1000 // JOB_ID_BLOCK)
+    return 1 + block * JOB_ID_BLOCK
+
+
+def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int, first_job: int = 1) -> str:
     """The cluster's slurm.conf: two nodes on 127.0.0.1, munge through the folder's own socket."""
     lines = [
         "ClusterName=npuwizardtest",
+        f"FirstJobId={first_job}",
         "SlurmctldHost=localhost",
         f"SlurmctldPort={ctld_port}",
         "AuthType=auth/munge",
@@ -104,7 +125,10 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         ports = {name: _free_port() for name in NODES}
-        self.conf.write_text(slurm_conf(self.root, _free_port(), ports, cpus=os.cpu_count() or 2))
+        self.first_job_id = first_job_id()
+        self.conf.write_text(
+            slurm_conf(self.root, _free_port(), ports, cpus=os.cpu_count() or 2, first_job=self.first_job_id)
+        )
         self._daemon(
             [
                 "munged",

@@ -171,3 +171,38 @@ def test_a_dangling_symlink_output_is_refused(tmp_path: Path) -> None:
     result = run_cli("--answers", str(tmp_path / "a.yaml"), "-o", str(tmp_path / "link"))
     refused(result, f"{tmp_path / 'link'} is a symlink to {tmp_path / 'gone'}, which does not exist")
     assert not (tmp_path / "gone").exists()
+
+
+PAST_THE_LAST_PORT = [
+    # (answers, the port or range the message names)
+    ({"network": {"master_port": 65535}}, "65536"),
+    ({"network": {"hccl_base_port": 65520, "hccl_port_count": 32}}, "65520-65551"),
+    ({"cluster": {"engine": "slurm"}, "network": {"master_port": 65000}}, "65000-65999"),
+    ({"cluster": {"engine": "slurm"}, "network": {"hccl_base_port": 65000}}, "65000-67047"),
+]
+
+
+@pytest.mark.parametrize(("extra", "named"), PAST_THE_LAST_PORT)
+def test_a_derived_port_past_65535_is_refused_naming_it(extra: dict, named: str, tmp_path: Path) -> None:
+    document = {"project_name": "demo", "device": "cpu", "devices_per_node": 2, **extra}
+    refused(render_file(tmp_path, answers_yaml(document)), named, "65535")
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_refuses_a_project_whose_status_port_would_be_65536(tmp_path: Path) -> None:
+    render_file(tmp_path, answers_yaml({"project_name": "demo", "device": "cpu", "devices_per_node": 2}))
+    project = tmp_path / "out" / "demo"
+    answers_file = project / "answers.yaml"
+    answers_file.write_text(answers_file.read_text().replace("master_port: 29500", "master_port: 65535"))
+    refused(run_cli("run", str(project)), "network.master_port: 65535", "65536")
+    assert not (project / "runs").exists()
+
+
+def test_run_refuses_a_status_port_past_65535(tmp_path: Path) -> None:
+    render_file(tmp_path, GOOD)
+    project = tmp_path / "out" / "demo"
+    result = run_cli("run", str(project), "--status-port", "65536")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "--status-port: '65536': give a port from 1 to 65535" in result.stderr
+    assert not (project / "runs").exists()

@@ -9,6 +9,7 @@ records each rank's environment.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -129,3 +130,95 @@ def test_the_shared_script_refuses_to_start_without_the_entry_script(tmp_path: P
     result = run_script(["bash", "launch/run-node.sh"], project, script_env(record))
     assert result.returncode == 2
     assert "start launch/entry.sh instead" in result.stderr
+
+
+def hold_a_port(host: str, first: int, last: int) -> socket.socket:
+    """A listening socket on the first port from `first` to `last` that is free here (another job's, in effect)."""
+    for port in range(first, last + 1):
+        holder = socket.socket()
+        try:
+            holder.bind((host, port))
+        except OSError:
+            holder.close()
+            continue
+        holder.listen()
+        return holder
+    raise AssertionError(f"no free port in {first}-{last} to hold")
+
+
+SLURM_PORTS = {
+    "cluster.engine": "slurm",
+    "network.host_ips": None,
+    "network.master_addr": None,
+    "network.master_port": 29500,
+    "network.hccl_base_port": 60000,
+    "network.hccl_port_count": 16,
+}
+
+
+def test_a_master_port_another_job_holds_stops_node_0_naming_the_port_and_the_job(tmp_path: Path) -> None:
+    project = render_project(tmp_path, nodes=2, device="cpu", **SLURM_PORTS)
+    record = with_fake_train(project, tmp_path)
+    with hold_a_port("0.0.0.0", 29500, 30499) as holder:
+        port = holder.getsockname()[1]
+        job = 7000 + port - 29500  # MASTER_PORT = 29500 + job id % 1000
+        env = script_env(record, doubles(tmp_path), **slurm_variables(0, SLURM_JOB_ID=str(job)))
+        result = run_script(["bash", "launch/entry.sh"], project, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert f"preflight FAIL: master port: {port} is taken" in output
+    assert f"job {job} takes master port {port} from its job id; another job on" in output
+    assert "probably holds it" in output
+    assert f"ss -tlnp 'sport = :{port}'" in output
+    assert list(record.iterdir()) == []  # no launcher, no rank
+
+
+def test_hccl_ports_another_job_holds_stop_the_node_naming_the_port_and_the_slot(tmp_path: Path) -> None:
+    project = render_project(tmp_path, nodes=2, device="npu", **SLURM_PORTS)
+    record = with_fake_train(project, tmp_path)
+    with hold_a_port("127.0.0.1", 60000, 61023) as holder:
+        port = holder.getsockname()[1]
+        slot = (port - 60000) // 16
+        job = slot + 64 * 3  # HCCL_IF_BASE_PORT = 60000 + (job id % 64) x 16
+        env = script_env(record, doubles(tmp_path), **slurm_variables(1, SLURM_JOB_ID=str(job)))
+        result = run_script(["bash", "launch/entry.sh"], project, env)
+    output = result.stdout + result.stderr
+    first = 60000 + slot * 16
+    assert result.returncode == 1, output
+    assert f"preflight FAIL: HCCL ports: {port} taken on 127.0.0.1 (HCCL needs {first}-{first + 15})" in output
+    assert f"job {job} takes HCCL slot {slot} ({first}-{first + 15}) from its job id" in output
+    assert f"another job on {socket.gethostname()} in slot {slot} probably holds it" in output
+    assert list(record.iterdir()) == []
+
+
+def test_an_inherited_master_port_is_ignored_under_slurm(tmp_path: Path) -> None:
+    project = render_project(tmp_path, nodes=2, **SLURM_PORTS)
+    record = with_fake_train(project, tmp_path)
+    env = script_env(
+        record, doubles(tmp_path), NPU_WIZARD_SKIP_PREFLIGHT="1", MASTER_PORT="12345", **slurm_variables(1)
+    )
+    result = run_script(["bash", "launch/entry.sh"], project, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    argv = (record / "torchrun.argv").read_text().split()
+    assert argv[argv.index("--master-port") + 1] == str(29500 + JOB_ID % 1000)
+
+
+def test_a_one_node_job_moves_past_ports_another_job_holds(tmp_path: Path) -> None:
+    project = render_project(tmp_path, nodes=1, device="cpu", **SLURM_PORTS)
+    record = with_fake_train(project, tmp_path)
+    job = 8123  # master port 29500 + 8123 % 1000 = 29623, HCCL slot 8123 % 64 = 59: ports 60944-60959
+    variables = slurm_variables(0, SLURM_JOB_ID=str(job), SLURM_NNODES="1", SLURM_JOB_NODELIST="n1")
+    env = script_env(record, doubles(tmp_path), NPU_WIZARD_SKIP_PREFLIGHT="1", **variables)
+    with hold_a_port("0.0.0.0", 29623, 29623), hold_a_port("0.0.0.0", 60950, 60950):
+        result = run_script(["bash", "launch/entry.sh"], project, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    host = socket.gethostname()
+    assert f"entry: master port 29623 is taken on {host} (another job?): job {job} takes " in output
+    assert f"entry: HCCL slot 59 is taken on {host} (another job?): job {job} takes slot " in output
+    master = int(output.split(f"job {job} takes ")[1].split()[0])
+    slot = int(output.split(f"job {job} takes slot ")[1].split()[0])
+    assert master != 29623 and slot != 59
+    assert f"master 127.0.0.1:{master}, HCCL_IF_IP 127.0.0.1, HCCL ports from {60000 + slot * 16}" in output
+    argv = (record / "torchrun.argv").read_text().split()
+    assert argv[argv.index("--master-port") + 1] == str(master)

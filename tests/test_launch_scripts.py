@@ -815,7 +815,8 @@ def test_under_slurm_every_job_ids_ports_are_reserved(tmp_path: Path) -> None:
     result = reserve(project / "sysctl", tmp_path, "8080,61000-61100\n", "--print")
     assert (result.returncode, result.stdout) == (0, "8080,29500-30499,60000-61100\n"), result.stderr
     entry = (project / "launch" / "entry.sh").read_text()
-    assert "master_port=$((29500 + job_id % 1000))" in entry and "hccl_base=$((60000 + (job_id % 64) * 16))" in entry
+    assert "master_offset=$((job_id % 1000))" in entry and "master_port=$((29500 + master_offset))" in entry
+    assert "hccl_slot=$((job_id % 64))" in entry and "hccl_base=$((60000 + hccl_slot * 16))" in entry
     assert "60000-61023" in (project / "sysctl" / "README.md").read_text()
 
 

@@ -99,7 +99,7 @@ def build_run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--status-port",
-        type=int,
+        type=_port,
         metavar="PORT",
         help="port on the master where node 0's runner hears every rank (default: master_port + 1)",
     )
@@ -134,6 +134,17 @@ def _at_least_one(value: str) -> int:
         number = 0
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of 1 or more")
+    return number
+
+
+def _port(value: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a port from 1 to 65535")
     return number
 
 

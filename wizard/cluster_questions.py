@@ -10,6 +10,8 @@ MASTER_PORT_SPAN = 1000
 """Under a scheduler MASTER_PORT = master_port + job id modulo this, so packed jobs differ."""
 HCCL_SLOTS = 64
 """Under a scheduler each job's HCCL ports are slot (job id modulo this) of the range from the base port."""
+OPERATOR_MASTER_PORTS = {"ascendjob": 2222, "pytorchjob": 23456}
+"""The master port a Kubernetes operator gives its pods (its default container port), not the answers' master_port."""
 
 
 def engine_of(values: Values) -> str:

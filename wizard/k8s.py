@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from wizard.answers import Answers
+from wizard.cluster_questions import OPERATOR_MASTER_PORTS
 from wizard.errors import WizardError
 
 ENGINES = ("ascendjob", "pytorchjob")
@@ -31,8 +32,8 @@ CONFIGMAP_FILE = "k8s/project.yaml"
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses bigger ConfigMaps
 # The ascend-operator reads the master port from the container port of this name (default 2222);
 # the training operator's default port name and number for PyTorchJob.
-ASCENDJOB_PORT = ("ascendjob-port", 2222)
-PYTORCHJOB_PORT = ("pytorchjob-port", 23456)
+ASCENDJOB_PORT = ("ascendjob-port", OPERATOR_MASTER_PORTS["ascendjob"])
+PYTORCHJOB_PORT = ("pytorchjob-port", OPERATOR_MASTER_PORTS["pytorchjob"])
 # The card type label the Ascend Volcano plug-in schedules by. A3 under ascend-910b is not confirmed on a cluster.
 RING_CONTROLLER = {"atlas-training": "ascend-910", "atlas-a2": "ascend-910b", "atlas-a3": "ascend-910b"}
 

@@ -165,7 +165,8 @@ QUESTIONS: tuple[Question, ...] = (
         step="topology",
         help="A free TCP port on the master node (MASTER_PORT), outside the HCCL port range "
         "and, ideally, outside the ephemeral range 32768-60999. Under Slurm the job adds its "
-        "job id modulo 1000, so jobs sharing a node never collide.",
+        "job id modulo 1000, so jobs sharing a node keep apart (a clash stops the job at start, naming "
+        "the port). Kubernetes pods use the operator's port instead.",
     ),
     Question(
         name="network.nic",

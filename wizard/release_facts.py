@@ -16,7 +16,7 @@ import jinja2
 from jinja2.ext import Extension
 
 from wizard import hardware
-from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN
+from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN, OPERATOR_MASTER_PORTS
 
 EXTENSION = f"{__name__}.ReleaseFacts"
 FEATURES: dict[str, Callable[[str], bool]] = {
@@ -58,8 +58,10 @@ class PortPlan:
 
 
 def port_plan(context: Mapping[str, object]) -> PortPlan:
-    """The ports of a cookiecutter context: one job's, or under Slurm every job id's (cluster_questions)."""
+    """The ports of a cookiecutter context: one job's, under Slurm every job id's, under Kubernetes the operator's."""
     master, base, count = (int(str(context[key])) for key in ("master_port", "hccl_base_port", "hccl_port_count"))
+    # a Kubernetes operator gives the pods its own master port, whatever the answers say
+    master = OPERATOR_MASTER_PORTS.get(str(context["engine"]), master)
     by_job_id = context["engine"] == "slurm"
     masters, slots = (MASTER_PORT_SPAN, HCCL_SLOTS) if by_job_id else (1, 1)
     return PortPlan((master, master + masters - 1), (base, base + slots * count - 1), by_job_id, masters, slots)

@@ -93,7 +93,14 @@ def ports_apart(v: Values) -> Iterator[Problem]:
     last = base + count - 1
     if last > 65535:
         yield _error("network.hccl_base_port", base, f"the HCCL range {base}-{last} runs past port 65535")
-    if base <= port + 1 <= last and not base <= port <= last:
+    if port + 1 > 65535:
+        yield _error(
+            "network.master_port",
+            port,
+            f"npu-wizard run's status stream listens on the next port, {port + 1}, past 65535; "
+            "choose a master port up to 65534",
+        )
+    elif base <= port + 1 <= last and not base <= port <= last:
         yield _warning(
             "network.master_port",
             port,

@@ -15,7 +15,13 @@
 {%- if cookiecutter.engine == "slurm" %}
 # Ports: jobs may share a node, so each job takes its own from its job id:
 #   MASTER_PORT       = {{ cookiecutter.master_port|int }} + job id % {{ (cookiecutter|port_plan).masters|int }}
-#   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + (job id % {{ (cookiecutter|port_plan).slots|int }}) x {{ cookiecutter.hccl_port_count|int }}
+#   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + slot x {{ cookiecutter.hccl_port_count|int }}, slot = job id % {{ (cookiecutter|port_plan).slots|int }}
+# Jobs fewer than {{ (cookiecutter|port_plan).slots|int }} ids apart never share a port; two jobs {{ (cookiecutter|port_plan).slots|int }} (or {{ (cookiecutter|port_plan).masters|int }}) ids apart
+# on one node would.
+{%- if cookiecutter.nodes|int == 1 %} This job has one node, so it moves on to the next free slot
+# (or master port) there.
+{%- endif %} Where a port is still taken, the preflight (runtime/preflight.py)
+# stops the node before any rank starts, naming the port and the slot that another job holds.
 {%- else %}
 # Ports: each pod has a network namespace of its own: MASTER_PORT is the operator's, the
 # HCCL ports start at {{ cookiecutter.hccl_base_port|int }} as rendered.
@@ -67,8 +73,29 @@ fi
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" && -z "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
     export ASCEND_RT_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"
 fi
-master_port=$(({{ cookiecutter.master_port|int }} + job_id % {{ (cookiecutter|port_plan).masters|int }}))
-hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + (job_id % {{ (cookiecutter|port_plan).slots|int }}) * {{ cookiecutter.hccl_port_count|int }}))
+# An inherited MASTER_PORT is ignored: every node of the job must compute the same one.
+master_offset=$((job_id % {{ (cookiecutter|port_plan).masters|int }}))
+hccl_slot=$((job_id % {{ (cookiecutter|port_plan).slots|int }}))
+{%- if cookiecutter.nodes|int == 1 %}
+# A one-node job has no other node to agree with: past a master port or an HCCL slot that
+# another job on this node holds, it takes the next free one (runtime/ports.py).
+if free="$("${PYTHON:-python3}" -m runtime.ports "$master_offset" {{ (cookiecutter|port_plan).masters|int }} {{ cookiecutter.master_port|int }} 1 2>/dev/null)" && whole_number "$free"; then
+    if ((free != master_offset)); then
+        echo "entry: master port $(({{ cookiecutter.master_port|int }} + master_offset)) is taken on $(hostname) (another job?): job $job_id takes $(({{ cookiecutter.master_port|int }} + free)) instead"
+    fi
+    master_offset="$free"
+fi
+if free="$("${PYTHON:-python3}" -m runtime.ports "$hccl_slot" {{ (cookiecutter|port_plan).slots|int }} {{ cookiecutter.hccl_base_port|int }} {{ cookiecutter.hccl_port_count|int }} 2>/dev/null)" && whole_number "$free"; then
+    if ((free != hccl_slot)); then
+        echo "entry: HCCL slot $hccl_slot is taken on $(hostname) (another job?): job $job_id takes slot $free instead"
+    fi
+    hccl_slot="$free"
+fi
+{%- endif %}
+master_port=$(({{ cookiecutter.master_port|int }} + master_offset))
+hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + hccl_slot * {{ cookiecutter.hccl_port_count|int }}))
+# For the preflight: a port found taken is then named with the job and the slot it came from.
+export NPU_WIZARD_JOB_ID="$job_id" NPU_WIZARD_HCCL_SLOT="$hccl_slot"
 job="job $job_id"
 {%- elif cookiecutter.engine == "ascendjob" %}
 

@@ -14,6 +14,10 @@
 #     the other nodes is harmless: a reservation only stops automatic assignment, an
 #     explicit bind still works.
 {%- endif %}
+{%- if cookiecutter.engine in ["ascendjob", "pytorchjob"] %}
+# Each pod has its own reserved list: a node's does not reach it (sysctl/README.md says how
+# to set it in the pods); this script serves pods that run with hostNetwork.
+{%- endif %}
 #
 # Run it on every node:
 #   bash sysctl/reserve-ports.sh               dry run: show the merged list, change nothing

@@ -2,9 +2,11 @@
 # Reserve the ports a2-acjob needs, so the kernel never hands them
 # out as ephemeral (outgoing) ports:
 #   - HCCL host ports 60000-60031 (HCCL_IF_BASE_PORT, 32 ports), used on every node;
-#   - the master port 29500 (MASTER_PORT), used on node 0. Reserving it on
+#   - the master port 2222 (MASTER_PORT), used on node 0. Reserving it on
 #     the other nodes is harmless: a reservation only stops automatic assignment, an
 #     explicit bind still works.
+# Each pod has its own reserved list: a node's does not reach it (sysctl/README.md says how
+# to set it in the pods); this script serves pods that run with hostNetwork.
 #
 # Run it on every node:
 #   bash sysctl/reserve-ports.sh               dry run: show the merged list, change nothing
@@ -20,7 +22,7 @@
 set -euo pipefail
 
 PROJECT=a2-acjob
-OURS=29500,60000-60031
+OURS=2222,60000-60031
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
 CONF_FILE="$SYSCTL_DIR/90-$PROJECT-ports.conf"

@@ -9,7 +9,10 @@
 #
 # Ports: jobs may share a node, so each job takes its own from its job id:
 #   MASTER_PORT       = 29500 + job id % 1000
-#   HCCL_IF_BASE_PORT = 60000 + (job id % 64) x 32
+#   HCCL_IF_BASE_PORT = 60000 + slot x 32, slot = job id % 64
+# Jobs fewer than 64 ids apart never share a port; two jobs 64 (or 1000) ids apart
+# on one node would. Where a port is still taken, the preflight (runtime/preflight.py)
+# stops the node before any rank starts, naming the port and the slot that another job holds.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,8 +59,13 @@ fi
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" && -z "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
     export ASCEND_RT_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"
 fi
-master_port=$((29500 + job_id % 1000))
-hccl_base=$((60000 + (job_id % 64) * 32))
+# An inherited MASTER_PORT is ignored: every node of the job must compute the same one.
+master_offset=$((job_id % 1000))
+hccl_slot=$((job_id % 64))
+master_port=$((29500 + master_offset))
+hccl_base=$((60000 + hccl_slot * 32))
+# For the preflight: a port found taken is then named with the job and the slot it came from.
+export NPU_WIZARD_JOB_ID="$job_id" NPU_WIZARD_HCCL_SLOT="$hccl_slot"
 job="job $job_id"
 
 # ---- checks every engine shares ------------------------------------------------------
