@@ -89,7 +89,7 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool) -> 
         removes=tuple(removes),
         executable=theirs.executable,
         new_pristine=pristine.encode(theirs),
-        old_pristine=(project / pristine.PRISTINE).read_bytes(),
+        old_pristine=pristine.read_stored(project),
         warnings=answers.warnings,
     )
 
