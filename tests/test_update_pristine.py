@@ -8,7 +8,7 @@ import sys
 import zlib
 from pathlib import Path
 
-from tests.test_update import files_of, project_raw, render_project, update
+from tests.test_update import edit_answers, files_of, project_raw, render_project, update
 from wizard.pristine import PRISTINE, Pristine, encode, load
 
 # Runs `npu-wizard ARGS` and prints the process's peak resident memory at exit (KiB, as getrusage gives it).
@@ -19,6 +19,7 @@ code = main(sys.argv[1:])
 print(f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
 sys.exit(code)
 """
+GBK_NOTE = "# 机架七的两台机器: 节点零在上\n".encode("gbk")  # a note saved by an editor set to GBK
 ADDRESS_SPACE = 3 * 2**30  # so that a run of the unfixed code fails with MemoryError, not by taking the machine
 
 
@@ -73,3 +74,35 @@ def test_a_pristine_copy_naming_a_file_outside_the_project_is_refused_and_that_f
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{PRISTINE} is damaged ('../../victim.txt' is not a file name inside a project)" in result.stderr
     assert victim.read_text() == "someone's notes\n"
+
+
+# ---- a file edited in another encoding ------------------------------------------------
+
+
+def test_a_file_edited_in_gbk_is_merged_byte_for_byte(tmp_path: Path) -> None:
+    project = render_project(tmp_path, project_raw(2))
+    train = project / "train.py"
+    generated = train.read_bytes()
+    train.write_bytes(GBK_NOTE + generated)
+    edit_answers(project, nodes=4, network__host_ips=["127.0.0.1"] * 4)
+
+    result = update(project)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "  merged   train.py (your edits kept)" in result.stdout.splitlines()
+    assert train.read_bytes() == GBK_NOTE + generated.replace(b"NODES = 2\n", b"NODES = 4\n")
+
+
+def test_a_file_saved_as_utf16_is_named_and_nothing_changes(tmp_path: Path) -> None:
+    project = render_project(tmp_path, project_raw(2))
+    readme = project / "README.md"
+    readme.write_bytes(readme.read_text().encode("utf-16"))
+    edit_answers(project, nodes=4, network__host_ips=["127.0.0.1"] * 4)
+    before = files_of(project)
+
+    result = update(project)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith(f"npu-wizard: {readme} holds NUL bytes (a binary file, or text saved as UTF-16)")
+    assert "save it as UTF-8" in result.stderr
+    assert files_of(project) == before

@@ -8,6 +8,7 @@ without writing, `apply_update` writes it (wizard.journal makes that atomic).
 
 from __future__ import annotations
 
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ class UpdatePlan:
 
     project: Path
     changes: tuple[FileChange, ...]
-    writes: dict[str, str] = field(repr=False)
+    writes: dict[str, str | bytes] = field(repr=False)
     removes: tuple[str, ...]
     executable: frozenset[str]
     new_pristine: bytes = field(repr=False)
@@ -69,11 +70,11 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool) -> 
     else:
         theirs.files[ANSWERS_FILE] = dump(answers)
     changes: list[FileChange] = []
-    writes: dict[str, str] = {}
+    writes: dict[str, str | bytes] = {}
     removes: list[str] = []
     for name in sorted(set(base.files) | set(theirs.files)):
         old, new = base.files.get(name), theirs.files.get(name)
-        mine = (project / name).read_text(encoding="utf-8") if name in yours_names else None
+        mine = read_yours(project, name) if name in yours_names else None
         change, text = _merge_file(name, old, mine, new)
         if change is None:
             continue
@@ -81,7 +82,7 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool) -> 
         if change.action == "removed":
             removes.append(name)
         elif text is not None and text != mine:
-            writes[name] = text
+            writes[name] = _as_written(text)
     return UpdatePlan(
         project=project,
         changes=tuple(changes),
@@ -116,6 +117,34 @@ def _merge_file(name: str, old: str | None, mine: str | None, new: str | None) -
     if mine == old:
         return FileChange(name, "updated"), result.text
     return FileChange(name, "merged", "your edits kept"), result.text
+
+
+def read_yours(project: Path, name: str) -> str:
+    """The user's copy of a file as text: bytes that are not UTF-8 (a comment saved in GBK) kept as they are."""
+    path = project / name
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise TargetError(f"{path} is not a regular file; put the file npu-wizard generated back, then update")
+        data = path.read_bytes()
+    except OSError as error:
+        raise TargetError(f"cannot read {path}: {error.strerror or error}; nothing was changed") from None
+    if b"\0" in data:
+        raise TargetError(
+            f"{path} holds NUL bytes (a binary file, or text saved as UTF-16): update merges text line by line, "
+            "so nothing was changed; save it as UTF-8 (iconv -f UTF-16 -t UTF-8) or put the generated file back, "
+            "then update again"
+        )
+    # Every other byte merges as it is, line by line (as git merge-file does): surrogateescape round-trips it.
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _as_written(text: str) -> str | bytes:
+    """A merged text as the journal writes it: bytes where it holds the user's bytes that are not UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
+    return text
 
 
 def _load_base(project: Path) -> pristine.Pristine:
