@@ -166,6 +166,13 @@ def build_update_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on conflicts, write the merge anyway with <<<<<<< / ======= / >>>>>>> markers to resolve by hand",
     )
+    parser.add_argument(
+        "--rebase",
+        action="store_true",
+        help="when .npu-wizard/pristine.json.gz is missing or damaged: keep your files and put <<<<<<< markers "
+        "around every difference from the new render (without the base nothing tells your edits from the "
+        "generator's); the new render becomes the base",
+    )
     return parser
 
 

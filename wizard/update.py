@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wizard import pristine
-from wizard.answers import Answers, dump
-from wizard.errors import Problem, TargetError
-from wizard.merge import Conflict, merge
+from wizard.answers import Answers, dump, load_text
+from wizard.errors import Problem, TargetError, WizardError
+from wizard.merge import Conflict, merge, merge_two_way
 from wizard.project import walk_files
 from wizard.render import render
 
@@ -60,9 +60,12 @@ class UpdatePlan:
         return tuple(change for change in self.changes if change.action == "conflict")
 
 
-def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool) -> UpdatePlan:
-    """Merge a render of `answers` into `project`; `keep_answers_file` leaves its answers.yaml as the user wrote it."""
-    base = _load_base(project)
+def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool, rebase: bool = False) -> UpdatePlan:
+    """Merge a render of `answers` into `project`; `keep_answers_file` leaves its answers.yaml as the user wrote it.
+
+    `rebase` merges without the pristine copy (missing or damaged): see `_no_base`.
+    """
+    base = _no_base(project) if rebase else _load_base(project)
     theirs = _render_texts(answers)
     yours_names = set(walk_files(project))
     if keep_answers_file:
@@ -90,7 +93,7 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool) -> 
         removes=tuple(removes),
         executable=theirs.executable,
         new_pristine=pristine.encode(theirs),
-        old_pristine=pristine.read_stored(project),
+        old_pristine=b"" if rebase else pristine.read_stored(project),
         warnings=answers.warnings,
     )
 
@@ -109,7 +112,7 @@ def _merge_file(name: str, old: str | None, mine: str | None, new: str | None) -
         if old == new:
             return None, None  # deleted here and unchanged by the update: stays deleted
         return FileChange(name, "conflict", "deleted here, changed by the update"), new
-    result = merge(old if old is not None else "", mine, new)
+    result = merge(old, mine, new) if old is not None else merge_two_way(mine, new)
     if result.text == mine:
         return None, mine
     if not result.clean:
@@ -148,17 +151,44 @@ def _as_written(text: str) -> str | bytes:
 
 
 def _load_base(project: Path) -> pristine.Pristine:
-    if not (project / ANSWERS_FILE).is_file():
-        raise TargetError(f"{project} is not an npu-wizard project (no {ANSWERS_FILE}); name the project folder")
+    _require_answers_file(project)
     try:
         return pristine.load(project)
     except FileNotFoundError:
-        raise TargetError(
-            f"{project} has no {pristine.PRISTINE} (rendered by an older npu-wizard), so your edits cannot be "
-            "told from the generator's; render it anew with --force and carry your edits over by hand"
-        ) from None
+        problem = f"{project} has no {pristine.PRISTINE} (rendered by an older npu-wizard, or deleted)"
     except ValueError as error:
-        raise TargetError(f"{project}: {error}; render it anew with --force") from None
+        problem = f"{project}: {error}"
+    except OSError as error:
+        problem = f"{project}: cannot read {pristine.PRISTINE} ({error.strerror or error})"
+    raise TargetError(
+        f"{problem}, so your edits cannot be told from the generator's. To keep them: npu-wizard update {project} "
+        "--rebase puts <<<<<<< markers around every difference between your files and the new render, for you to "
+        "resolve, and records a new pristine copy (--force would discard your edits)"
+    )
+
+
+def _no_base(project: Path) -> pristine.Pristine:
+    """The base of an update without a pristine copy: each file merges two ways with the new render, except
+
+    answers.yaml, whose own text is the base (it takes the new answers outright), and a file byte for byte
+    as a render of that answers.yaml writes it: unedited, so that render is its base.
+    """
+    _require_answers_file(project)
+    recorded = read_yours(project, ANSWERS_FILE)
+    files = {ANSWERS_FILE: recorded}
+    try:
+        rendered = _render_texts(load_text(recorded, project.absolute()))
+    except (WizardError, UnicodeError):  # answers that no longer load: every file merges two ways
+        rendered = pristine.Pristine("", {}, frozenset())
+    for name, text in rendered.files.items():
+        if name != ANSWERS_FILE and (project / name).is_file() and read_yours(project, name) == text:
+            files[name] = text
+    return pristine.Pristine("", files, frozenset())
+
+
+def _require_answers_file(project: Path) -> None:
+    if not (project / ANSWERS_FILE).is_file():
+        raise TargetError(f"{project} is not an npu-wizard project (no {ANSWERS_FILE}); name the project folder")
 
 
 def _render_texts(answers: Answers) -> pristine.Pristine:

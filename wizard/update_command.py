@@ -27,9 +27,33 @@ def update(args: argparse.Namespace) -> int:
         print(f"finished the interrupted update of {project} first")
     source = args.answers or str(project / ANSWERS_FILE)
     answers = load_text(_read_answers_text(source), answers_base(source))
-    plan = plan_update(project, answers, keep_answers_file=args.answers is None)
+    plan = plan_update(project, answers, keep_answers_file=args.answers is None, rebase=args.rebase)
     _print_warnings(plan.warnings)
+    if args.rebase:
+        return report_and_rebase(plan, answers, source, dry_run=args.dry_run)
     return report_and_apply(plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts)
+
+
+def report_and_rebase(plan: UpdatePlan, answers: Answers, source: str, *, dry_run: bool) -> int:
+    """Print and write an update without a base: every difference from the new render written with markers."""
+    if not plan.conflicts:
+        return report_and_apply(plan, answers, source, dry_run=dry_run, write_conflicts=False)
+    verb = "would rebase" if dry_run else "rebase"
+    print(f"{verb} {plan.project} on a render of {source} ({answers.world_size} ranks), without the old base:")
+    for change in plan.changes:
+        print(f"  {change.describe()}")
+    names = ", ".join(change.path for change in plan.conflicts)
+    if dry_run:
+        raise ConflictError(
+            f"dry run, nothing was written: {len(plan.conflicts)} file(s) differ from the new render: {names}; "
+            "without --dry-run, --rebase writes each with <<<<<<< markers around every difference"
+        )
+    write(plan)
+    raise ConflictError(
+        f"{len(plan.conflicts)} file(s) differ from the new render and were written with <<<<<<< markers around "
+        f"every difference (yours first, then the new render's): {names}; keep what you want between the markers, "
+        "delete the markers, and the update is done (the new render is the base from now on)"
+    )
 
 
 def report_and_apply(plan: UpdatePlan, answers: Answers, source: str, *, dry_run: bool, write_conflicts: bool) -> int:
