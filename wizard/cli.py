@@ -226,9 +226,11 @@ def _guarded(command: Callable[[], int]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from wizard.checkpoints import checkpoint_dir, set_aside
+    from wizard.conflict_markers import refuse_unresolved
     from wizard.monitor.plain import run_plain
     from wizard.run import Job, RunOptions, dry_run, manual_steps
 
+    refuse_unresolved(Path(args.project), f"run npu-wizard run {args.project} again")
     train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(
         node=args.node,

@@ -72,7 +72,7 @@ def decode(data: bytes) -> Pristine:
         executable = document["executable"]
         if not isinstance(executable, list) or not all(isinstance(name, str) for name in executable):
             raise TypeError("executable must be a list of names")
-        strays = [name for name in [*files, *executable] if not _is_project_name(name)]
+        strays = [name for name in [*files, *executable] if not is_project_name(name)]
         if strays:
             raise ValueError(f"{strays[0]!r} is not a file name inside a project")
         return Pristine(str(document["generator"]), dict(files), frozenset(executable))
@@ -100,7 +100,7 @@ def _gunzip(data: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def _is_project_name(name: str) -> bool:
+def is_project_name(name: str) -> bool:
     """Whether `name` is a normalised relative path inside a project (never absolute, never through ..)."""
     return (
         name not in ("", ".")

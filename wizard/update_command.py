@@ -7,6 +7,7 @@ from pathlib import Path
 
 from wizard import journal
 from wizard.answers import Answers, load_text
+from wizard.conflict_markers import CONFLICTS, recorded_text, refuse_unresolved
 from wizard.errors import ConflictError, TargetError
 from wizard.update import ANSWERS_FILE, UpdatePlan, plan_update
 
@@ -25,6 +26,7 @@ def update(args: argparse.Namespace) -> int:
             )
         journal.roll_forward(project)
         print(f"finished the interrupted update of {project} first")
+    refuse_unresolved(project, f"run npu-wizard update {project} again")
     source = args.answers or str(project / ANSWERS_FILE)
     answers = load_text(_read_answers_text(source), answers_base(source))
     plan = plan_update(project, answers, keep_answers_file=args.answers is None, rebase=args.rebase)
@@ -92,4 +94,9 @@ def write(plan: UpdatePlan) -> None:
     from wizard.pristine import PRISTINE
 
     writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
-    journal.apply(plan.project, writes, plan.removes, plan.executable)
+    removes = list(plan.removes)
+    if plan.conflicts:  # found by run, doctor and the next update even if the pristine copy is lost
+        writes[CONFLICTS] = recorded_text([change.path for change in plan.conflicts])
+    elif (plan.project / CONFLICTS).is_file():
+        removes.append(CONFLICTS)
+    journal.apply(plan.project, writes, removes, plan.executable)

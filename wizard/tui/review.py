@@ -194,12 +194,14 @@ class ReviewScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="render")
     def update(self, target: Path) -> None:
         """Merge the edited answers into the project as `npu-wizard update` does; change nothing on a conflict."""
+        from wizard.conflict_markers import refuse_unresolved
         from wizard.render import RenderResult
         from wizard.update import plan_update
         from wizard.update_command import write
 
         try:
             with RENDER_LOCK:
+                refuse_unresolved(target, "render again")
                 plan = plan_update(target, self.app.state.answers(), keep_answers_file=False)
                 if not plan.conflicts:
                     write(plan)
