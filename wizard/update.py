@@ -168,10 +168,11 @@ def _load_base(project: Path) -> pristine.Pristine:
 
 
 def _no_base(project: Path) -> pristine.Pristine:
-    """The base of an update without a pristine copy: each file merges two ways with the new render, except
+    """The base of `update --rebase`, for a project whose pristine copy is lost: almost no file has one.
 
-    answers.yaml, whose own text is the base (it takes the new answers outright), and a file byte for byte
-    as a render of that answers.yaml writes it: unedited, so that render is its base.
+    A file without a base merges two ways with the new render. answers.yaml is
+    its own base (it takes the new answers outright), and a file byte for byte
+    as a render of that answers.yaml writes it is unedited: that render is its base.
     """
     _require_answers_file(project)
     recorded = read_yours(project, ANSWERS_FILE)
