@@ -170,7 +170,7 @@ def test_a_damaged_pristine_copy_is_refused_naming_rebase_which_keeps_my_edit(tm
 
     assert rebased.returncode == 1, rebased.stdout + rebased.stderr
     assert "  added    launch/node3.sh" in rebased.stdout.splitlines()
-    assert "differ from the new render and were written with <<<<<<< markers" in rebased.stderr
+    assert "file(s) with conflicts written with <<<<<<< markers: " in rebased.stderr
     merged = (project / "train.py").read_text()
     assert take_side(merged, "yours") == mine  # my model, whole, on the "yours" side of the markers
     fresh = fresh_render(tmp_path, project, 4)

@@ -26,35 +26,14 @@ def update(args: argparse.Namespace) -> int:
             )
         journal.roll_forward(project)
         print(f"finished the interrupted update of {project} first")
-    refuse_unresolved(project, f"run npu-wizard update {project} again")
     source = args.answers or str(project / ANSWERS_FILE)
+    refuse_unresolved(project, f"run npu-wizard update {project} again")
     answers = load_text(_read_answers_text(source), answers_base(source))
     plan = plan_update(project, answers, keep_answers_file=args.answers is None, rebase=args.rebase)
     _print_warnings(plan.warnings)
-    if args.rebase:
-        return report_and_rebase(plan, answers, source, dry_run=args.dry_run)
-    return report_and_apply(plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts)
-
-
-def report_and_rebase(plan: UpdatePlan, answers: Answers, source: str, *, dry_run: bool) -> int:
-    """Print and write an update without a base: every difference from the new render written with markers."""
-    if not plan.conflicts:
-        return report_and_apply(plan, answers, source, dry_run=dry_run, write_conflicts=False)
-    verb = "would rebase" if dry_run else "rebase"
-    print(f"{verb} {plan.project} on a render of {source} ({answers.world_size} ranks), without the old base:")
-    for change in plan.changes:
-        print(f"  {change.describe()}")
-    names = ", ".join(change.path for change in plan.conflicts)
-    if dry_run:
-        raise ConflictError(
-            f"dry run, nothing was written: {len(plan.conflicts)} file(s) differ from the new render: {names}; "
-            "without --dry-run, --rebase writes each with <<<<<<< markers around every difference"
-        )
-    write(plan)
-    raise ConflictError(
-        f"{len(plan.conflicts)} file(s) differ from the new render and were written with <<<<<<< markers around "
-        f"every difference (yours first, then the new render's): {names}; keep what you want between the markers, "
-        "delete the markers, and the update is done (the new render is the base from now on)"
+    # --rebase: every difference from the new render is a conflict, written with markers as --write-conflicts does
+    return report_and_apply(
+        plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts or args.rebase
     )
 
 
@@ -93,10 +72,6 @@ def write(plan: UpdatePlan) -> None:
     """Write the plan's files and its new pristine copy as one step."""
     from wizard.pristine import PRISTINE
 
-    writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
-    removes = list(plan.removes)
-    if plan.conflicts:  # found by run, doctor and the next update even if the pristine copy is lost
-        writes[CONFLICTS] = recorded_text([change.path for change in plan.conflicts])
-    elif (plan.project / CONFLICTS).is_file():
-        removes.append(CONFLICTS)
-    journal.apply(plan.project, writes, removes, plan.executable)
+    record = recorded_text([change.path for change in plan.conflicts])  # where run, doctor and update seek markers
+    writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine, CONFLICTS: record}
+    journal.apply(plan.project, writes, plan.removes, plan.executable)

@@ -201,8 +201,8 @@ class ReviewScreen(Screen[None]):
 
         try:
             with RENDER_LOCK:
-                refuse_unresolved(target, "render again")
                 plan = plan_update(target, self.app.state.answers(), keep_answers_file=False)
+                refuse_unresolved(target, "render again")  # markers of an earlier update --write-conflicts
                 if not plan.conflicts:
                     write(plan)
         except WizardError as error:
