@@ -10,6 +10,7 @@ the user's data. `update` and `run` refuse such a project; `doctor` fails a chec
 from __future__ import annotations
 
 import json
+import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,24 @@ def refuse_unresolved(project: Path, then: str) -> None:
         raise ConflictError(f"{describe(found)}: {fix()}, then {then}")
 
 
-def recorded_text(names: list[str]) -> str:
-    """The content of CONFLICTS for the files an update writes conflicts into."""
-    return json.dumps(sorted(names)) + "\n"
+def record_conflicts(project: Path, names: list[str]) -> None:
+    """Keep the names of the files an update is about to write conflicts into (none: drop the record).
+
+    Written before the update commits: a record of files that got no markers is harmless, as only markers count.
+    Never through a link: a state folder that is not a plain folder of the project gets no record.
+    """
+    state, target = project / pristine.STATE_DIR, project / CONFLICTS
+    if state.is_symlink() or not state.is_dir() or target.is_symlink():
+        return
+    if not names:
+        target.unlink(missing_ok=True)
+        return
+    staged = state / f".conflicts.{os.getpid()}.new"
+    staged.unlink(missing_ok=True)
+    descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(json.dumps(sorted(names)) + "\n")
+    os.replace(staged, target)
 
 
 def first_marker(path: Path) -> int | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from wizard import journal
 from wizard.answers import Answers, load_text
-from wizard.conflict_markers import CONFLICTS, recorded_text, refuse_unresolved
+from wizard.conflict_markers import record_conflicts, refuse_unresolved
 from wizard.errors import ConflictError, TargetError
 from wizard.update import ANSWERS_FILE, UpdatePlan, plan_update
 
@@ -72,6 +72,6 @@ def write(plan: UpdatePlan) -> None:
     """Write the plan's files and its new pristine copy as one step."""
     from wizard.pristine import PRISTINE
 
-    record = recorded_text([change.path for change in plan.conflicts])  # where run, doctor and update seek markers
-    writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine, CONFLICTS: record}
+    writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
+    record_conflicts(plan.project, [change.path for change in plan.conflicts])  # where run, doctor and update look
     journal.apply(plan.project, writes, plan.removes, plan.executable)
