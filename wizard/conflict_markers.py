@@ -83,9 +83,9 @@ def record_conflicts(project: Path, names: list[str]) -> None:
 
 
 def first_marker(path: Path) -> int | None:
-    """The line of the first `<<<<<<< ` followed later by a `>>>>>>> ` in the regular file `path`, else None."""
+    """The line of the first `<<<<<<< ` followed later by a `>>>>>>> ` in the regular file `path` (not a link)."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
+        if not stat.S_ISREG(path.lstat().st_mode):
             return None
         with path.open("rb") as file:
             data = file.read(READ_AT_MOST)
@@ -102,13 +102,11 @@ def first_marker(path: Path) -> int | None:
 
 def _candidates(project: Path) -> set[str]:
     """The generated files of `project` and those an update wrote conflicts into."""
-    names: set[str] = set()
     try:
-        names.update(pristine.load(project).files)
-    except (OSError, ValueError):  # no copy, or a damaged one: update names it; the record below still counts
-        pass
-    names.update(_recorded(project))
-    return names
+        generated = set(pristine.load(project).files)
+    except (OSError, ValueError):  # no copy, or a damaged one (update names it): the record alone counts
+        generated = set()
+    return generated | set(_recorded(project))
 
 
 def _recorded(project: Path) -> list[str]:
