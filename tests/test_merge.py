@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wizard.merge import Conflict, merge
+from wizard.merge import Conflict, MergeResult, merge, merge_two_way
 
 BASE = "".join(f"line {n}\n" for n in range(1, 11))
 
@@ -121,3 +121,17 @@ def test_agrees_with_git_merge_file_on_random_edits(tmp_path: Path) -> None:
         assert len(result.conflicts) >= plain.returncode, f"case {case}"
         clean += result.clean
     assert 0 < clean < 150  # both outcomes were exercised
+
+
+def test_two_way_keeps_shared_lines_and_makes_every_difference_a_conflict() -> None:
+    yours = "a\nmine\nb\nc\nadded by me\n"
+    theirs = "a\ntheirs\nb\nc\n"
+    result = merge_two_way(yours, theirs)
+    assert result.text == (
+        "a\n<<<<<<< yours\nmine\n=======\ntheirs\n>>>>>>> npu-wizard update\nb\nc\n"
+        "<<<<<<< yours\nadded by me\n=======\n>>>>>>> npu-wizard update\n"
+    )
+    assert [c.describe() for c in result.conflicts] == ["line 2", "line 5"]
+    assert take_side(result.text, "yours") == yours
+    assert take_side(result.text, "theirs") == theirs
+    assert merge_two_way(yours, yours) == MergeResult(yours, ())

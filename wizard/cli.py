@@ -178,6 +178,13 @@ def build_update_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on conflicts, write the merge anyway with <<<<<<< / ======= / >>>>>>> markers to resolve by hand",
     )
+    parser.add_argument(
+        "--rebase",
+        action="store_true",
+        help="when .npu-wizard/pristine.json.gz is missing or damaged: keep your files and put <<<<<<< markers "
+        "around every difference from the new render (without the base nothing tells your edits from the "
+        "generator's); the new render becomes the base",
+    )
     return parser
 
 
@@ -231,9 +238,11 @@ def _guarded(command: Callable[[], int]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from wizard.checkpoints import checkpoint_dir, set_aside
+    from wizard.conflict_markers import refuse_unresolved
     from wizard.monitor.plain import run_plain
     from wizard.run import Job, RunOptions, dry_run, manual_steps
 
+    refuse_unresolved(Path(args.project), f"run npu-wizard run {args.project} again")
     train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(
         node=args.node,

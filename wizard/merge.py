@@ -64,12 +64,34 @@ def merge(base: str, yours: str, theirs: str) -> MergeResult:
             out.extend(new)
         else:
             conflicts.append(Conflict(mine_start + 1, mine_start + len(mine)))
-            out.append(YOURS_MARKER + "\n")
-            out.extend(_terminated(mine))
-            out.append(SEPARATOR + "\n")
-            out.extend(_terminated(new))
-            out.append(THEIRS_MARKER + "\n")
+            out.extend(_conflict_lines(mine, new))
     return MergeResult("".join(out), tuple(conflicts))
+
+
+def merge_two_way(yours: str, theirs: str) -> MergeResult:
+    """Without a base: lines both texts share are kept, and every run where they differ is a conflict.
+
+    Nothing tells a line the user added from one the generator dropped, so no
+    difference is settled silently, not even a one-sided insertion.
+    """
+    if yours == theirs:
+        return MergeResult(yours, ())
+    your_lines, their_lines = _lines(yours), _lines(theirs)
+    out: list[str] = []
+    conflicts: list[Conflict] = []
+    y = t = 0
+    for your_at, their_at, size in [*_matching(your_lines, their_lines), (len(your_lines), len(their_lines), 0)]:
+        if (your_at, their_at) != (y, t):
+            conflicts.append(Conflict(y + 1, your_at))
+            out.extend(_conflict_lines(your_lines[y:your_at], their_lines[t:their_at]))
+        out.extend(your_lines[your_at : your_at + size])
+        y, t = your_at + size, their_at + size
+    return MergeResult("".join(out), tuple(conflicts))
+
+
+def _conflict_lines(mine: list[str], new: list[str]) -> list[str]:
+    """Both sides of a conflict between markers, each marker on a line of its own."""
+    return [YOURS_MARKER + "\n", *_terminated(mine), SEPARATOR + "\n", *_terminated(new), THEIRS_MARKER + "\n"]
 
 
 Chunk = tuple[list[str], list[str], list[str], int]

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import posixpath
+import stat
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,8 @@ from wizard import __version__
 
 STATE_DIR = ".npu-wizard"
 PRISTINE = f"{STATE_DIR}/pristine.json.gz"
+# The most a pristine copy may unpack to: a 4096-node project's unpacks to about 2 MiB, a gzip bomb to gigabytes.
+MAX_UNPACKED = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -60,13 +65,51 @@ def encode(pristine: Pristine) -> bytes:
 def decode(data: bytes) -> Pristine:
     """A Pristine from its stored form; ValueError when it is not one."""
     try:
-        document = json.loads(gzip.decompress(data))
+        document = json.loads(_gunzip(data, MAX_UNPACKED))
         files = document["files"]
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
             raise TypeError("file texts must be strings")
-        return Pristine(str(document["generator"]), dict(files), frozenset(document["executable"]))
-    except (OSError, EOFError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as error:
+        executable = document["executable"]
+        if not isinstance(executable, list) or not all(isinstance(name, str) for name in executable):
+            raise TypeError("executable must be a list of names")
+        strays = [name for name in [*files, *executable] if not is_project_name(name)]
+        if strays:
+            raise ValueError(f"{strays[0]!r} is not a file name inside a project")
+        return Pristine(str(document["generator"]), dict(files), frozenset(executable))
+    except (ValueError, EOFError, KeyError, TypeError, AttributeError, RecursionError, zlib.error) as error:
         raise ValueError(f"{PRISTINE} is damaged ({error})") from None
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    """The gzip `data` unpacked, refused (ValueError) past `limit` bytes without unpacking more than that."""
+    out = bytearray()
+    while data:  # one gzip member after another, as gzip.decompress reads them
+        unpacker = zlib.decompressobj(wbits=31)
+        pending = data
+        while not unpacker.eof:
+            chunk = unpacker.decompress(pending, limit + 1 - len(out))
+            out += chunk
+            if len(out) > limit:
+                raise ValueError(
+                    f"it unpacks to more than {limit // 2**20} MiB; a real project's copy unpacks to a few MiB"
+                )
+            pending = unpacker.unconsumed_tail
+            if not pending and not chunk and not unpacker.eof:
+                raise EOFError("it ends before its gzip stream does: truncated")
+        data = unpacker.unused_data
+    return bytes(out)
+
+
+def is_project_name(name: str) -> bool:
+    """Whether `name` is a normalised relative path inside a project (never absolute, never through ..)."""
+    return (
+        name not in ("", ".")
+        and not name.startswith("/")
+        and posixpath.normpath(name) == name
+        and ".." not in name.split("/")
+        and "\0" not in name
+        and is_generated(name)
+    )
 
 
 def record(project: Path, names: list[str], known: Mapping[str, str] | None = None) -> None:
@@ -78,4 +121,15 @@ def record(project: Path, names: list[str], known: Mapping[str, str] | None = No
 
 def load(project: Path) -> Pristine:
     """The project's pristine copy; FileNotFoundError or ValueError when missing or damaged."""
-    return decode((project / PRISTINE).read_bytes())
+    return decode(read_stored(project))
+
+
+def read_stored(project: Path) -> bytes:
+    """The stored bytes of the project's pristine copy, read only from a regular file of a sane size."""
+    path = project / PRISTINE
+    info = path.lstat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{PRISTINE} is damaged (not a regular file)")
+    if info.st_size > MAX_UNPACKED:
+        raise ValueError(f"{PRISTINE} is damaged ({info.st_size} bytes; a real project's copy is kilobytes)")
+    return path.read_bytes()

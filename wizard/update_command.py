@@ -8,6 +8,7 @@ from pathlib import Path
 
 from wizard import journal
 from wizard.answers import Answers, load_text
+from wizard.conflict_markers import record_conflicts, refuse_unresolved
 from wizard.errors import ConflictError, TargetError
 from wizard.update import ANSWERS_FILE, UpdatePlan, plan_update
 from wizard.update_lock import update_lock
@@ -44,10 +45,14 @@ def _update_locked(project: Path, args: argparse.Namespace) -> int:
         for name in kept:
             print(f"  kept     {name} (changed since that update began: not removed)")
     source = args.answers or str(project / ANSWERS_FILE)
+    refuse_unresolved(project, f"run npu-wizard update {project} again")
     answers = load_text(_read_answers_text(source), answers_base(source))
-    plan = plan_update(project, answers, keep_answers_file=args.answers is None)
+    plan = plan_update(project, answers, keep_answers_file=args.answers is None, rebase=args.rebase)
     _print_warnings(plan.warnings)
-    return report_and_apply(plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts)
+    # --rebase: every difference from the new render is a conflict, written with markers as --write-conflicts does
+    return report_and_apply(
+        plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts or args.rebase
+    )
 
 
 def report_and_apply(plan: UpdatePlan, answers: Answers, source: str, *, dry_run: bool, write_conflicts: bool) -> int:
@@ -87,4 +92,5 @@ def write(plan: UpdatePlan) -> None:
     from wizard.pristine import PRISTINE
 
     writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
+    record_conflicts(plan.project, [change.path for change in plan.conflicts])  # where run, doctor and update look
     journal.apply(plan.project, writes, plan.removes, plan.executable)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import NONLOCAL_BIND
+from wizard import conflict_markers
 from wizard.answers import Answers, load_text, resolve
-from wizard.doctor import device_network, network, software
+from wizard.doctor import device_network, network, project_files, software
 from wizard.doctor.probe import Software, probe_software
 from wizard.errors import TargetError
 
@@ -91,6 +92,7 @@ def examine(
         network.check_master_port(answers, this, ports),
         network.check_master(answers, this, system.connect_timeout_s, system.nonlocal_bind),
         network.check_timeouts(answers, script),
+        *((project_files.check_conflict_markers(project_dir),) if project_dir else ()),
     )
     name = project_dir.name if project_dir else "(no project: the default answers)"
     return Report(name, this, answers["device"], answers["nodes"], results, answers["cluster.engine"])
@@ -146,6 +148,8 @@ def load_project(project: str | None) -> tuple[Answers, Path | None]:
     folder = Path(project) if project else Path.cwd()
     answers_file = folder / "answers.yaml"
     if answers_file.is_file():
+        if conflict_markers.first_marker(answers_file) is not None:  # no answers to check the node against
+            conflict_markers.refuse_unresolved(folder, "run npu-wizard doctor again")
         return load_text(answers_file.read_text()), folder.resolve()
     if project:
         raise TargetError(f"{project} is not an npu-wizard project (no answers.yaml); render one with --answers")

@@ -194,6 +194,7 @@ class ReviewScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="render")
     def update(self, target: Path) -> None:
         """Merge the edited answers into the project as `npu-wizard update` does; change nothing on a conflict."""
+        from wizard.conflict_markers import refuse_unresolved
         from wizard.render import RenderResult
         from wizard.update import plan_update
         from wizard.update_command import write
@@ -202,6 +203,7 @@ class ReviewScreen(Screen[None]):
         try:
             with RENDER_LOCK, update_lock(target, "npu-wizard --edit (the wizard)"):
                 plan = plan_update(target, self.app.state.answers(), keep_answers_file=False)
+                refuse_unresolved(target, "render again")  # markers of an earlier update --write-conflicts
                 if not plan.conflicts:
                     write(plan)
         except WizardError as error:
