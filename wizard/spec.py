@@ -231,19 +231,21 @@ def _parse_slurm_time(question: Question, raw: Any) -> str:
 
 def _expand_ranges(items: list[Any] | tuple[Any, ...]) -> list[Any]:
     """Items with each range FIRST-LAST replaced by its addresses."""
-    from wizard.hostfile import MAX_HOSTS, expand, is_range
+    from wizard.hostfile import MAX_HOSTS, expand, is_range, size
 
     expanded: list[Any] = []
     for item in items:
-        if isinstance(item, str) and is_range(item):
-            try:
-                expanded.extend(expand(item))
-            except ValueError as error:
-                raise Invalid(str(error)) from None
+        ranged = isinstance(item, str) and is_range(item)
+        try:
+            count = size(item) if ranged else 1  # counted before expanding: a few ranges may name millions
+        except ValueError as error:
+            raise Invalid(str(error)) from None
+        if len(expanded) + count > MAX_HOSTS:
+            raise Invalid(f"more than {MAX_HOSTS} addresses in all, the most nodes a job has")
+        if ranged:
+            expanded.extend(expand(item))
         else:
             expanded.append(item.strip() if isinstance(item, str) else item)
-        if len(expanded) > MAX_HOSTS:
-            raise Invalid(f"more than {MAX_HOSTS} addresses")
     return expanded
 
 
