@@ -68,8 +68,16 @@ def test_empty_stdin_is_refused(tmp_path: Path) -> None:
             GOOD + "network:\n  master_port: 29600\n  nic: eth0\n  master_port: 29700\n",
             "network.master_port: given twice, at lines 6 and 8; keep one",
         ),
+        (
+            GOOD + "network.master_port: 29600\nnetwork:\n  nic: eth0\n  master_port: 29700\n",
+            "network.master_port: given twice, at lines 5 and 8; keep one",
+        ),
+        (
+            GOOD + "network:\n  master_port: 29600\nnodes: 1\nnetwork.master_port: 29700\n",
+            "network.master_port: given twice, at lines 6 and 8; keep one",
+        ),
     ],
-    ids=["key", "section", "key-in-section"],
+    ids=["key", "section", "key-in-section", "dotted-then-nested", "nested-then-dotted"],
 )
 def test_a_key_or_section_given_twice_is_refused_naming_both_lines(text: str, message: str, tmp_path: Path) -> None:
     refused(render_file(tmp_path, text), message)

@@ -1,6 +1,7 @@
 """Reading an answers file's YAML strictly: what plain `yaml.safe_load` lets through is refused.
 
-An empty file, a key given twice (the second would silently win), more than a
+An empty file, a key given twice (the second would silently win; `network.master_port`
+and `master_port` under `network:` are one key), more than a
 few aliases (an alias bomb expands to gigabytes), nesting deeper than answers
 ever need (Python's recursion limit) and numbers of thousands of digits are
 each refused as a problem naming the line, before anything is built from them.
@@ -101,22 +102,27 @@ def _refuse(message: str) -> Any:
     raise AnswersError([Problem(FILE, NO_VALUE, message)])
 
 
-def _duplicates(node: Node, prefix: str) -> Any:
-    """A problem for every key given twice in one mapping, naming both lines; nested keys as section.key."""
+def _duplicates(node: Node, prefix: str, first_line: dict[str, int] | None = None) -> Any:
+    """A problem for every key given twice, naming both lines; nested keys as section.key.
+
+    One table of names serves the whole document, so `network.master_port` and `master_port`
+    under `network:` are the same key given twice; each item of a list starts its own.
+    """
     if isinstance(node, SequenceNode):
         for item in node.value:
-            yield from _duplicates(item, prefix)
+            yield from _duplicates(item, prefix, {})
     if not isinstance(node, MappingNode):
         return
-    first_line: dict[str, int] = {}
+    seen = {} if first_line is None else first_line
     for key, value in node.value:
         name = f"{prefix}{key.value}" if isinstance(key, ScalarNode) else None
-        if name is not None and name in first_line:
-            lines = f"lines {first_line[name]} and {key.start_mark.line + 1}"
+        if name is not None and name in seen:
+            lines = f"lines {seen[name]} and {key.start_mark.line + 1}"
             yield Problem(name, NO_VALUE, f"given twice, at {lines}; keep one")
-        elif name is not None:
-            first_line[name] = key.start_mark.line + 1
-        yield from _duplicates(value, f"{name}." if name is not None else prefix)
+            continue  # what a repeated key holds would only repeat the problem
+        if name is not None:
+            seen[name] = key.start_mark.line + 1
+        yield from _duplicates(value, f"{name}." if name is not None else prefix, seen)
 
 
 def _expanded_size(node: Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
