@@ -9,6 +9,7 @@ each refused as a problem naming the line, before anything is built from them.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -21,6 +22,7 @@ MAX_ALIASES = 16
 MAX_DEPTH = 32
 MAX_NODES = 100_000  # after expanding aliases
 MAX_INT_DIGITS = 100
+_OCTAL = re.compile(r"[-+]?0[0-7]+")
 EMPTY = "the answers file is empty: write the answers as key: value lines (see examples/)"
 
 
@@ -57,9 +59,18 @@ class _StrictLoader(yaml.SafeLoader):
             self.depth -= 1
 
     def construct_yaml_int(self, node: ScalarNode) -> int:
-        """An integer, unless it has more digits than any answer can use."""
+        """An integer, unless it has more digits than any answer can use or YAML 1.1 would misread it."""
         if len(str(node.value)) > MAX_INT_DIGITS:
             raise _Refused(f"a number of {len(node.value)} digits; no answer takes one that long", node.start_mark)
+        if "_" in node.value:
+            raise _Refused(
+                f"{node.value}: YAML reads it as a number without the '_'; write the digits alone", node.start_mark
+            )
+        if _OCTAL.fullmatch(node.value):
+            raise _Refused(
+                f"{node.value}: YAML reads a number with a leading 0 as octal; write it without the 0, or quote it",
+                node.start_mark,
+            )
         return super().construct_yaml_int(node)  # type: ignore[no-untyped-call, no-any-return]
 
 
