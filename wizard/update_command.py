@@ -26,7 +26,7 @@ def update(args: argparse.Namespace) -> int:
         journal.roll_forward(project)
         print(f"finished the interrupted update of {project} first")
     source = args.answers or str(project / ANSWERS_FILE)
-    answers = load_text(_read_answers_text(source), answers_base(source))
+    answers = load_text(_read_answers_text(source, plain_file_only=args.answers is None), answers_base(source))
     plan = plan_update(project, answers, keep_answers_file=args.answers is None)
     _print_warnings(plan.warnings)
     return report_and_apply(plan, answers, source, dry_run=args.dry_run, write_conflicts=args.write_conflicts)
