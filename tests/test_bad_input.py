@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import answers_yaml
+from tests.test_hostfile import npu_wizard, received_project_naming, tree
 from wizard.answers import load_text
 from wizard.errors import SHOWN_PROBLEMS, AnswersError
 
@@ -68,8 +70,16 @@ def test_empty_stdin_is_refused(tmp_path: Path) -> None:
             GOOD + "network:\n  master_port: 29600\n  nic: eth0\n  master_port: 29700\n",
             "network.master_port: given twice, at lines 6 and 8; keep one",
         ),
+        (
+            GOOD + "network.master_port: 29600\nnetwork:\n  nic: eth0\n  master_port: 29700\n",
+            "network.master_port: given twice, at lines 5 and 8; keep one",
+        ),
+        (
+            GOOD + "network:\n  master_port: 29600\nnodes: 1\nnetwork.master_port: 29700\n",
+            "network.master_port: given twice, at lines 6 and 8; keep one",
+        ),
     ],
-    ids=["key", "section", "key-in-section"],
+    ids=["key", "section", "key-in-section", "dotted-then-nested", "nested-then-dotted"],
 )
 def test_a_key_or_section_given_twice_is_refused_naming_both_lines(text: str, message: str, tmp_path: Path) -> None:
     refused(render_file(tmp_path, text), message)
@@ -116,7 +126,7 @@ def test_a_long_bad_value_is_quoted_at_most_80_characters(tmp_path: Path) -> Non
 
 def test_a_huge_answers_file_is_refused_unread(tmp_path: Path) -> None:
     text = GOOD + "".join(f"unknown{i}: {i}\n" for i in range(700_000))
-    refused(render_file(tmp_path, text), "characters; at most 1,048,576 are read")
+    refused(render_file(tmp_path, text), "at most 1,048,576")
 
 
 def test_many_unknown_keys_list_a_capped_number_of_problems() -> None:
@@ -206,3 +216,21 @@ def test_run_refuses_a_status_port_past_65535(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert "--status-port: '65536': give a port from 1 to 65535" in result.stderr
     assert not (project / "runs").exists()
+
+
+def test_an_endless_answers_file_is_refused_after_4_mib(tmp_path: Path) -> None:
+    result = npu_wizard("--answers", "/dev/zero", "-o", str(tmp_path / "out"), cwd=tmp_path)
+    refused(result, "answers file /dev/zero holds over 4 MiB; at most 1,048,576 characters are read")
+    assert not (tmp_path / "out").exists()
+
+
+def test_update_refuses_a_project_whose_answers_file_is_a_fifo(tmp_path: Path) -> None:
+    project = received_project_naming(tmp_path, str(tmp_path / "unused"))
+    (project / "answers.yaml").unlink()
+    os.mkfifo(project / "answers.yaml")
+    before = tree(project)
+
+    result = npu_wizard("update", str(project), cwd=tmp_path)
+
+    refused(result, f"{project / 'answers.yaml'} is not a plain file (a FIFO or a device)")
+    assert tree(project) == before

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,8 +66,8 @@ def test_every_problem_of_a_hostfile_is_listed_with_its_line_and_nothing_is_writ
     result = render_cli(write_answers(tmp_path, hostfile="hosts"), tmp_path / "out", cwd=tmp_path)
     assert result.returncode == 1
     assert (
-        f"network.hostfile: '{tmp_path / 'hosts'}': line 2: 'node-a': not an IP; "
-        "line 3: 'gpus=8': only slots=N may follow the address"
+        f"network.hostfile: '{tmp_path / 'hosts'}': line 2: not an IP address; "
+        "line 3: only slots=N may follow the address"
     ) in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -117,3 +120,144 @@ def test_host_ips_take_ranges_and_pasted_lists() -> None:
     assert across["network.host_ips"] == ("10.0.0.254", "10.0.0.255", "10.0.1.0", "10.0.1.1", "10.0.2.5")
     pasted = resolve({"nodes": 3, "network.host_ips": "10.0.0.1\n10.0.0.2 10.0.0.3\n"})
     assert pasted["network.host_ips"] == ("10.0.0.1", "10.0.0.2", "10.0.0.3")
+
+
+def limited_memory() -> None:
+    """Keep a child that reads without end from taking the shared machine's memory with it."""
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def npu_wizard(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`npu-wizard ARGS` in a fresh interpreter that must finish within a minute (a FIFO read would hang)."""
+    return subprocess.run(
+        [sys.executable, "-m", "wizard", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=env,
+        preexec_fn=limited_memory,
+    )
+
+
+def not_a_plain_file(tmp_path: Path, kind: str) -> str:
+    """The path of a hostfile that is a FIFO nobody writes to, a device that never ends, or a folder."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "hosts")
+        return str(tmp_path / "hosts")
+    if kind == "folder":
+        (tmp_path / "hosts").mkdir()
+        return str(tmp_path / "hosts")
+    return "/dev/zero"
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("fifo", "a FIFO, not a hostfile: give a plain file with one address per line"),
+        ("device", "a device or socket, not a hostfile: give a plain file with one address per line"),
+        ("folder", "a folder, not a hostfile: give a plain file with one address per line"),
+    ],
+)
+def test_a_hostfile_that_is_not_a_plain_file_is_refused_at_once(tmp_path: Path, kind: str, message: str) -> None:
+    answers = write_answers(tmp_path / "answers", hostfile=not_a_plain_file(tmp_path, kind))
+    result = npu_wizard("--answers", str(answers), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def received_project_naming(tmp_path: Path, hostfile: str) -> Path:
+    """A rendered 1-node CPU project whose answers.yaml was changed to read its hosts from `hostfile`."""
+    answers = tmp_path / "cpu.yaml"
+    answers.write_text(
+        yaml.safe_dump({"project_name": "received", "device": "cpu", "nodes": 1, "devices_per_node": 1, "amp": "off"})
+    )
+    rendered = npu_wizard("--answers", str(answers), "-o", str(tmp_path), cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr
+    project = tmp_path / "received"
+    document = yaml.safe_load((project / "answers.yaml").read_text())
+    del document["network"]["host_ips"]
+    document["network"]["hostfile"] = hostfile
+    (project / "answers.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return project
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.mark.parametrize("command", ["update", "run", "doctor"])
+def test_a_received_project_whose_hostfile_is_a_fifo_is_refused_by_each_command(tmp_path: Path, command: str) -> None:
+    fifo = tmp_path / "hosts"
+    os.mkfifo(fifo)
+    project = received_project_naming(tmp_path, str(fifo))
+    before = tree(project)
+
+    result = npu_wizard(command, str(project), cwd=tmp_path)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"network.hostfile: '{fifo}': a FIFO, not a hostfile" in result.stderr
+    assert tree(project) == before
+
+
+def test_address_ranges_are_counted_before_they_are_expanded(tmp_path: Path) -> None:
+    # 250 lines of 4000 addresses each: a million hosts once expanded
+    (tmp_path / "hosts").write_text("".join(f"10.{n}.0.0-10.{n}.15.159\n" for n in range(250)))
+    started = time.monotonic()
+    with pytest.raises(AnswersError) as raised:
+        resolve({"nodes": 4, "devices_per_node": 8, "network.hostfile": str(tmp_path / "hosts")})
+    assert [(p.field, p.message) for p in raised.value.problems] == [
+        ("network.hostfile", "line 2: more than 4096 addresses in all, the most nodes a job has")
+    ]
+    assert time.monotonic() - started < 5
+    with pytest.raises(AnswersError) as raised:
+        resolve({"nodes": 4, "network.host_ips": ["10.0.0.0-10.0.15.159", "10.1.0.0-10.1.0.255"]})
+    assert [(p.field, p.message) for p in raised.value.problems] == [
+        ("network.host_ips", "more than 4096 addresses in all, the most nodes a job has")
+    ]
+
+
+SECRET = "s3cr3t-t0ken-Zq8wXv"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"aws_access_key_id = AKIA\naws_secret_access_key = {SECRET}\n",
+        f"TOKEN={SECRET}\0HOME=/root\0PATH=/usr/bin\0",
+        f"10.0.0.1 slots={SECRET}\n",
+        f"{SECRET}-10.0.0.2\n",
+    ],
+    ids=["credentials", "environ", "slots", "range"],
+)
+def test_a_hostfile_error_never_echoes_what_the_file_holds(tmp_path: Path, text: str) -> None:
+    (tmp_path / "hosts").write_text(text)
+    with pytest.raises(AnswersError) as raised:
+        resolve({"nodes": 1, "network.hostfile": str(tmp_path / "hosts")})
+    message = str(raised.value)
+    assert SECRET not in message
+    assert SECRET[:8] not in message
+    assert "line " in message
+
+
+def test_the_environment_read_as_a_hostfile_is_not_printed(tmp_path: Path) -> None:
+    answers = write_answers(tmp_path, hostfile="/proc/self/environ")
+    env = {"NPU_WIZARD_TEST_SECRET": SECRET * 20, **os.environ}
+    result = npu_wizard("--answers", str(answers), "-o", str(tmp_path / "out"), cwd=tmp_path, env=env)
+    assert result.returncode == 1
+    assert "network.hostfile: '/proc/self/environ': line 1: " in result.stderr
+    assert SECRET not in result.stderr
+    assert len(result.stderr) < 1000
+
+
+@pytest.mark.parametrize("line", ["fe80::1%eth0;id", "fe80::1%$(reboot)", "fe80::1%" + "a" * 16])
+def test_a_hostfile_line_with_a_zone_id_that_is_no_interface_name_is_refused(tmp_path: Path, line: str) -> None:
+    (tmp_path / "hosts").write_text(f"{line} slots=8\n")
+    with pytest.raises(AnswersError) as raised:
+        resolve({"nodes": 1, "devices_per_node": 8, "network.hostfile": str(tmp_path / "hosts")})
+    assert [(p.field, p.message) for p in raised.value.problems] == [("network.hostfile", "line 1: not an IP address")]
+    (tmp_path / "hosts").write_text("fe80::1%eth0 slots=8\n")
+    fine = resolve({"nodes": 1, "devices_per_node": 8, "network.hostfile": str(tmp_path / "hosts")})
+    assert fine["network.host_ips"] == ("fe80::1%eth0",)

@@ -1,6 +1,7 @@
 """Reading an answers file's YAML strictly: what plain `yaml.safe_load` lets through is refused.
 
-An empty file, a key given twice (the second would silently win), more than a
+An empty file, a key given twice (the second would silently win; `network.master_port`
+and `master_port` under `network:` are one key), more than a
 few aliases (an alias bomb expands to gigabytes), nesting deeper than answers
 ever need (Python's recursion limit) and numbers of thousands of digits are
 each refused as a problem naming the line, before anything is built from them.
@@ -8,6 +9,7 @@ each refused as a problem naming the line, before anything is built from them.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -20,6 +22,7 @@ MAX_ALIASES = 16
 MAX_DEPTH = 32
 MAX_NODES = 100_000  # after expanding aliases
 MAX_INT_DIGITS = 100
+_OCTAL = re.compile(r"[-+]?0[0-7]+")
 EMPTY = "the answers file is empty: write the answers as key: value lines (see examples/)"
 
 
@@ -56,9 +59,18 @@ class _StrictLoader(yaml.SafeLoader):
             self.depth -= 1
 
     def construct_yaml_int(self, node: ScalarNode) -> int:
-        """An integer, unless it has more digits than any answer can use."""
+        """An integer, unless it has more digits than any answer can use or YAML 1.1 would misread it."""
         if len(str(node.value)) > MAX_INT_DIGITS:
             raise _Refused(f"a number of {len(node.value)} digits; no answer takes one that long", node.start_mark)
+        if "_" in node.value:
+            raise _Refused(
+                f"{node.value}: YAML reads it as a number without the '_'; write the digits alone", node.start_mark
+            )
+        if _OCTAL.fullmatch(node.value):
+            raise _Refused(
+                f"{node.value}: YAML reads a number with a leading 0 as octal; write it without the 0, or quote it",
+                node.start_mark,
+            )
         return super().construct_yaml_int(node)  # type: ignore[no-untyped-call, no-any-return]
 
 
@@ -101,22 +113,27 @@ def _refuse(message: str) -> Any:
     raise AnswersError([Problem(FILE, NO_VALUE, message)])
 
 
-def _duplicates(node: Node, prefix: str) -> Any:
-    """A problem for every key given twice in one mapping, naming both lines; nested keys as section.key."""
+def _duplicates(node: Node, prefix: str, first_line: dict[str, int] | None = None) -> Any:
+    """A problem for every key given twice, naming both lines; nested keys as section.key.
+
+    One table of names serves the whole document, so `network.master_port` and `master_port`
+    under `network:` are the same key given twice; each item of a list starts its own.
+    """
     if isinstance(node, SequenceNode):
         for item in node.value:
-            yield from _duplicates(item, prefix)
+            yield from _duplicates(item, prefix, {})
     if not isinstance(node, MappingNode):
         return
-    first_line: dict[str, int] = {}
+    seen = {} if first_line is None else first_line
     for key, value in node.value:
         name = f"{prefix}{key.value}" if isinstance(key, ScalarNode) else None
-        if name is not None and name in first_line:
-            lines = f"lines {first_line[name]} and {key.start_mark.line + 1}"
+        if name is not None and name in seen:
+            lines = f"lines {seen[name]} and {key.start_mark.line + 1}"
             yield Problem(name, NO_VALUE, f"given twice, at {lines}; keep one")
-        elif name is not None:
-            first_line[name] = key.start_mark.line + 1
-        yield from _duplicates(value, f"{name}." if name is not None else prefix)
+            continue  # what a repeated key holds would only repeat the problem
+        if name is not None:
+            seen[name] = key.start_mark.line + 1
+        yield from _duplicates(value, f"{name}." if name is not None else prefix, seen)
 
 
 def _expanded_size(node: Node, sizes: dict[int, int], open_nodes: set[int]) -> int:

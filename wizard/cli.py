@@ -7,7 +7,9 @@ refused); 2 usage error; 3 the training run failed; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -316,20 +318,32 @@ def _live(args: argparse.Namespace) -> bool:
     return not args.plain and sys.stdout.isatty() and sys.stdin.isatty()
 
 
-def _read_answers_text(source: str) -> str:
+def _read_answers_text(source: str, plain_file_only: bool = False) -> str:
+    """An answers file's text (at most 4 MiB is read); `plain_file_only` refuses a FIFO or a device (a project's)."""
+    from wizard.answers_yaml import MAX_BYTES
     from wizard.errors import TargetError
 
     if source == "-":
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(MAX_BYTES * 4 + 1)
+        if len(data) > MAX_BYTES * 4:
+            raise TargetError(f"the answers on stdin hold over 4 MiB; at most {MAX_BYTES:,} characters are read")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as error:
             raise TargetError(
                 f"the answers on stdin are not UTF-8 text (byte {data[error.start]:#04x} at offset {error.start})"
             ) from None
-    path = Path(source)
     try:
-        return path.read_text(encoding="utf-8")
+        if plain_file_only and not stat.S_ISREG(os.stat(source).st_mode):
+            raise TargetError(
+                f"{source} is not a plain file (a FIFO or a device): a project's answers.yaml is one; "
+                "put back the answers the project was rendered from"
+            )
+        with open(source, "rb") as file:
+            data = file.read(MAX_BYTES * 4 + 1)  # UTF-8 text of MAX_BYTES characters; /dev/zero never ends
+        if len(data) > MAX_BYTES * 4:
+            raise TargetError(f"answers file {source} holds over 4 MiB; at most {MAX_BYTES:,} characters are read")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise TargetError(f"answers file {source} does not exist") from None
     except UnicodeDecodeError as error:

@@ -9,7 +9,6 @@ workspace before it runs `launch/entry.sh`.
 
 from __future__ import annotations
 
-import posixpath
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,12 +19,10 @@ import yaml
 from wizard.answers import Answers
 from wizard.cluster_questions import OPERATOR_MASTER_PORTS
 from wizard.errors import WizardError
+from wizard.questions_k8s import DRIVER_DIR, SOURCE_DIR, WORKSPACE, data_mount_point, pod_project_path
 
 ENGINES = ("ascendjob", "pytorchjob")
 NPU_RESOURCE = "huawei.com/Ascend910"
-DRIVER_DIR = "/usr/local/Ascend/driver"
-SOURCE_DIR = "/opt/npu-wizard/project"
-WORKSPACE = "/workspace"
 JOB_LABEL = "npu-wizard/job"
 POD_IP_ENV = "NPU_WIZARD_POD_IP"
 CONFIGMAP_FILE = "k8s/project.yaml"
@@ -55,13 +52,12 @@ def job_name(project_name: str) -> str:
 
 def project_path(answers: Answers) -> str:
     """Where the project's writable copy lives inside a pod."""
-    return posixpath.join(WORKSPACE, answers["project_name"])
+    return pod_project_path(answers["project_name"])
 
 
 def data_mount_path(answers: Answers) -> str:
     """Where the data volume is mounted: the project's data folder, as train.py looks for it."""
-    data_dir = answers.get("training.data_dir") or "data"
-    return posixpath.normpath(posixpath.join(project_path(answers), data_dir))
+    return data_mount_point(answers["project_name"], answers.get("training.data_dir"))
 
 
 def job_manifest(answers: Answers) -> dict[str, Any]:

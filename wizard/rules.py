@@ -15,6 +15,7 @@ from typing import Any
 from wizard import hardware, hostfile
 from wizard.cluster_questions import HCCL_SLOTS, MASTER_PORT_SPAN
 from wizard.errors import Problem
+from wizard.questions_k8s import mount_point_problem
 from wizard.spec import is_ip, is_loopback
 
 Values = Mapping[str, Any]
@@ -247,6 +248,22 @@ def kubernetes_settings(v: Values) -> Iterator[Problem]:
             v["cluster.data_pvc"],
             "the data comes from a hostPath or a volume claim, not both: leave one of them empty",
         )
+    yield from data_volume_mount_point(v)
+
+
+def data_volume_mount_point(v: Values) -> Iterator[Problem]:
+    """The data volume is mounted at the data folder: never over the root, a system folder or the project."""
+    if not (v.get("cluster.data_host_path") or v.get("cluster.data_pvc")) or "project_name" not in v:
+        return
+    why = mount_point_problem(v["project_name"], v.get("training.data_dir"))
+    if why is None:
+        return
+    field = "training.data_dir" if "training.data_dir" in v else "cluster.data_host_path"
+    yield _error(
+        field,
+        v.get(field),
+        f"the data volume is mounted at the data folder, here {why}; give a folder inside the project, such as data",
+    )
 
 
 RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...] = (

@@ -78,6 +78,8 @@ class Question:
         limit = _MAX_LENGTH.get(self.kind)
         if limit is not None and isinstance(raw, str) and len(raw.strip()) > limit:
             raise Invalid(f"too long: at most {limit} characters")
+        if isinstance(raw, str) and self.kind != "ip_list":  # a pasted address list is split at newlines
+            refuse_control_characters(raw.strip())
         value = _PARSERS[self.kind](self, raw)
         if self.kind in ("int", "float"):
             if self.minimum is not None and value < self.minimum:
@@ -99,7 +101,7 @@ _ALLOWED_TEXT = {
     "nic": "an interface name or HCCL_SOCKET_IFNAME pattern (e.g. eth0, =eth0, eth,enp, ^docker)",
     "relpath": "a folder path of letters, digits and ./_+@:- (no spaces or quotes)",
     "host_list": "a list of host names or addresses, one per node",
-    "slurm_time": "a time limit as HH:MM:SS (or D-HH:MM:SS)",
+    "slurm_time": "a time limit as HH:MM:SS (or D-HH:MM:SS), at most 365 days",
     "slurm_name": "a name of letters, digits and ._- (as Slurm shows it)",
     "gres": "a Slurm GRES such as gpu:910b:8 (letters, digits and ._:,-)",
     "image": "a container image reference such as registry.example.com/team/train:8.1 (no spaces or quotes)",
@@ -109,7 +111,24 @@ _ALLOWED_TEXT = {
 }
 
 # Longest accepted text per kind: a value is read by people and shells, never megabytes.
-_MAX_LENGTH = {"slug": 64, "host": 253, "nic": 255, "path": 1024, "relpath": 1024, "version": 32, "hostfile": 4096}
+_MAX_LENGTH = {
+    "slug": 64,
+    "host": 253,
+    "nic": 255,
+    "path": 1024,
+    "relpath": 1024,
+    "version": 32,
+    "hostfile": 4096,
+    "gres": 256,
+    "image": 512,
+    "slurm_time": 32,
+}
+# A time limit Slurm and people read sensibly: a year at most (Slurm itself takes any count of minutes).
+MAX_SLURM_SECONDS = 365 * 24 * 3600
+# Integers and numbers as people write them: ASCII digits only (int() takes '1_0' and Arabic-Indic digits).
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?(([0-9]+\.?[0-9]*|\.[0-9]+)(e[-+]?[0-9]+)?|nan|inf|infinity)", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # An IPv6 zone id names an interface: Linux interface names are at most 15 of these characters.
 _ZONE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 _SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -119,7 +138,7 @@ _HOSTNAME = re.compile(
 _NIC = re.compile(r"^[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
 _PATH = re.compile(r"^/[A-Za-z0-9_./+@:-]*$")
 _RELPATH = re.compile(r"^[A-Za-z0-9_./+@:-]+$")
-_SLURM_TIME = re.compile(r"^(\d{1,3}-)?\d{1,4}:[0-5]\d:[0-5]\d$")
+_SLURM_TIME = re.compile(r"(?:([0-9]{1,3})-)?([0-9]{1,4}):([0-5][0-9]):([0-5][0-9])")
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _GRES = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
 # A container image reference: [host[:port]/]path[:tag][@digest] (the distribution reference grammar, simplified).
@@ -135,20 +154,23 @@ _LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
 
 
 def _parse_int(question: Question, raw: Any) -> int:
-    if isinstance(raw, bool) or isinstance(raw, float):
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if not isinstance(raw, str):
         raise Invalid(f"must be {question.allowed()}")
-    try:
-        return int(str(raw).strip(), 10)
-    except ValueError:
-        raise Invalid(f"must be {question.allowed()}") from None
+    if not _INT.fullmatch(raw.strip()):
+        raise Invalid(f"must be {question.allowed()}, written with the digits 0-9")
+    return int(raw.strip(), 10)
 
 
 def _parse_float(question: Question, raw: Any) -> float:
-    if isinstance(raw, bool):
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise Invalid(f"must be {question.allowed()}")
+    if isinstance(raw, str) and not _FLOAT.fullmatch(raw.strip()):
+        raise Invalid(f"must be {question.allowed()}, written with the digits 0-9")
     try:
-        value = float(str(raw).strip())
-    except ValueError:
+        value = float(raw.strip() if isinstance(raw, str) else raw)
+    except (ValueError, OverflowError):
         raise Invalid(f"must be {question.allowed()}") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise Invalid("must be a finite number")
@@ -173,7 +195,7 @@ def _parse_choice_int(question: Question, raw: Any) -> int:
 def _parse_pattern(pattern: re.Pattern[str]) -> Callable[[Question, Any], str]:
     def parse(question: Question, raw: Any) -> str:
         text = str(raw).strip() if isinstance(raw, str | int) and not isinstance(raw, bool) else None
-        if text is None or not pattern.match(text):
+        if text is None or not pattern.fullmatch(text):
             raise Invalid(f"must be {question.allowed()}")
         return text
 
@@ -184,7 +206,7 @@ def _parse_host(question: Question, raw: Any) -> str:
     text = str(raw).strip() if isinstance(raw, str) else ""
     if "%" in text and is_ip(text.split("%", 1)[0]):
         _check_zone(text)
-    if is_ip(text) or _HOSTNAME.match(text):
+    if is_ip(text) or _HOSTNAME.fullmatch(text):
         return text
     raise Invalid(f"must be {question.allowed()}")
 
@@ -192,7 +214,7 @@ def _parse_host(question: Question, raw: Any) -> str:
 def _check_zone(text: str) -> None:
     """Refuse an IPv6 zone id (after '%') that is not an interface name."""
     zone = text.split("%", 1)[1]
-    if not _ZONE.match(zone):
+    if not _ZONE.fullmatch(zone):
         raise Invalid("the zone id after '%' must be an interface name: [A-Za-z0-9_.:-], at most 15 characters")
 
 
@@ -216,34 +238,51 @@ def _parse_host_list(question: Question, raw: Any) -> tuple[str, ...]:
     items = [part.strip() for part in raw.split(",")] if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not items:
         raise Invalid(f"must be {question.allowed()}")
-    bad = [str(item) for item in items if not isinstance(item, str) or not (is_ip(item) or _HOSTNAME.match(item))]
+    for item in items:
+        if isinstance(item, str):
+            refuse_control_characters(item)
+    bad = [str(item) for item in items if not isinstance(item, str) or not (is_ip(item) or _HOSTNAME.fullmatch(item))]
     if bad:
-        raise Invalid(f"not a host name or address: {', '.join(bad)}")
+        shown = ", ".join(shorten(item) for item in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise Invalid(f"not a host name or address: {shown}")
     return tuple(str(item) for item in items)
 
 
 def _parse_slurm_time(question: Question, raw: Any) -> str:
     # YAML 1.1 reads a bare 12:00:00 as the integer 43200 (base 60): take it back as a time.
     if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+        if raw > MAX_SLURM_SECONDS:
+            raise Invalid(f"at most 365 days ({MAX_SLURM_SECONDS // 3600}:00:00 or 365-00:00:00)")
         return f"{raw // 3600:02d}:{raw // 60 % 60:02d}:{raw % 60:02d}"
-    return _parse_pattern(_SLURM_TIME)(question, raw)
+    text = str(raw).strip() if isinstance(raw, str | int) and not isinstance(raw, bool) else ""
+    match = _SLURM_TIME.fullmatch(text)
+    if match is None:
+        raise Invalid(f"must be {question.allowed()}")
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    if match.group(1) is not None and hours > 23:
+        raise Invalid("after the days (D-HH:MM:SS) the hours run from 00 to 23")
+    if ((days * 24 + hours) * 60 + minutes) * 60 + seconds > MAX_SLURM_SECONDS:
+        raise Invalid(f"at most 365 days ({MAX_SLURM_SECONDS // 3600}:00:00 or 365-00:00:00)")
+    return text
 
 
 def _expand_ranges(items: list[Any] | tuple[Any, ...]) -> list[Any]:
     """Items with each range FIRST-LAST replaced by its addresses."""
-    from wizard.hostfile import MAX_HOSTS, expand, is_range
+    from wizard.hostfile import MAX_HOSTS, expand, is_range, size
 
     expanded: list[Any] = []
     for item in items:
-        if isinstance(item, str) and is_range(item):
-            try:
-                expanded.extend(expand(item))
-            except ValueError as error:
-                raise Invalid(str(error)) from None
+        ranged = isinstance(item, str) and is_range(item)
+        try:
+            count = size(item) if ranged else 1  # counted before expanding: a few ranges may name millions
+        except ValueError as error:
+            raise Invalid(str(error)) from None
+        if len(expanded) + count > MAX_HOSTS:
+            raise Invalid(f"more than {MAX_HOSTS} addresses in all, the most nodes a job has")
+        if ranged:
+            expanded.extend(expand(item))
         else:
             expanded.append(item.strip() if isinstance(item, str) else item)
-        if len(expanded) > MAX_HOSTS:
-            raise Invalid(f"more than {MAX_HOSTS} addresses")
     return expanded
 
 
@@ -276,9 +315,12 @@ def _parse_labels(question: Question, raw: Any) -> tuple[tuple[str, str], ...]:
     else:
         raise Invalid(f"must be {question.allowed()}")
     for key, value in pairs:
-        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+        for text in (key, value):
+            if isinstance(text, str):
+                refuse_control_characters(text)
+        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
             raise Invalid(f"not a label key: {key!r}")
-        if isinstance(value, bool) or not isinstance(value, str | int) or not _LABEL_VALUE.match(str(value)):
+        if isinstance(value, bool) or not isinstance(value, str | int) or not _LABEL_VALUE.fullmatch(str(value)):
             raise Invalid(f"not a label value for {key}: {value!r} (at most 63 letters, digits, '-', '_', '.')")
     return tuple((key, str(value)) for key, value in pairs)
 
@@ -320,7 +362,15 @@ def is_ip(text: str) -> bool:
     except ValueError:
         return False
     scope = getattr(address, "scope_id", None)
-    return scope is None or bool(_ZONE.match(scope))
+    return scope is None or bool(_ZONE.fullmatch(scope))
+
+
+def refuse_control_characters(text: str) -> None:
+    """Refuse text holding a control character: a newline or escape would survive into scripts and manifests."""
+    found = _CONTROL.search(text)
+    if found is not None:
+        where = "at the end" if found.start() == len(text) - 1 else f"at character {found.start() + 1}"
+        raise Invalid(f"holds a control character ({found.group()!r}) {where}; write it on one line")
 
 
 def shorten(text: str, limit: int = 80) -> str:

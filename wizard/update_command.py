@@ -27,7 +27,7 @@ def _command_line(args: argparse.Namespace) -> str:
     """The update as a command line, for whoever finds the lock taken."""
     words = ["npu-wizard", "update", args.project]
     words += ["--answers", args.answers] if args.answers else []
-    words += ["--dry-run"] * args.dry_run + ["--write-conflicts"] * args.write_conflicts
+    words += ["--dry-run"] * args.dry_run + ["--write-conflicts"] * args.write_conflicts + ["--rebase"] * args.rebase
     return shlex.join(words)
 
 
@@ -46,7 +46,7 @@ def _update_locked(project: Path, args: argparse.Namespace) -> int:
             print(f"  kept     {name} (changed since that update began: not removed)")
     source = args.answers or str(project / ANSWERS_FILE)
     refuse_unresolved(project, f"run npu-wizard update {project} again")
-    answers = load_text(_read_answers_text(source), answers_base(source))
+    answers = load_text(_read_answers_text(source, plain_file_only=args.answers is None), answers_base(source))
     plan = plan_update(project, answers, keep_answers_file=args.answers is None, rebase=args.rebase)
     _print_warnings(plan.warnings)
     # --rebase: every difference from the new render is a conflict, written with markers as --write-conflicts does
