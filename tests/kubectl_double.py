@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 STATE = Path(os.environ["KUBECTL_DOUBLE_DIR"])
+FOLLOW_AT_MOST_S = 600.0
 
 
 def record(argv: list[str]) -> None:
@@ -172,7 +173,9 @@ def main(argv: list[str]) -> int:
         for step_done in (10, 20):
             print(f"[rank 0] step {step_done} loss 0.{50 - step_done}", flush=True)
         if "-f" in argv and scenario() == "run":
-            while not (STATE / "deleted").exists():
+            # follows until the job is deleted; bounded, so that a runner killed outright leaves nothing for ever
+            deadline = time.monotonic() + FOLLOW_AT_MOST_S
+            while not (STATE / "deleted").exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
         print(f"log of {pod_name} ends")
         return 0
