@@ -18,7 +18,8 @@ Adapted only where it must be to run here:
   CPU cross-entropy refuses;
 - `--timings` (benchmark only): rank 0 notes (step, epoch, time) at each print
   it already makes (after `loss.item()`, so it adds no synchronisation) and
-  writes them to a JSON file at the end.
+  writes them to a JSON file at the end; `--print-every` (benchmark only)
+  prints more often than every 100 steps, for the benchmark's tiny smoke runs.
 
     python benchmarks/baseline_huawei_ddp_sample.py --nprocs 2 --batch_size 64
 """
@@ -80,6 +81,7 @@ def train(
     epoch: int,
     loc: str,
     timings: list[tuple[int, int, float]],
+    print_every: int = 100,
 ) -> None:
     """One epoch of the sample's loop: forward, loss, backward, step; print every 100 steps."""
     size = len(train_loader.dataset)
@@ -91,7 +93,7 @@ def train(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if i % 100 == 0:
+        if i % print_every == 0:
             loss, current = loss.item(), i * len(target)
             timings.append((epoch * len(train_loader) + i + 1, epoch, time.perf_counter()))
             print(f"loss: {loss:>7f}  [{current:>5d}/{size:>5d}]", flush=True)
@@ -123,7 +125,7 @@ def main_worker(gpu: int, ngpus_per_node: int, args: argparse.Namespace) -> None
     for epoch in range(args.epochs):
         print("curr epoch: ", epoch, flush=True)
         train_sampler.set_epoch(epoch)
-        train(train_loader, model, criterion, optimizer, epoch, loc, timings)
+        train(train_loader, model, criterion, optimizer, epoch, loc, timings, args.print_every)
     if gpu == 0 and args.timings:
         with open(args.timings, "w", encoding="utf-8") as file:
             json.dump({"batch_size": batch_size, "world_size": args.world_size, "points": timings}, file)
@@ -140,6 +142,7 @@ if __name__ == "__main__":
     parser.add_argument("--hidden", default=512, type=int)
     parser.add_argument("--port", default="29500")
     parser.add_argument("--timings", help="benchmark only: rank 0 writes its print times here")
+    parser.add_argument("--print-every", default=100, type=int, help="benchmark only: steps between prints (tiny runs)")
     args = parser.parse_args()
     args.world_size = args.nprocs
     mp.spawn(main_worker, args=(args.nprocs, args), nprocs=args.nprocs)

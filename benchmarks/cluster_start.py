@@ -25,6 +25,7 @@ reason printed, without them):
     DS_BUILD_OPS=0 /work/dsvenv/bin/pip install deepspeed
 
     python benchmarks/cluster_start.py [--rounds 3] [--deepspeed-python /work/dsvenv/bin/python]
+    python benchmarks/cluster_start.py --smoke   # one round (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -198,7 +199,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deepspeed-python", help="python of a venv with deepspeed (the DeepSpeed+pdsh line)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs and prints (seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 1
     if os.geteuid() != 0:
         sys.exit("cluster_start.py needs root (network namespaces, slurmd)")
     skipped = skip_reason(args.deepspeed_python)

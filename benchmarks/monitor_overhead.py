@@ -4,10 +4,11 @@ Renders a 2-node x 2-process CPU project, then alternates: the launch scripts
 started bare (no monitor), and the same job under `npu-wizard run --plain`
 (status stream, event following, hang checks). Training throughput comes from
 the ranks' own step events (steady-state windows, the first skipped). The
-runner's CPU time and peak memory are sampled with psutil. Target: the
+runner's CPU time and peak memory are sampled from /proc. Target: the
 monitored job keeps at least 98% of the bare job's throughput.
 
     python benchmarks/monitor_overhead.py [--rounds 2] [--samples 65536]
+    python benchmarks/monitor_overhead.py --smoke   # one round, 4096 samples (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,6 +41,20 @@ def bare_run(project: Path, run_dir: Path) -> float:
     return steady_throughput(run_dir)
 
 
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory now, from /proc (what psutil's memory_info().rss reads)."""
+    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if row.startswith("VmRSS:"):
+            return int(row.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU seconds so far, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def monitored_run(project: Path) -> tuple[float, float, float, float]:
     """Under `npu-wizard run`; return throughput, runner CPU seconds, wall seconds and peak RSS (MiB)."""
     before = set(run_dirs(project))
@@ -51,14 +64,12 @@ def monitored_run(project: Path) -> tuple[float, float, float, float]:
         env=node_env(project / "runs" / "unused"),
         stdout=subprocess.DEVNULL,
     )
-    watched = psutil.Process(runner.pid)
     peak, cpu = 0, 0.0
     while runner.poll() is None:
         try:
-            peak = max(peak, watched.memory_info().rss)
-            times = watched.cpu_times()
-            cpu = times.user + times.system
-        except psutil.NoSuchProcess:
+            peak = max(peak, rss_bytes(runner.pid))
+            cpu = cpu_seconds(runner.pid)
+        except (FileNotFoundError, ProcessLookupError):
             break
         time.sleep(0.2)
     wall = time.monotonic() - started
@@ -73,7 +84,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--samples", type=int, default=65536)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs and prints (seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.samples = 1, 4096
     with tempfile.TemporaryDirectory() as tmp:
         project = render_cpu(Path(tmp), "torchrun", nodes=2, samples=args.samples, epochs=1, checkpoint_every=0)
         bare, watched, cpus, walls, peaks = [], [], [], [], []

@@ -10,6 +10,7 @@ which disk waits do not inflate. Targets: 4096 nodes
 under 5 s and under 20 MB; time and size linear in nodes.
 
     python benchmarks/render_scale.py [--repeat 3] [--nodes 8 64 512 4096] [--dir FOLDER, e.g. /dev/shm]
+    python benchmarks/render_scale.py --smoke   # 8 and 16 nodes once: does it run? (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512, 4096])
     parser.add_argument("--dir", type=Path, default=None, help="where to render (default: a temporary folder)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs and prints (seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat, args.nodes = 1, [8, 16]
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         root = Path(folder)
         rows = []

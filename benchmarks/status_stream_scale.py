@@ -15,6 +15,7 @@ accepted, events sent and received, lost, the runner's CPU (share of one
 core, steady state) and its memory after warm-up and at the end.
 
     python benchmarks/status_stream_scale.py [--ranks 4096] [--duration 600] [--baseline-duration 120]
+    python benchmarks/status_stream_scale.py --smoke   # 16 ranks for seconds (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -214,7 +215,10 @@ def main() -> None:
     parser.add_argument("--connect-within", type=float, default=1.0)
     parser.add_argument("--warm-up", type=float, default=30.0, help="seconds before CPU and memory count")
     parser.add_argument("--clients", type=int, default=8, help="client processes simulating the ranks")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs and prints (seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.ranks, args.duration, args.baseline_duration, args.warm_up, args.clients = 16, 3.0, 2.0, 1.0, 2
     _raise_file_limit()
 
     bounded = state_module.LOSS_HISTORY

@@ -50,6 +50,7 @@ summed in the loop itself, as a share of the epoch. World size 1 has the
 shortest steps: both bound the cost at 2 processes from above.
 
     python benchmarks/training_throughput.py [--repeat 3] [--threads 1]
+    python benchmarks/training_throughput.py --smoke   # tiny sizes: does it run? (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "benchmarks" / "baseline_huawei_ddp_sample.py"
 BATCH_SIZE = 32  # the answers' default per-device batch
 WARMUP_STEPS = 100
+LOG_EVERY = 10  # the generated project's step events
+SMOKE_SAMPLES = 1024  # --smoke: 32 steps an epoch in one process, 16 in two
 EVENT_TRIAL_SAMPLES = 8192  # one A/B trial: an epoch of 256 steps, short so that load swings hit both modes
 RUN_TIMEOUT_S = 300
 TARGET_VS_SAMPLE_2 = 1.0
@@ -156,7 +159,7 @@ def render_project(folder: Path, nprocs: int, samples: int, epochs: int) -> Path
     return render(resolve(answers), folder).project_dir
 
 
-def run_generated(project: Path, scratch: Path, env: dict[str, str], epochs: int) -> Rate:
+def run_generated(project: Path, scratch: Path, env: dict[str, str], epochs: int, warmup: int) -> Rate:
     """Run the project's launch script once; its rank 0 step events give the rate."""
     from runtime.events import read_events
 
@@ -171,18 +174,20 @@ def run_generated(project: Path, scratch: Path, env: dict[str, str], epochs: int
     events = read_events(run_dir)
     started = [event for event in events[0] if event["event"] == "started"][0]
     steps = [(e["step"], e["epoch"], e["time"]) for e in events[0] if e["event"] == "step"]
-    return steady_rate(steps, BATCH_SIZE * started["world_size"])
+    return steady_rate(steps, BATCH_SIZE * started["world_size"], warmup)
 
 
-def run_sample(nprocs: int, samples: int, scratch: Path, env: dict[str, str], epochs: int) -> Rate:
+def run_sample(nprocs: int, samples: int, scratch: Path, env: dict[str, str], epochs: int, warmup: int) -> Rate:
     """Run the Huawei-style sample once with the generated project's sizes."""
     timings = Path(tempfile.mkstemp(prefix="sample-", suffix=".json", dir=scratch)[1])
     command = [sys.executable, str(SAMPLE), "--nprocs", str(nprocs), "--batch_size", str(BATCH_SIZE * nprocs)]
     command += ["--samples", str(samples), "--epochs", str(epochs), "--input-shape", "64", "--hidden", "256"]
+    if warmup < WARMUP_STEPS:  # tiny runs (--smoke): its every-100-steps prints would give no timestamp
+        command += ["--print-every", str(LOG_EVERY)]
     run_checked(command + ["--port", str(free_port()), "--timings", str(timings)], env, cwd=scratch)
     recorded = json.loads(timings.read_text())
     points = [tuple(point) for point in recorded["points"]]
-    return steady_rate(points, recorded["batch_size"] * recorded["world_size"])
+    return steady_rate(points, recorded["batch_size"] * recorded["world_size"], warmup)
 
 
 def load_train_module(project: Path) -> ModuleType:
@@ -196,15 +201,19 @@ def load_train_module(project: Path) -> ModuleType:
     return module
 
 
-def bare_loop(train: ModuleType, epochs: int, ddp: bool = False, rank: int = 0, world_size: int = 1) -> float:
+def bare_loop(
+    train: ModuleType, epochs: int, warmup: int, ddp: bool = False, rank: int = 0, world_size: int = 1
+) -> float:
     """Samples/s (all ranks) of a plain loop over the project's tensors and model: no Trainer, no events."""
     features, labels = train.data.synthetic_tensors(train.SAMPLES, train.INPUT_SHAPE, 10, train.SEED)
     torch.manual_seed(train.SEED)
     model = train.build_model(train.data.DataSpec(train.INPUT_SHAPE, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=train.learning_rate(world_size), momentum=0.9)
+    steps_per_epoch = train.SAMPLES // (BATCH_SIZE * world_size)
+    # the project's learning-rate schedule (warmup included), set before every step as its Trainer does
+    lr_schedule = train.learning_rate(world_size, steps_per_epoch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
     model = DDP(model) if ddp else model
     loss_fn = torch.nn.CrossEntropyLoss()
-    steps_per_epoch = train.SAMPLES // (BATCH_SIZE * world_size)
     generator = torch.Generator().manual_seed(train.SEED)
     steps = seconds = 0.0
     for epoch in range(epochs):
@@ -212,33 +221,35 @@ def bare_loop(train: ModuleType, epochs: int, ddp: bool = False, rank: int = 0, 
         order = shuffled[: steps_per_epoch * BATCH_SIZE].view(steps_per_epoch, BATCH_SIZE)
         start = time.perf_counter()
         for step, index in enumerate(order):
-            if epoch == 0 and step == WARMUP_STEPS:
+            if epoch == 0 and step == warmup:
                 start = time.perf_counter()
+            lr_schedule.apply(optimizer, epoch * steps_per_epoch + step)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(features.index_select(0, index)), labels.index_select(0, index))
             loss.backward()
             optimizer.step()
         loss.item()
-        steps += steps_per_epoch - (WARMUP_STEPS if epoch == 0 else 0)
+        steps += steps_per_epoch - (warmup if epoch == 0 else 0)
         seconds += time.perf_counter() - start
     return steps * BATCH_SIZE * world_size / seconds
 
 
-def _bare_ddp_worker(rank: int, project: Path, port: int, nprocs: int, epochs: int, result: Path) -> None:
+def _bare_ddp_worker(rank: int, project: Path, port: int, nprocs: int, epochs: int, warmup: int, result: Path) -> None:
     train = load_train_module(project)
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=nprocs)
     try:
-        rate = bare_loop(train, epochs, ddp=True, rank=rank, world_size=nprocs)
+        rate = bare_loop(train, epochs, warmup, ddp=True, rank=rank, world_size=nprocs)
     finally:
         torch.distributed.destroy_process_group()
     if rank == 0:
         result.write_text(str(rate))
 
 
-def bare_ddp_processes(project: Path, nprocs: int, epochs: int, scratch: Path) -> float:
+def bare_ddp_processes(project: Path, nprocs: int, epochs: int, warmup: int, scratch: Path) -> float:
     """Samples/s of the bare loop in DDP across `nprocs` spawned processes: the ceiling for that many."""
     result = Path(tempfile.mkstemp(prefix="bare-", dir=scratch)[1])
-    torch.multiprocessing.spawn(_bare_ddp_worker, args=(project, free_port(), nprocs, epochs, result), nprocs=nprocs)
+    worker_args = (project, free_port(), nprocs, epochs, warmup, result)
+    torch.multiprocessing.spawn(_bare_ddp_worker, args=worker_args, nprocs=nprocs)
     return float(result.read_text())
 
 
@@ -275,13 +286,14 @@ class TimedRecorder:
         return timed
 
 
-def trainer_epoch(train: ModuleType, scratch: Path, recording: str) -> tuple[float, float, float]:
-    """(wall, CPU, in-recorder) seconds of one Trainer epoch; recording: stub, events or timed."""
-    features, labels = train.data.synthetic_tensors(EVENT_TRIAL_SAMPLES, train.INPUT_SHAPE, 10, train.SEED)
+def trainer_epoch(train: ModuleType, scratch: Path, recording: str, samples: int) -> tuple[float, float, float]:
+    """(wall, CPU, in-recorder) seconds of one Trainer epoch of `samples`; recording: stub, events or timed."""
+    features, labels = train.data.synthetic_tensors(samples, train.INPUT_SHAPE, 10, train.SEED)
     batches = train.data.TensorBatches(features, labels, BATCH_SIZE, rank=0, world_size=1, seed=train.SEED)
     torch.manual_seed(train.SEED)
     model = train.build_model(train.data.DataSpec(train.INPUT_SHAPE, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=train.learning_rate(1), momentum=0.9)
+    lr_schedule = train.learning_rate(1, len(batches))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
     writer = train.events.EventWriter(Path(tempfile.mkdtemp(prefix="events-", dir=scratch)), 0)
     recorder = {"stub": StubRecorder(), "events": writer, "timed": TimedRecorder(writer)}[recording]
     if recording != "stub":
@@ -291,7 +303,9 @@ def trainer_epoch(train: ModuleType, scratch: Path, recording: str) -> tuple[flo
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else scratch
     with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-", dir=shm) as checkpoints:
         rank = train.distributed.RankInfo(0, 0, 1, 1, 0, "torchrun")
-        trainer = train.Trainer(model, batches, optimizer, rank, torch.device("cpu"), recorder, Path(checkpoints))
+        trainer = train.Trainer(
+            model, batches, optimizer, lr_schedule, rank, torch.device("cpu"), recorder, Path(checkpoints)
+        )
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             wall, cpu = time.perf_counter(), time.process_time()
             trainer.train(1)
@@ -310,18 +324,19 @@ class EventCost:
     stub_rate: float  # samples/s of the Trainer with the stub recorder
 
 
-def event_cost(train: ModuleType, scratch: Path, pairs: int) -> EventCost:
-    """Time the rendered Trainer alternately with and without the event stream."""
-    trainer_epoch(train, scratch, "events")  # warm-up
+def event_cost(train: ModuleType, scratch: Path, pairs: int, samples: int = EVENT_TRIAL_SAMPLES) -> EventCost:
+    """Time the rendered Trainer alternately with and without the event stream (epochs of `samples`)."""
+    trainer_epoch(train, scratch, "events", samples)  # warm-up
     wall, cpu, stub_wall = [], [], []
     for pair in range(pairs):
         order = ("events", "stub") if pair % 2 == 0 else ("stub", "events")
-        timed = {mode: trainer_epoch(train, scratch, mode) for mode in order}
+        timed = {mode: trainer_epoch(train, scratch, mode, samples) for mode in order}
         wall.append(timed["events"][0] / timed["stub"][0] - 1)
         cpu.append(timed["events"][1] / timed["stub"][1] - 1)
         stub_wall.append(timed["stub"][0])
-    in_loop = [seconds / epoch for epoch, _, seconds in (trainer_epoch(train, scratch, "timed") for _ in range(3))]
-    stub_rate = EVENT_TRIAL_SAMPLES / statistics.median(stub_wall)
+    timed_runs = (trainer_epoch(train, scratch, "timed", samples) for _ in range(3))
+    in_loop = [seconds / epoch for epoch, _, seconds in timed_runs]
+    stub_rate = samples / statistics.median(stub_wall)
     return EventCost(statistics.median(wall), statistics.median(cpu), statistics.median(in_loop), stub_rate)
 
 
@@ -363,16 +378,17 @@ def measure_rates(
         return Rate(samples_per_s, samples_per_s)
 
     runs: dict[Contender, Callable[[], Rate]] = {
-        ("generated", 2): lambda: run_generated(projects[2], scratch, env, args.epochs),
-        ("sample", 2): lambda: run_sample(2, args.samples, scratch, env, args.epochs),
-        ("bare+ddp", 2): lambda: as_rate(bare_ddp_processes(projects[1], 2, args.epochs, scratch)),
-        ("generated", 1): lambda: run_generated(projects[1], scratch, env, args.epochs),
-        ("sample", 1): lambda: run_sample(1, args.samples, scratch, env, args.epochs),
-        ("bare", 1): lambda: as_rate(bare_loop(train, args.epochs)),
-        ("bare+ddp", 1): lambda: as_rate(bare_loop(train, args.epochs, ddp=True)),
+        ("generated", 2): lambda: run_generated(projects[2], scratch, env, args.epochs, args.warmup),
+        ("sample", 2): lambda: run_sample(2, args.samples, scratch, env, args.epochs, args.warmup),
+        ("bare+ddp", 2): lambda: as_rate(bare_ddp_processes(projects[1], 2, args.epochs, args.warmup, scratch)),
+        ("generated", 1): lambda: run_generated(projects[1], scratch, env, args.epochs, args.warmup),
+        ("sample", 1): lambda: run_sample(1, args.samples, scratch, env, args.epochs, args.warmup),
+        ("bare", 1): lambda: as_rate(bare_loop(train, args.epochs, args.warmup)),
+        ("bare+ddp", 1): lambda: as_rate(bare_loop(train, args.epochs, args.warmup, ddp=True)),
     }
-    run_generated(projects[1], scratch, env, 1)  # warm-up (page cache, torch import), untimed
-    bare_loop(train, 1, ddp=True)
+    if not args.smoke:
+        run_generated(projects[1], scratch, env, 1, args.warmup)  # warm-up (page cache, torch import), untimed
+    bare_loop(train, 1, 0, ddp=True)
     rates: dict[Contender, list[Rate]] = {key: [] for key in runs}
     keys = list(runs)
     for attempt in range(args.repeat):
@@ -443,7 +459,16 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", default="1", help="OMP_NUM_THREADS per process, or 'launcher'")
     parser.add_argument("--event-pairs", type=int, default=16)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: checks that every part runs and prints (seconds; the figures mean nothing)",
+    )
     args = parser.parse_args()
+    args.warmup, args.trial_samples = WARMUP_STEPS, EVENT_TRIAL_SAMPLES
+    if args.smoke:
+        args.repeat, args.samples, args.epochs, args.event_pairs = 1, SMOKE_SAMPLES, 2, 1
+        args.warmup, args.trial_samples = LOG_EVERY, SMOKE_SAMPLES
     began = time.perf_counter()
     os.environ.pop("OMP_NUM_THREADS", None)
     if args.threads != "launcher":
@@ -455,7 +480,7 @@ def main() -> int:
         torch.set_num_threads((os.cpu_count() or 1) if args.threads == "launcher" else int(args.threads))
         with group_of_one():
             rates = measure_rates(args, scratch, projects, train)
-            events = event_cost(train, scratch, args.event_pairs)
+            events = event_cost(train, scratch, args.event_pairs, args.trial_samples)
     print_report(args, rates, events)
     print(f"\ntotal {time.perf_counter() - began:.0f} s")
     return 0

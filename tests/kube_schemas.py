@@ -2,9 +2,10 @@
 
 No API server can run here, so a manifest is checked the two ways that need
 none: an AscendJob or PyTorchJob against its CustomResourceDefinition's
-openAPIV3Schema (the CRDs are test data beside the project, in
-../shared/k8s/), and core kinds (ConfigMap, and each job's pod template as a
-Pod) against the Kubernetes schemas that kubernetes-validate bundles.
+openAPIV3Schema (the CRDs are test data in the repository, tests/k8s_schemas/,
+their source and version in its README), and core kinds (ConfigMap, and each
+job's pod template as a Pod) against the Kubernetes schemas that
+kubernetes-validate bundles.
 
 The CRD schemas leave unknown fields open, and an API server silently drops
 (prunes) a field its schema does not name: a misspelt field would pass
@@ -27,22 +28,22 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_DIR = ROOT / "tests" / "k8s_schemas"
 CRD_FILES = {"AscendJob": "ascendjob-crd.yaml", "PyTorchJob": "pytorchjob-crd.yaml"}
 # The oldest and newest Kubernetes releases kubernetes-validate bundles that clusters run today.
 KUBERNETES_VERSIONS = ("1.25", "1.33")
 
 
 def crd_dir() -> Path:
-    """The folder with the CRDs: $NPU_WIZARD_K8S_CRDS, or shared/k8s beside the project (or a folder above)."""
+    """The folder with the CRDs: $NPU_WIZARD_K8S_CRDS (other operator releases), else tests/k8s_schemas/."""
     named = os.environ.get("NPU_WIZARD_K8S_CRDS")
-    candidates = [Path(named)] if named else [parent / "shared" / "k8s" for parent in ROOT.parents]
-    for candidate in candidates:
-        if all((candidate / name).is_file() for name in CRD_FILES.values()):
-            return candidate
-    message = f"the CRD schemas ({', '.join(CRD_FILES.values())}) are not in ../shared/k8s or $NPU_WIZARD_K8S_CRDS"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    folder = Path(named) if named else SCHEMA_DIR
+    missing = [name for name in CRD_FILES.values() if not (folder / name).is_file()]
+    if missing:
+        # never a skip: the schemas are part of the repository, so a missing one is a broken checkout or setting
+        where = "$NPU_WIZARD_K8S_CRDS" if named else "the repository"
+        pytest.fail(f"the CRD schemas {', '.join(missing)} are not in {folder} ({where})")
+    return folder
 
 
 @functools.cache

@@ -11,7 +11,12 @@ $KUBECTL_DOUBLE_DIR/scenario:
 - no-context: `kubectl config current-context` fails, as on a machine with no cluster set up.
 - refuse-apply: the cluster refuses to apply the job (a quota), after the ConfigMap.
 
-The step of a scenario advances with each `get` of the job.
+The step of a scenario advances with each `get` of the job. Like an API
+server, the double keeps a job until it is deleted: applying the same job
+again while it exists changes nothing (its status, a finished one's
+`Succeeded` included, stays), while applying it after a delete creates it
+anew from the first step. $KUBECTL_DOUBLE_DIR/created counts the jobs
+created.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 STATE = Path(os.environ["KUBECTL_DOUBLE_DIR"])
+FOLLOW_AT_MOST_S = 600.0
 
 
 def record(argv: list[str]) -> None:
@@ -49,6 +55,23 @@ def job_name() -> str:
     return applied["name"]
 
 
+def job_exists() -> bool:
+    """Whether a job was applied and not deleted since."""
+    return (STATE / "applied.json").exists() and not (STATE / "deleted").exists()
+
+
+def create_job(name: str) -> bool:
+    """Apply the job: create it anew where none exists (True), else leave it as it stands (False)."""
+    if job_exists():
+        return False
+    (STATE / "applied.json").write_text(json.dumps({"name": name}))
+    (STATE / "deleted").unlink(missing_ok=True)
+    (STATE / "steps").write_text("0")
+    created = STATE / "created"
+    created.write_text(str(int(created.read_text()) + 1 if created.exists() else 1))
+    return True
+
+
 def pod(
     name: str, role: str, index: int, phase: str, *, code: int | None = None, pending: str = "", at: str = ""
 ) -> dict[str, Any]:
@@ -69,7 +92,7 @@ def pod(
 
 def pods(now: int) -> list[dict[str, Any]]:
     """The job's two pods at this step of the scenario."""
-    if (STATE / "deleted").exists():
+    if not job_exists():
         return []
     name, plan = job_name(), scenario()
     if now <= 1:
@@ -88,7 +111,7 @@ def pods(now: int) -> list[dict[str, Any]]:
 
 def job(now: int) -> dict[str, Any] | None:
     """The job's status at this step."""
-    if (STATE / "deleted").exists():
+    if not job_exists():
         return None
     plan = scenario()
     conditions = [{"type": "Created", "status": "True"}]
@@ -125,14 +148,18 @@ def main(argv: list[str]) -> int:
                 print('Error from server (Forbidden): exceeded quota: "compute"', file=sys.stderr)
                 return 1
             (STATE / f"applied-{document['kind']}.yaml").write_text(path.read_text())
-            if document["kind"] != "ConfigMap":
-                (STATE / "applied.json").write_text(json.dumps({"name": document["metadata"]["name"]}))
-            print(f"{document['kind'].lower()}/{document['metadata']['name']} created")
+            said = "created"
+            if document["kind"] != "ConfigMap" and not create_job(document["metadata"]["name"]):
+                said = "unchanged"
+            print(f"{document['kind'].lower()}/{document['metadata']['name']} {said}")
         return 0
     if argv[:1] == ["get"] and argv[1] == "pods":
         print(json.dumps({"items": pods(step())}))
         return 0
     if argv[:1] == ["get"]:
+        if not job_exists():
+            print(f'Error from server (NotFound): "{argv[2]}" not found', file=sys.stderr)
+            return 1
         now = step() + 1
         (STATE / "steps").write_text(str(now))
         found = job(now)
@@ -146,7 +173,9 @@ def main(argv: list[str]) -> int:
         for step_done in (10, 20):
             print(f"[rank 0] step {step_done} loss 0.{50 - step_done}", flush=True)
         if "-f" in argv and scenario() == "run":
-            while not (STATE / "deleted").exists():
+            # follows until the job is deleted; bounded, so that a runner killed outright leaves nothing for ever
+            deadline = time.monotonic() + FOLLOW_AT_MOST_S
+            while not (STATE / "deleted").exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
         print(f"log of {pod_name} ends")
         return 0
@@ -154,6 +183,8 @@ def main(argv: list[str]) -> int:
         (STATE / "deleted").write_text("yes")
         for path in files_given(argv):
             print(f"{path} deleted")
+        if not files_given(argv):
+            print(f"{argv[1]}/{argv[2]} deleted")
         return 0
     print(f"kubectl double: unscripted call {argv}", file=sys.stderr)
     return 2

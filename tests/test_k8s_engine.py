@@ -71,6 +71,11 @@ class Kubectl:
         """The calls that start with these arguments."""
         return [call for call in self.calls() if call[: len(prefix)] == list(prefix)]
 
+    def jobs_created(self) -> int:
+        """How many times the cluster created the job (a second apply of an existing job creates none)."""
+        created = self.state / "created"
+        return int(created.read_text()) if created.exists() else 0
+
 
 def finish(runner: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
     """Wait for the runner; its exit code and output."""
@@ -143,6 +148,48 @@ def test_ctrl_c_deletes_the_job(tmp_path: Path) -> None:
         k8s.CONFIGMAP_FILE,
     ]
     assert "deleted pytorchjob.kubeflow.org/demo" in output
+
+
+def test_a_second_run_deletes_the_finished_job_first_and_trains_again(tmp_path: Path) -> None:
+    project = k8s_project(tmp_path, "ascendjob")
+    kubectl = Kubectl(tmp_path / "kubectl", "succeed")
+    code, first = finish(start_runner(project, env=kubectl.env))
+    assert code == 0, first
+    assert kubectl.jobs_created() == 1
+    # the finished job stays on the cluster, Succeeded, as a real API server keeps it
+
+    code, second = finish(start_runner(project, env=kubectl.env))
+
+    assert code == 0, second
+    assert "ascendjob: deleted the finished job demo (Succeeded) an earlier run left, to run it anew" in second
+    delete = ["delete", "ascendjob.mindxdl.gitee.com", "demo", "-n", "ml", "--ignore-not-found", "--wait=true"]
+    assert kubectl.called("delete") == [[*delete, "--cascade=foreground"]]
+    assert kubectl.jobs_created() == 2
+    assert "ascendjob: pod demo-master-0 (node 0) Running" in second
+    assert "node 0: [rank 0] step 10 loss 0.40" in second, "the second run trained"
+    second_run = sorted(p for p in (project / "runs").iterdir() if p.is_dir())[-1]
+    assert "[rank 0] step 20" in (second_run / "logs" / "node-0.log").read_text()
+
+
+def test_a_job_of_the_same_name_still_running_is_refused_and_left_alone(tmp_path: Path) -> None:
+    project = k8s_project(tmp_path, "pytorchjob")
+    kubectl = Kubectl(tmp_path / "kubectl", "run")
+    subprocess.run(
+        ["kubectl", "apply", "-f", k8s.CONFIGMAP_FILE, "-f", "k8s/pytorchjob.yaml"],
+        cwd=project,
+        env=kubectl.env,
+        check=True,
+        capture_output=True,
+    )
+
+    code, output = finish(start_runner(project, env=kubectl.env))
+
+    assert code == 1, output
+    assert "pytorchjob.kubeflow.org/demo already exists in namespace ml (Created)" in output
+    assert "kubectl delete pytorchjob.kubeflow.org demo -n ml" in output
+    assert kubectl.called("delete") == []
+    assert len(kubectl.called("apply")) == 1, "only the job that was there before"
+    assert kubectl.jobs_created() == 1
 
 
 @pytest.mark.parametrize("setup", ["no kubectl", "no context"])

@@ -200,3 +200,26 @@ def test_a_node_that_never_joins_is_named_at_the_start_up_deadline(tmp_path: Pat
     assert "root cause: the job: start-up deadline passed: " in output
     summary = summary_of(run_dirs(project)[0])
     assert summary["outcome"] == "hung" and summary["never_reported"] == [2, 3]
+
+
+def test_a_node_this_runner_started_whose_ranks_never_connect_is_not_said_to_never_join(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=1)
+    # the ranks stall before they import anything (a user's slow import, a hung mount): torchrun runs on
+    train = project / "train.py"
+    train.write_text("import time\n\ntime.sleep(3600)\n" + train.read_text())
+    args = ("--interval", "1", "--hang-after", "20", "--abort-on-hang", "--start-timeout", "10")
+    runner = start_runner(project, *args)
+    try:
+        output, _ = runner.communicate(timeout=300)
+        wait_for(lambda: not leftover_processes(project), 30, "every process of the job to end")
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    (run_dir,) = run_dirs(project)
+    assert "never joined" not in output
+    said = (
+        "node 0: no status from its ranks 0, 1 within 10s; its launch script is running but its ranks never "
+        f"connected to this runner; see {run_dir / 'logs' / 'node-0.log'}"
+    )
+    assert f"START-UP DEADLINE: {said}" in output
+    assert f"root cause: the job: start-up deadline passed: {said}" in output

@@ -108,6 +108,39 @@ def test_kill_9_of_a_rank_on_the_second_host_stops_every_node_and_names_it(tmp_p
     assert json.loads((run_dir / "summary.json").read_text())["failure"]["rank"] == 3
 
 
+def ssh_session_of(runner_pid: int, host: str, node: int) -> int | None:
+    """The pid of the runner's ssh client that started node's launch script on host, if it runs."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == runner_pid and host.encode() in argv and any(f"launch/node{node}.sh".encode() in a for a in argv):
+            return int(proc.name)
+    return None
+
+
+def test_a_dropped_ssh_session_points_at_the_node_log_on_its_host(tmp_path: Path, hosts: SshHosts) -> None:
+    project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
+    runner = start_runner(project, "--interval", "1", env=runner_env(hosts, project))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 2), START_S, "rank 2 to train on the second host")
+        session = wait_for(lambda: ssh_session_of(runner.pid, hosts.addresses[1], 1), 30, "node 1's ssh session")
+        os.kill(session, signal.SIGKILL)  # the connection to the second host is gone; its ranks run on there
+        output, _ = runner.communicate(timeout=120)
+        wait_for(lambda: not leftover_processes(project), 30, "every process of the job to end on both hosts")
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    remote_log = f"{hosts.addresses[1]}:{run_dir}/logs/node-1.log"
+    assert "root cause: node 1's launcher" in output, output
+    assert remote_log in output, output
+
+
 def test_ctrl_c_stops_every_node_on_every_host(tmp_path: Path, hosts: SshHosts) -> None:
     project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
     runner = start_runner(project, "--interval", "1", env=runner_env(hosts, project))

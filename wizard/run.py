@@ -15,7 +15,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -227,6 +227,7 @@ class Job:
         for rank in gone:
             self.state.vanished(rank, now)
         description = self.engine.describe()
+        self._note_launchers(description.exit_codes)
         self.engine_lines.extend(self.engine.stream())
         self.engine_reason = description.reason or self.engine_reason
         codes = description.exit_codes
@@ -243,6 +244,19 @@ class Job:
                 return self._end("finished", None)
             return self._fail(self._settled_root_cause() or self._engine_failure())
         return None
+
+    def _note_launchers(self, codes: Mapping[int, int | None]) -> None:
+        """Tell the state what became of each node's launch script this runner started or submitted, with its log."""
+        if self.job_id is None:
+            return
+        launch = self.launch()
+        for node, code in codes.items():
+            log = self.engine.node_log(launch, node)
+            if code is None:
+                said = f"its launch script is running but its ranks never connected to this runner; see {log}"
+            else:
+                said = f"its launch script exited (code {code}); see {log}"
+            self.state.launchers[node] = said
 
     def _ingest(self) -> None:
         for follower in self._followers:
@@ -278,7 +292,8 @@ class Job:
         return view is not None and view.pid is not None and view.outcome is None and not procs.is_alive(view.pid)
 
     def _launcher_failure(self, node: int, code: int | None) -> Failure:
-        log = self.run_dir / "logs" / f"node-{node}.log"
+        # on another host (ssh) the log is there, not in this run folder: HOST:PATH
+        log = self.engine.node_log(self.launch(), node)
         said = node_log_reason(self.run_dir, node)
         stopped = "stopped in its preflight" if any("preflight FAIL:" in line for line in said) else "exited"
         summary = f"its launch script {stopped} (exit code {code}) before any rank reported an error"

@@ -110,6 +110,10 @@ class Engine(abc.ABC):
     def cancel(self) -> None:
         """Stop every process of the job on every node; return once they are gone."""
 
+    def node_log(self, launch: Launch, node: int) -> str:
+        """Where node's launch script writes its log, as the user finds it (on another host: HOST:PATH)."""
+        return str(launch.run_dir / "logs" / f"node-{node}.log")
+
     def local_nodes(self) -> frozenset[int]:
         """Nodes whose processes run on this host (their ranks' pids can be watched here)."""
         return frozenset()

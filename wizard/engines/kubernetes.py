@@ -1,6 +1,9 @@
 """The Kubernetes engines (ascendjob, pytorchjob): kubectl apply the manifests, follow the pods, delete the job.
 
-`submit` writes k8s/project.yaml again from the project's files and applies it
+`check` refuses a job of the same name that has not ended (another run, or one
+left running); `submit` deletes a job of the same name that has ended (an
+earlier run's: applied again it would keep its `Succeeded` and nothing would
+train), writes k8s/project.yaml again from the project's files and applies it
 with the job manifest; `describe` reads the job's conditions and its pods'
 phases (at most once a second), saying each change once; once node 0's pod
 runs, its log is followed into the run folder and passed on line by line; a
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -26,6 +28,7 @@ from wizard import k8s
 from wizard.answers import Answers
 from wizard.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.engines.common import run_command
+from wizard.engines.k8s_pods import failed_codes, job_condition, node_of, pod_phase
 
 KUBECTL = "kubectl"
 POLL_S = 1.0
@@ -34,8 +37,6 @@ CANCEL_WAIT_S = 120.0
 MISSES_TO_GIVE_UP = 30
 """Reads of the job in a row that may fail (API server restarting) before the run ends as lost."""
 RESOURCES = {"ascendjob": "ascendjob.mindxdl.gitee.com", "pytorchjob": "pytorchjob.kubeflow.org"}
-ROLE_LABELS = ("training.kubeflow.org/replica-type", "replica-type")
-INDEX_LABELS = ("training.kubeflow.org/replica-index", "replica-index")
 
 
 def kubectl_problem(env: dict[str, str] | None = None) -> str | None:
@@ -47,66 +48,6 @@ def kubectl_problem(env: dict[str, str] | None = None) -> str | None:
     if result.returncode != 0 or not result.stdout.strip():
         return f"kubectl has no current context ({(result.stderr or result.stdout).strip() or 'none set'})"
     return None
-
-
-def node_of(pod: dict[str, Any]) -> int | None:
-    """The job node a pod is: Master is node 0, Worker i is node i + 1 (None when the pod says neither)."""
-    labels = pod.get("metadata", {}).get("labels", {})
-    role = next((labels[key] for key in ROLE_LABELS if key in labels), None)
-    index = next((labels[key] for key in INDEX_LABELS if key in labels), None)
-    if role is None or index is None:
-        match = re.search(r"-(master|worker)-(\d+)$", pod.get("metadata", {}).get("name", ""))
-        if match is None:
-            return None
-        role, index = match.groups()
-    if not str(index).isdigit():
-        return None
-    return 0 if str(role).lower() == "master" else int(index) + 1
-
-
-def pod_phase(pod: dict[str, Any]) -> str:
-    """A pod's phase with the reason that matters while it waits or after it ended."""
-    status = pod.get("status", {})
-    phase = status.get("phase", "Unknown")
-    for container in status.get("containerStatuses", []):
-        state = container.get("state", {})
-        if "waiting" in state and state["waiting"].get("reason") not in (None, "ContainerCreating"):
-            waiting = state["waiting"]
-            return f"{phase} ({waiting['reason']}: {waiting.get('message', '')})".replace(": )", ")")
-        if "terminated" in state:
-            return f"{phase} (exit code {state['terminated'].get('exitCode')})"
-    for condition in status.get("conditions", []):
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return f"{phase} ({condition.get('reason')}: {condition.get('message', '')})"
-    return phase
-
-
-def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """How a pod's container ended (exitCode, finishedAt), or None while it has not."""
-    for container in pod.get("status", {}).get("containerStatuses", []):
-        state = container.get("state", {}).get("terminated")
-        if state is not None:
-            return state
-    return None
-
-
-def failed_codes(nodes: dict[int, dict[str, Any]]) -> dict[int, int | None]:
-    """Each node's exit code, keeping only the first failure by time: the operator stops the others after it."""
-    ended = {node: state for node, pod in nodes.items() if (state := terminated(pod)) is not None}
-    codes: dict[int, int | None] = {node: int(state.get("exitCode", 1)) for node, state in ended.items()}
-    failures = [node for node, code in codes.items() if code != 0]
-    if failures:
-        first = min(failures, key=lambda node: (str(ended[node].get("finishedAt", "")), node))
-        codes.update({node: None for node in failures if node != first})
-    return codes
-
-
-def job_condition(job: dict[str, Any]) -> tuple[str, str]:
-    """The job's latest true condition (Created, Running, Restarting, Succeeded, Failed) and its message."""
-    current = [c for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"]
-    if not current:
-        return "Created", ""
-    return current[-1].get("type", "Unknown"), current[-1].get("message", "")
 
 
 class KubernetesEngine(Engine):
@@ -128,6 +69,8 @@ class KubernetesEngine(Engine):
         self._logs_saved = False
         self._misses = 0
         self._error = ""
+        self._ended_before: str | None = None
+        """The condition of the same job an earlier run left ended on the cluster, deleted before submitting."""
 
     # ---- what would be sent ------------------------------------------------------------
 
@@ -162,6 +105,20 @@ class KubernetesEngine(Engine):
                 "--prefix",
                 f"--max-log-requests={answers['nodes']}",
             ],
+        ]
+
+    def delete_job_command(self) -> list[str]:
+        """kubectl delete of the job alone, returning once its pods are gone too (foreground cascade)."""
+        return [
+            KUBECTL,
+            "delete",
+            self.resource,
+            self.job_name,
+            "-n",
+            self.namespace,
+            "--ignore-not-found",
+            "--wait=true",
+            "--cascade=foreground",
         ]
 
     def delete_command(self) -> list[str]:
@@ -222,6 +179,46 @@ class KubernetesEngine(Engine):
         problem = kubectl_problem()
         if problem is not None:
             raise EngineError(f"{problem}: run this where kubectl reaches the cluster")
+        self._check_no_job_runs(launch)
+
+    def _check_no_job_runs(self, launch: Launch) -> None:
+        """Refuse while a job of this name has not ended; note one that has, for `submit` to delete."""
+        self.job_name, self.namespace = self._target(launch.answers)
+        result = run_command(
+            [KUBECTL, "get", self.resource, self.job_name, "-n", self.namespace, "-o", "json"], timeout=30
+        )
+        if result.returncode != 0:
+            said = (result.stderr or result.stdout).strip()
+            if "NotFound" in said:
+                return
+            raise EngineError(f"kubectl cannot read {self.resource}/{self.job_name}: {said}")
+        try:
+            condition, _ = job_condition(json.loads(result.stdout))
+        except json.JSONDecodeError:
+            said = f"kubectl get {self.resource}/{self.job_name} gave no JSON: {result.stdout[:200]}"
+            raise EngineError(said) from None
+        if condition in ("Succeeded", "Failed"):
+            self._ended_before = condition
+            return
+        delete = [KUBECTL, "delete", self.resource, self.job_name, "-n", self.namespace]
+        raise EngineError(
+            f"{self.resource}/{self.job_name} already exists in namespace {self.namespace} ({condition}): "
+            f"another run of this project is under way or was left running; applying would not start a new one. "
+            f"Wait for it to end, or stop it with `{shlex.join(delete)}`, and run again"
+        )
+
+    def _delete_ended_job(self) -> None:
+        """Delete the ended job an earlier run left, so that applying creates it anew; say so."""
+        if self._ended_before is None:
+            return
+        result = run_command(self.delete_job_command(), timeout=CANCEL_WAIT_S)
+        if result.returncode != 0:
+            raise EngineError(
+                f"cannot delete the finished job {self.job_name} ({self._ended_before}) an earlier run left: "
+                f"{(result.stderr or result.stdout).strip()}; delete it with `{shlex.join(self.delete_job_command())}`"
+            )
+        said = f"deleted the finished job {self.job_name} ({self._ended_before}) an earlier run left, to run it anew"
+        self._say(said)
 
     def status_plan(self, launch: Launch, port: int | None) -> StatusPlan:
         """The pods cannot reach this runner: nothing listens; the ranks are followed through the pods' logs."""
@@ -232,6 +229,7 @@ class KubernetesEngine(Engine):
         self.launch = launch
         self.job_name, self.namespace = self._target(launch.answers)
         (launch.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self._delete_ended_job()
         k8s.refresh_configmap(launch.project, launch.answers)
         result = run_command(self.apply_command(), cwd=str(launch.project), timeout=120)
         if result.returncode != 0:

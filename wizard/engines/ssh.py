@@ -94,6 +94,10 @@ class SshEngine(Engine):
         """The run folder on the hosts, at the same place inside the project."""
         return str(Path(self.remote_dir(launch)) / launch.run_dir.relative_to(launch.project))
 
+    def node_log(self, launch: Launch, node: int) -> str:
+        """Node's launch script log: on its host, in the run folder there (HOST:PATH)."""
+        return f"{self.hosts(launch)[node]}:{self.remote_run_dir(launch)}/logs/node-{node}.log"
+
     def node_env(self, launch: Launch) -> dict[str, str]:
         """What each node's launch script gets on top of its host's environment."""
         passed = {

@@ -147,6 +147,8 @@ class JobState:
         self.hang_after = hang_after
         self.start_deadline = start_deadline  # seconds from now for every rank to report `started`
         self.expected: set[int] | None = None  # the ranks that report here (None: all); the deadline counts these
+        # what became of each node's launch script this runner started itself (see late_report)
+        self.launchers: dict[int, str] = {}
         self.clock = clock
         self.opened_at = clock()
         self.ranks: dict[int, RankView] = {rank: RankView(rank) for rank in range(world_size)}
@@ -308,15 +310,24 @@ class JobState:
         ]
 
     def late_report(self, now: float | None = None) -> str:
-        """The nodes that never joined and the ranks still starting after the deadline, in words."""
+        """The nodes that never joined and the ranks still starting after the deadline, in words.
+
+        A node in `launchers` had its launch script started by this runner: it did not fail to
+        join, its ranks did not report; what became of its launcher is said instead.
+        """
         late = self.late(now)
+        launchers = self.launchers
         deadline = f"{self.start_deadline or 0:.0f}s"
         lines = []
         silent: dict[int | None, list[int]] = {}
         for rank in (rank for rank in late if self.ranks[rank].last_seen is None):
             silent.setdefault(self.node_of(rank), []).append(rank)
         for node, ranks in silent.items():
-            if node is not None and ranks == list(self.ranks_of_node(node)):
+            if node is not None and node in launchers:
+                lines.append(
+                    f"node {node}: no status from its ranks {_ranges(ranks)} within {deadline}; {launchers[node]}"
+                )
+            elif node is not None and ranks == list(self.ranks_of_node(node)):
                 lines.append(f"node {node} never joined: no status from its ranks {_ranges(ranks)} within {deadline}")
             else:
                 on_node = "" if node is None else f" (node {node})"

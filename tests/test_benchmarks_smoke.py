@@ -1,0 +1,115 @@
+"""Every benchmark in benchmarks/ runs for real at tiny sizes (`--smoke`), so that none can rot unseen.
+
+Each script is started as a subprocess, as a user starts it, and must exit 0
+printing its figures and the line that compares them with its baseline or
+target. The figures of a tiny run mean nothing; that they are printed at all
+is the point. benchmarks/cluster_deepspeed.py is no script of its own: it is
+the DeepSpeed line of cluster_start.py, which says why it skipped that line
+where DeepSpeed or pdsh is missing. render_vs_accelerate.py times
+`accelerate` only where the `bench` extra installed it; without it the smoke
+run covers npu-wizard's side and says that no ratio was taken.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.slurm_cluster import have_slurm
+from tests.ssh_hosts import have_ssh_hosts
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+LIBRARIES = {"cluster_deepspeed.py"}
+"""Modules other benchmarks import, smoke-run through them."""
+
+SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
+    "training_throughput.py": (
+        ["--smoke"],
+        [
+            "generated project (torchrun), 2 proc",
+            "Huawei DDP sample (mp.spawn), 2 proc",
+            "bare loop (the ceiling), 1 proc",
+            "generated / sample, 2 processes",
+            "generated / sample, 1 process",
+            "time inside the recorder calls, in the loop",
+        ],
+    ),
+    "baseline_huawei_ddp_sample.py": (
+        ["--nprocs", "2", "--batch_size", "64", "--samples", "512", "--epochs", "1", "--print-every", "2"],
+        ["curr epoch:  0", "loss: "],
+    ),
+    "monitor_overhead.py": (
+        ["--smoke"],
+        ["throughput without monitor:", "throughput with monitor:", "target >= 98%", "monitor (npu-wizard run):"],
+    ),
+    "render_scale.py": (["--smoke"], ["baseline: the 8-node render", "bytes per added node:", "16 nodes: "]),
+    "render_vs_accelerate.py": (["--smoke"], ["npu-wizard --answers cpu-demo.yaml: median", "without its template"]),
+    "status_stream_scale.py": (
+        ["--smoke"],
+        ["baseline: unbounded history", "bounded history (256 points)", "bounded phase: none lost"],
+    ),
+    "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
+    "cluster_start.py": (
+        ["--smoke"],
+        ["vs manual engine (1 host)", "ssh engine vs deepspeed pdsh: skipped: ", "vs plain sbatch"],
+    ),
+}
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    scripts = {path.name for path in BENCHMARKS.glob("*.py")} - LIBRARIES
+    assert scripts == set(SMOKE_RUNS)
+
+
+def smoke(script: str) -> str:
+    """Run one benchmark at its tiny size; its output, after checking that it exited 0."""
+    arguments, _ = SMOKE_RUNS[script]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if script == "baseline_huawei_ddp_sample.py":
+        from tests.runs import free_port
+
+        arguments = [*arguments, "--port", str(free_port())]
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *arguments],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    return output
+
+
+@pytest.mark.parametrize("script", sorted(set(SMOKE_RUNS) - {"cluster_start.py", "render_vs_accelerate.py"}))
+def test_the_benchmark_runs_and_prints_its_figures(script: str) -> None:
+    output = smoke(script)
+    for figure in SMOKE_RUNS[script][1]:
+        assert figure in output, output[-6000:]
+
+
+def test_render_vs_accelerate_times_npu_wizard_and_compares_where_accelerate_is() -> None:
+    output = smoke("render_vs_accelerate.py")
+    for figure in SMOKE_RUNS["render_vs_accelerate.py"][1]:
+        assert figure in output, output
+    if shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate"):
+        assert "ratio: npu-wizard is " in output, output
+    else:
+        assert "accelerate config default: not timed, accelerate is not installed" in output, output
+
+
+@pytest.mark.skipif(
+    not (have_ssh_hosts() and have_slurm()),
+    reason="needs root, sshd, ssh, rsync, ip, slurm-wlm and munge (.ci/run installs them)",
+)
+def test_cluster_start_runs_on_the_ssh_hosts_and_the_slurm_cluster() -> None:
+    output = smoke("cluster_start.py")
+    for figure in SMOKE_RUNS["cluster_start.py"][1]:
+        assert figure in output, output
