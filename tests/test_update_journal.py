@@ -118,6 +118,32 @@ def test_a_staging_folder_that_is_a_link_is_refused_and_its_target_untouched(tmp
     assert files_of(project) == before
 
 
+def test_a_staging_folder_update_cannot_remove_is_refused_and_its_link_never_followed(tmp_path: Path) -> None:
+    # chattr +i stands in for a 0555 folder from a tarball, or another user's, that a non-root update cannot empty.
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    staging = project / ".npu-wizard" / "update"
+    staging.mkdir()
+    (staging / "files").symlink_to("../../..")  # the folder holding the project
+    outside = tmp_path / "projects"
+    before, around = files_of(project), files_of(outside, skip=(project.name + "/",))
+    locked = subprocess.run(["chattr", "+i", str(staging)], capture_output=True, text=True)
+    if locked.returncode != 0:
+        pytest.skip(f"chattr +i is not supported on {tmp_path}: {locked.stderr.strip()}")
+    try:
+        result = update(project)
+    finally:
+        subprocess.run(["chattr", "-i", str(staging)], check=True)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"{staging}, where update stages its files, is left from an earlier update and it could not be removed" in (
+        result.stderr
+    )
+    assert "then run update again" in result.stderr
+    assert files_of(outside, skip=(project.name + "/",)) == around  # no README.md, train.py, launch/ beside it
+    assert files_of(project) == before
+
+
 # ---- a journal the update did not write ------------------------------------------------
 
 

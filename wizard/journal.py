@@ -63,13 +63,13 @@ def apply(
     if pending(project):
         raise TargetError(f"an update of {project} was interrupted; run npu-wizard update {project} to finish it first")
     staging = _staging_folder(project)
-    shutil.rmtree(staging, ignore_errors=True)  # what an update killed before its commit left
+    _fresh_staging(staging)
     files = staging / FILES
     written: dict[str, str] = {}
     for name, content in sorted(writes.items()):
         data = content if isinstance(content, bytes) else content.encode("utf-8")
         target, staged = project / name, files / name
-        staged.parent.mkdir(parents=True, exist_ok=True)
+        _staged_folders(staging, f"{FILES}/{name}")
         mode = 0o755 if name in executable else (target.lstat().st_mode & 0o777 if os.path.lexists(target) else 0o644)
         _write_file(staged, data, mode)
         written[name] = _sha256(data)
@@ -200,6 +200,49 @@ def _damaged(project: Path, journal: Path, reason: str) -> TargetError:
         f"compare them with yours (diff -r {journal.parent / FILES} {project}), copy over what you want, then "
         f"delete {journal.parent} and run npu-wizard update again"
     )
+
+
+def _fresh_staging(staging: Path) -> None:
+    """Drop what an update killed before its commit left, and make the staging folder anew (0700, only ours).
+
+    What cannot be removed (a folder of mode 0555 restored from a tarball, or another user's) is refused:
+    staged files never go through anything the update did not make itself.
+    """
+    shutil.rmtree(staging, ignore_errors=True)
+    leftover = "it could not be removed"
+    if not os.path.lexists(staging):
+        try:
+            os.mkdir(staging, 0o700)
+            return
+        except FileExistsError:
+            leftover = "something made it again while the update was starting"
+        except OSError as error:
+            leftover = f"it cannot be made: {error.strerror}"
+    raise TargetError(
+        f"{staging}, where update stages its files, is left from an earlier update and {leftover}, so nothing "
+        f"was changed: remove it yourself (check its permissions, e.g. chmod -R u+w, and chattr -i on it; it "
+        "may belong to another user), then run update again"
+    )
+
+
+def _staged_folders(staging: Path, name: str) -> None:
+    """Make the folders of staged file `name` under `staging`, refusing any that is a link or not a folder."""
+    path = staging
+    for part in name.split("/")[:-1]:
+        path = path / part
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):  # lstat: a link is refused, never followed
+                raise TargetError(
+                    f"{path} is not a folder the update made (a link, or a file, put there by someone else), so "
+                    f"nothing was changed: remove {staging}, then run update again"
+                ) from None
+    if os.path.lexists(path / name.rsplit("/", 1)[-1]):
+        raise TargetError(
+            f"{path / name.rsplit('/', 1)[-1]} was already there in the fresh staging folder (put there by someone "
+            f"else), so nothing was changed: remove {staging}, then run update again"
+        )
 
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
