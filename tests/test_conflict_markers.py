@@ -9,13 +9,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.runs import node_env
 from tests.test_doctor_command import doctor
 from tests.test_merge import take_side
-from tests.test_update import conflicting_project, project_raw, render_project, update
+from tests.test_update import (
+    conflicting_project,
+    edit_answers,
+    files_of,
+    kill,
+    project_raw,
+    render_project,
+    start_paused_update,
+    update,
+)
+from wizard.answers import load_text
+from wizard.errors import TargetError
 from wizard.pristine import PRISTINE
+from wizard.update import plan_update
+from wizard.update_command import write
 
 
 def first_marker(path: Path) -> int:
@@ -123,3 +137,39 @@ def test_markers_are_found_from_the_record_when_the_pristine_copy_is_lost(tmp_pa
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"train.py (line {line}) still holds <<<<<<< conflict markers" in result.stderr
+
+
+@pytest.mark.parametrize("args", [(), ("--write-conflicts",)], ids=["clean", "write-conflicts"])
+def test_a_folder_where_the_conflicts_record_goes_is_refused_naming_it(tmp_path: Path, args: tuple[str, ...]) -> None:
+    project = conflicting_project(tmp_path) if args else render_project(tmp_path / "projects", project_raw(2))
+    if not args:
+        edit_answers(project, nodes=4, network__host_ips=["127.0.0.1"] * 4)
+    record = project / ".npu-wizard" / "conflicts.json"
+    record.mkdir()
+    (record / "notes.txt").write_text("mine\n")
+    before = files_of(project)
+
+    result = update(project, *args)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"{record} is a folder; npu-wizard keeps there, as a plain file, the names" in result.stderr
+    assert "nothing was changed: remove it, then run update again" in result.stderr
+    assert files_of(project) == before
+    assert not (project / ".npu-wizard" / "update").exists()
+
+
+def test_an_update_refused_for_a_pending_journal_leaves_the_conflicts_record_as_it_was(tmp_path: Path) -> None:
+    # The wizard's --edit writes with update_command.write and never finishes an interrupted update.
+    project = render_project(tmp_path / "projects", project_raw(2))
+    edit_answers(project, nodes=4, network__host_ips=["127.0.0.1"] * 4)
+    plan = plan_update(project, load_text((project / "answers.yaml").read_text(), project), keep_answers_file=False)
+    assert plan.changes and not plan.conflicts
+    kill(start_paused_update(project, "after-first-move", tmp_path / "paused"))  # committed, not finished
+    record = project / ".npu-wizard" / "conflicts.json"
+    record.write_text('["train.py"]\n')  # an earlier --write-conflicts' files, markers maybe unresolved
+
+    with pytest.raises(TargetError, match="was interrupted; run npu-wizard update"):
+        write(plan)
+
+    assert record.read_text() == '["train.py"]\n'

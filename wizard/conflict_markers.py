@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wizard import pristine
-from wizard.errors import ConflictError
+from wizard.errors import ConflictError, TargetError
 
 CONFLICTS = f"{pristine.STATE_DIR}/conflicts.json"
 START, END = b"<<<<<<< ", b">>>>>>> "
@@ -66,11 +66,22 @@ def record_conflicts(project: Path, names: list[str]) -> None:
     """Keep the names of the files an update is about to write conflicts into (none: drop the record).
 
     Written before the update commits: a record of files that got no markers is harmless, as only markers count.
-    Never through a link: a state folder that is not a plain folder of the project gets no record.
+    Never through a link: a state folder that is not a plain folder of the project gets no record; a record
+    that is not a regular file (a link, a folder) is refused (TargetError), changing nothing.
     """
     state, target = project / pristine.STATE_DIR, project / CONFLICTS
-    if state.is_symlink() or not state.is_dir() or target.is_symlink():
+    if state.is_symlink() or not state.is_dir():
         return
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise TargetError(
+            f"{target} is {kind}; npu-wizard keeps there, as a plain file, the names of the files an update wrote "
+            "conflict markers into, so nothing was changed: remove it, then run update again"
+        )
     if not names:
         target.unlink(missing_ok=True)
         return

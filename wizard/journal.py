@@ -60,8 +60,7 @@ def apply(
     """Write `writes`, delete `removes` in `project`, all or nothing (see the module docstring)."""
     removes = sorted(removes)
     check_targets(project, writes, removes)
-    if pending(project):
-        raise TargetError(f"an update of {project} was interrupted; run npu-wizard update {project} to finish it first")
+    refuse_pending(project)
     staging = _staging_folder(project)
     _fresh_staging(staging)
     files = staging / FILES
@@ -83,6 +82,12 @@ def apply(
     os.replace(pending_journal, staging / JOURNAL)  # the commit
     _sync_folder(staging)
     roll_forward(project)
+
+
+def refuse_pending(project: Path) -> None:
+    """TargetError when a committed update of `project` was interrupted and must be finished first."""
+    if pending(project):
+        raise TargetError(f"an update of {project} was interrupted; run npu-wizard update {project} to finish it first")
 
 
 def pending(project: Path) -> bool:

@@ -92,5 +92,9 @@ def write(plan: UpdatePlan) -> None:
     from wizard.pristine import PRISTINE
 
     writes: dict[str, str | bytes] = {**plan.writes, PRISTINE: plan.new_pristine}
+    # The record changes only once apply will not refuse for the targets or a pending journal (--edit never
+    # finishes one): a refused update leaves it as it was.
+    journal.check_targets(plan.project, writes, plan.removes)
+    journal.refuse_pending(plan.project)
     record_conflicts(plan.project, [change.path for change in plan.conflicts])  # where run, doctor and update look
     journal.apply(plan.project, writes, plan.removes, plan.executable)
