@@ -250,11 +250,11 @@ def test_a_folder_without_a_pristine_copy_is_refused(tmp_path: Path) -> None:
 # ---- an update killed part way ------------------------------------------------------
 
 
-def start_paused_update(project: Path, point: str, flag: Path) -> subprocess.Popen[bytes]:
-    """Start an update that stops at `point` (the test hook) and wait until it is there."""
+def start_paused_update(project: Path, point: str, flag: Path, *args: str) -> subprocess.Popen[bytes]:
+    """Start an update (with `args`) that stops at `point` (the test hook) and wait until it is there."""
     env = {**os.environ, PAUSE_AT_ENV: point, PAUSE_FILE_ENV: str(flag)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "wizard", "update", str(project)],
+        [sys.executable, "-m", "wizard", "update", str(project), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

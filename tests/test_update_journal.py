@@ -373,3 +373,39 @@ def test_a_second_update_while_one_is_at_work_is_refused_naming_the_first(tmp_pa
     assert after.returncode == 0, after.stderr
     assert sorted(p.name for p in (project / "launch").iterdir()) == ["node0.sh", "node1.sh", "node2.sh", "run-node.sh"]
     assert not (project / ".npu-wizard" / "update.lock").exists()
+
+
+def test_two_rebases_of_a_project_without_its_state_folder_are_refused_naming_the_first(tmp_path: Path) -> None:
+    project = four_node_update_of_a_two_node_project(tmp_path)
+    shutil.rmtree(project / ".npu-wizard")  # the pristine copy lost with its folder: update --rebase
+    first = start_paused_update(project, "before-commit", tmp_path / "paused", "--rebase")
+    try:
+        during = files_of(project)
+
+        second = update(project, "--rebase")
+
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert second.stderr == (
+            f"npu-wizard: another npu-wizard update of {project} is running (held by pid {first.pid}: "
+            f"npu-wizard update {project} --rebase), so nothing was changed: wait for it to finish (or stop it), "
+            "then run this one again\n"
+        )
+        assert files_of(project) == during  # the first one's staging included
+    finally:
+        kill(first)
+    assert (project / ".npu-wizard").stat().st_mode & 0o777 == 0o700
+    after = update(project, "--rebase")  # the lock died with its holder; the files differ, so markers
+    assert "with conflicts written with <<<<<<< markers" in after.stderr, after.stdout + after.stderr
+    assert (project / ".npu-wizard" / "pristine.json.gz").is_file()
+    assert not (project / ".npu-wizard" / "update.lock").exists()
+
+
+def test_an_update_refused_in_a_folder_without_state_leaves_no_state_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "not-a-project"
+    folder.mkdir()
+
+    result = update(folder, "--rebase")
+
+    assert result.returncode == 1
+    assert "answers.yaml does not exist" in result.stderr
+    assert list(folder.iterdir()) == []

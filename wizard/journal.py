@@ -214,6 +214,12 @@ def _fresh_staging(staging: Path) -> None:
     staged files never go through anything the update did not make itself.
     """
     shutil.rmtree(staging, ignore_errors=True)
+    try:
+        os.mkdir(staging.parent, 0o700)  # .npu-wizard, gone with the pristine copy (update --rebase)
+    except FileExistsError:
+        pass  # _staging_folder refused it already when it is not a plain folder
+    except OSError:
+        pass  # the staging folder cannot be made either: refused below
     leftover = "it could not be removed"
     if not os.path.lexists(staging):
         try:

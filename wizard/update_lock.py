@@ -27,16 +27,32 @@ ATTEMPTS = 20  # opens that may race with a holder removing the file as it lets 
 def update_lock(project: Path, command: str, *, optional: bool = False) -> Iterator[None]:
     """Hold `project`'s update lock for `command`; TargetError naming the holder when another process has it.
 
-    A folder with no `.npu-wizard/` is no project of this npu-wizard: nothing to
-    lock, the update refuses it. `optional`: a project where the lock cannot be
-    made (read-only) is not locked, for a dry run that writes nothing.
+    A project with no `.npu-wizard/` (its pristine copy lost: `update --rebase`)
+    gets one (0700) to hold the lock; it goes again if the update leaves it empty.
+    `optional`: a project where the lock cannot be made (read-only, or no
+    `.npu-wizard/`) is not locked, for a dry run that writes nothing.
     """
     state = project / STATE_DIR
+    made = False
     if not os.path.lexists(state):
-        yield
-        return
+        if optional:
+            yield
+            return
+        try:
+            os.mkdir(state, 0o700)
+            made = True
+        except FileExistsError:
+            pass  # another update made it just now: the lock inside it decides
+        except OSError as error:
+            raise TargetError(
+                f"cannot make {state} ({error.strerror}), where npu-wizard keeps its state and the update lock; "
+                "nothing was changed"
+            ) from None
     if state.is_symlink() or not state.is_dir():
-        raise TargetError(f"{state} is not a folder; npu-wizard keeps its state there: remove it, then run again")
+        raise TargetError(
+            f"{state} is {'a symbolic link' if state.is_symlink() else 'not a folder'}; npu-wizard keeps its state "
+            "there and never writes through a link: remove it, then run again"
+        )
     path = project / LOCK
     fd = _take(path, project, command, optional)
     try:
@@ -44,6 +60,11 @@ def update_lock(project: Path, command: str, *, optional: bool = False) -> Itera
     finally:
         if fd is not None:
             _let_go(path, fd)
+        if made:
+            try:
+                os.rmdir(state)  # only when empty: the refused update changes nothing
+            except OSError:
+                pass
 
 
 def _take(path: Path, project: Path, command: str, optional: bool) -> int | None:
