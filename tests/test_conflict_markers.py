@@ -173,3 +173,18 @@ def test_an_update_refused_for_a_pending_journal_leaves_the_conflicts_record_as_
         write(plan)
 
     assert record.read_text() == '["train.py"]\n'
+
+
+def test_a_recorded_name_through_a_linked_folder_is_never_read(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "projects", project_raw(2))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("<<<<<<< not the project's\nx\n>>>>>>> not the project's\n")
+    (project / "d").symlink_to(outside)
+    (project / ".npu-wizard" / "conflicts.json").write_text('["d/f"]\n')
+
+    result = update(project)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "d/f" not in result.stdout + result.stderr
+    assert "already matches" in result.stdout

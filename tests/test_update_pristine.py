@@ -222,3 +222,21 @@ def test_rebase_with_the_old_answers_kept_updates_the_files_i_never_edited_clean
     fresh = fresh_render(tmp_path, project, 4)
     assert (project / "README.md").read_text() == (fresh / "README.md").read_text()
     assert USER_MODEL in take_side((project / "train.py").read_text(), "yours")
+
+
+def test_a_generated_file_linked_outside_is_never_read_and_named(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "projects", project_raw(2))
+    edit_answers(project, nodes=4, network__host_ips=["127.0.0.1"] * 4)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"secret\0bytes\n")  # what reading it would tell: NUL bytes
+    (project / "train.py").unlink()
+    (project / "train.py").symlink_to(outside)
+    before = files_of(project)
+
+    for args in [(), ("--rebase",)]:
+        result = update(project, *args)
+
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and "NUL" not in result.stderr
+        assert f"  - train.py is a symbolic link (to {outside}) and update neither writes" in result.stderr
+        assert files_of(project) == before

@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from wizard import pristine
+from wizard import journal, pristine
 from wizard.errors import ConflictError, TargetError
 
 CONFLICTS = f"{pristine.STATE_DIR}/conflicts.json"
@@ -38,6 +38,8 @@ def unresolved(project: Path) -> list[Unresolved]:
     """The files of `project` that still hold conflict markers, by name."""
     found = []
     for name in sorted(_candidates(project)):
+        if journal.target_problem(project, name):  # a link anywhere in the path: never read (update names it)
+            continue
         line = first_marker(project / name)
         if line is not None:
             found.append(Unresolved(name, line))
@@ -123,6 +125,8 @@ def _candidates(project: Path) -> set[str]:
 def _recorded(project: Path) -> list[str]:
     """The names in CONFLICTS, the ones inside the project only; none when it is absent or not such a list."""
     path = project / CONFLICTS
+    if journal.target_problem(project, CONFLICTS):  # .npu-wizard or the record a link: not read
+        return []
     try:
         if not stat.S_ISREG(path.lstat().st_mode) or path.lstat().st_size > 2**20:
             return []

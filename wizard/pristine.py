@@ -127,6 +127,8 @@ def load(project: Path) -> Pristine:
 def read_stored(project: Path) -> bytes:
     """The stored bytes of the project's pristine copy, read only from a regular file of a sane size."""
     path = project / PRISTINE
+    if (project / STATE_DIR).is_symlink():  # never read through a link
+        raise ValueError(f"{PRISTINE} is damaged ({STATE_DIR} is a symbolic link)")
     info = path.lstat()
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{PRISTINE} is damaged (not a regular file)")

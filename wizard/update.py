@@ -8,12 +8,13 @@ without writing, `apply_update` writes it (wizard.journal makes that atomic).
 
 from __future__ import annotations
 
+import os
 import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wizard import pristine
+from wizard import journal, pristine
 from wizard.answers import Answers, dump, load_text
 from wizard.errors import Problem, TargetError, WizardError
 from wizard.merge import Conflict, merge, merge_two_way
@@ -68,8 +69,10 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool, reb
     base = _no_base(project) if rebase else _load_base(project)
     theirs = _render_texts(answers)
     yours_names = set(walk_files(project))
+    # Read never through a link, anywhere in the path: every file to read that is one is named at once.
+    journal.check_targets(project, yours_names & (set(base.files) | set(theirs.files) | {ANSWERS_FILE}), ())
     if keep_answers_file:
-        theirs.files[ANSWERS_FILE] = (project / ANSWERS_FILE).read_text(encoding="utf-8")
+        theirs.files[ANSWERS_FILE] = read_yours(project, ANSWERS_FILE)
     else:
         theirs.files[ANSWERS_FILE] = dump(answers)
     changes: list[FileChange] = []
@@ -125,8 +128,10 @@ def _merge_file(name: str, old: str | None, mine: str | None, new: str | None) -
 def read_yours(project: Path, name: str) -> str:
     """The user's copy of a file as text: bytes that are not UTF-8 (a comment saved in GBK) kept as they are."""
     path = project / name
+    if problem := journal.target_problem(project, name):  # never read through a link, anywhere in the path
+        raise TargetError(f"{problem}; nothing was changed")
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
+        if not stat.S_ISREG(path.lstat().st_mode):
             raise TargetError(f"{path} is not a regular file; put the file npu-wizard generated back, then update")
         data = path.read_bytes()
     except OSError as error:
@@ -182,7 +187,8 @@ def _no_base(project: Path) -> pristine.Pristine:
     except (WizardError, UnicodeError):  # answers that no longer load: every file merges two ways
         rendered = pristine.Pristine("", {}, frozenset())
     for name, text in rendered.files.items():
-        if name != ANSWERS_FILE and (project / name).is_file() and read_yours(project, name) == text:
+        plain = os.path.lexists(project / name) and not journal.target_problem(project, name)
+        if name != ANSWERS_FILE and plain and read_yours(project, name) == text:
             files[name] = text
     return pristine.Pristine("", files, frozenset())
 
