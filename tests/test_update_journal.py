@@ -21,6 +21,7 @@ from tests.test_update import (
     start_paused_update,
     update,
 )
+from wizard.pristine import Pristine, encode, load
 
 
 def four_node_update_of_a_two_node_project(tmp_path: Path) -> Path:
@@ -243,6 +244,27 @@ def test_a_journal_removes_only_files_still_holding_the_bytes_the_update_saw(tmp
     assert "  kept     checkpoints/last.pt (changed since that update began: not removed)" in result.stdout
     assert (project / "checkpoints" / "last.pt").read_bytes() == b"weights of three days\n"
     assert not (project / "scratch.txt").exists()
+
+
+def test_names_from_a_crafted_journal_or_pristine_copy_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "projects", project_raw(2))
+    kept = "a\x1b]0;owned\x07\x1b[2J.txt"  # sets the terminal's title, clears its screen
+    (project / kept).write_bytes(b"mine\n")
+    plant_journal(project, {"format": 2, "write": {}, "remove": {kept: sha256(b"theirs\n")}}, {})
+    removed = "b\x1b[31m.txt"
+    (project / removed).write_text("generated once\n")
+    copy = load(project)
+    (project / ".npu-wizard" / "pristine.json.gz").write_bytes(
+        encode(Pristine(copy.generator, {**copy.files, removed: "generated once\n"}, copy.executable))
+    )
+
+    result = update(project)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout
+    assert f"  kept     {kept!r} (changed since that update began: not removed)" in result.stdout
+    assert f"  removed  {removed!r} (no longer generated)" in result.stdout
+    assert not (project / removed).exists() and (project / kept).read_bytes() == b"mine\n"
 
 
 # ---- durable: fsync in the order the commit needs, a damaged journal reported ------------

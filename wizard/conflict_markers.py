@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wizard import journal, pristine
-from wizard.errors import ConflictError, TargetError
+from wizard.errors import ConflictError, TargetError, shown
 
 CONFLICTS = f"{pristine.STATE_DIR}/conflicts.json"
 START, END = b"<<<<<<< ", b">>>>>>> "
@@ -31,7 +31,7 @@ class Unresolved:
     line: int
 
     def __str__(self) -> str:
-        return f"{self.path} (line {self.line})"
+        return f"{shown(self.path)} (line {self.line})"
 
 
 def unresolved(project: Path) -> list[Unresolved]:

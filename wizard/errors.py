@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def shown(name: str) -> str:
+    """A name from a project's own files as printed: as it is, or escaped as repr does when it holds control
+    characters (a crafted name must not drive the terminal)."""
+    return name if name.isprintable() else repr(name)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong (or worth a warning) with the answers."""

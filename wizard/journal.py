@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from wizard import errors
 from wizard.errors import TargetError
 from wizard.pristine import PRISTINE, STATE_DIR
 
@@ -323,9 +324,10 @@ def target_problem(root: Path, name: str) -> str:
     """Why `name` under `root` cannot be written or removed as a regular file ("" when it can, or is absent)."""
     parts = name.split("/")
     path = root
+    name = errors.shown(name)  # as printed: a crafted name's control characters escaped
     for depth, part in enumerate(parts, start=1):
         path = path / part
-        shown = "/".join(parts[:depth])
+        shown = errors.shown("/".join(parts[:depth]))
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -354,7 +356,7 @@ def _link_text(path: Path) -> str:
         target = os.readlink(path)
     except OSError:
         return "unreadable"
-    return f"to {target[:200]!r}..." if len(target) > 200 else f"to {target}"
+    return f"to {target[:200]!r}..." if len(target) > 200 else f"to {errors.shown(target)}"
 
 
 def _staging_folder(project: Path) -> Path:

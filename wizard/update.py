@@ -16,7 +16,7 @@ from pathlib import Path
 
 from wizard import journal, pristine
 from wizard.answers import Answers, dump, load_text
-from wizard.errors import Problem, TargetError, WizardError
+from wizard.errors import Problem, TargetError, WizardError, shown
 from wizard.merge import Conflict, merge, merge_two_way
 from wizard.project import walk_files
 from wizard.render import render
@@ -36,7 +36,7 @@ class FileChange:
     def describe(self) -> str:
         """One line for the user."""
         where = ", ".join(c.describe() for c in self.conflicts)
-        text = f"{self.action:<8} {self.path}"
+        text = f"{self.action:<8} {shown(self.path)}"
         if where:
             text += f": {where}"
         return f"{text} ({self.detail})" if self.detail else text
@@ -127,18 +127,18 @@ def _merge_file(name: str, old: str | None, mine: str | None, new: str | None) -
 
 def read_yours(project: Path, name: str) -> str:
     """The user's copy of a file as text: bytes that are not UTF-8 (a comment saved in GBK) kept as they are."""
-    path = project / name
+    path, where = project / name, shown(str(project / name))
     if problem := journal.target_problem(project, name):  # never read through a link, anywhere in the path
         raise TargetError(f"{problem}; nothing was changed")
     try:
         if not stat.S_ISREG(path.lstat().st_mode):
-            raise TargetError(f"{path} is not a regular file; put the file npu-wizard generated back, then update")
+            raise TargetError(f"{where} is not a regular file; put the file npu-wizard generated back, then update")
         data = path.read_bytes()
     except OSError as error:
-        raise TargetError(f"cannot read {path}: {error.strerror or error}; nothing was changed") from None
+        raise TargetError(f"cannot read {where}: {error.strerror or error}; nothing was changed") from None
     if b"\0" in data:
         raise TargetError(
-            f"{path} holds NUL bytes (a binary file, or text saved as UTF-16): update merges text line by line, "
+            f"{where} holds NUL bytes (a binary file, or text saved as UTF-16): update merges text line by line, "
             "so nothing was changed; save it as UTF-8 (iconv -f UTF-16 -t UTF-8) or put the generated file back, "
             "then update again"
         )

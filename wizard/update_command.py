@@ -9,7 +9,7 @@ from pathlib import Path
 from wizard import journal
 from wizard.answers import Answers, load_text
 from wizard.conflict_markers import record_conflicts, refuse_unresolved
-from wizard.errors import ConflictError, TargetError
+from wizard.errors import ConflictError, TargetError, shown
 from wizard.update import ANSWERS_FILE, UpdatePlan, plan_update
 from wizard.update_lock import update_lock
 
@@ -43,7 +43,7 @@ def _update_locked(project: Path, args: argparse.Namespace) -> int:
         kept = journal.roll_forward(project)
         print(f"finished the interrupted update of {project} first")
         for name in kept:
-            print(f"  kept     {name} (changed since that update began: not removed)")
+            print(f"  kept     {shown(name)} (changed since that update began: not removed)")
     source = args.answers or str(project / ANSWERS_FILE)
     refuse_unresolved(project, f"run npu-wizard update {project} again")
     answers = load_text(_read_answers_text(source, plain_file_only=args.answers is None), answers_base(source))
@@ -68,7 +68,7 @@ def report_and_apply(plan: UpdatePlan, answers: Answers, source: str, *, dry_run
     for change in plan.changes:
         print(f"  {change.describe()}")
     if plan.conflicts:
-        names = ", ".join(change.path for change in plan.conflicts)
+        names = ", ".join(shown(change.path) for change in plan.conflicts)
         if write_conflicts and not dry_run:
             write(plan)
             raise ConflictError(
