@@ -264,3 +264,19 @@ def test_a_project_whose_answers_file_is_not_utf8_is_refused_naming_it(command: 
     refused(result, f"answers file {answers_file} is not UTF-8 text")
     assert tree(project) == before
 
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("training:\n  lr: 1_0.5\n", "the answers file, line 6: 1_0.5: YAML reads it as a number without the '_'"),
+        ("nodes: 1:30\n", "nodes: '1:30': must be"),
+        (
+            "network: {<<: {master_port: 29600}, master_port: 29500}\n",
+            "the answers file, line 5: the merge key '<<' is not read in answers; write the keys out",
+        ),
+    ],
+    ids=["underscore-float", "base-60-int", "merge-key"],
+)
+def test_numbers_yaml_1_1_misreads_and_merge_keys_are_refused(line: str, message: str, tmp_path: Path) -> None:
+    refused(render_file(tmp_path, GOOD + line), message)
+    assert not (tmp_path / "out").exists()

@@ -71,10 +71,10 @@ def test_a_slurm_time_up_to_a_year_is_kept_as_written(time: str) -> None:
 
 
 def test_a_huge_time_in_an_answers_file_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
-    text = answers_yaml(CPU) + "cluster:\n  engine: slurm\n  time: 27777777777777777777777:46:39\n"
+    text = answers_yaml(CPU) + "cluster:\n  engine: slurm\n  time: 9999999999999999\n"
     result = render(tmp_path, text)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"cluster.time: 99999999999999999999999999: {ONE_YEAR}" in result.stderr
+    assert f"cluster.time: 9999999999999999: {ONE_YEAR}" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
