@@ -56,6 +56,8 @@ def size(item: str) -> int:
     if "-" not in item:
         return 1
     first_text, _, last_text = item.partition("-")
+    if "%" in item and is_range(item):  # the addresses counted up from FIRST would carry no zone
+        raise ValueError("a range cannot carry an IPv6 zone id (%NIC); write each such address on its own line")
     first, last = ipaddress.ip_address(first_text.strip()), ipaddress.ip_address(last_text.strip())
     if first.version != last.version or int(last) < int(first):
         raise ValueError(f"{item}: a range runs from a lower to a higher address of the same kind")
