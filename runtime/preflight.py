@@ -55,7 +55,7 @@ def address_is_local(address: str, nonlocal_bind: Path = NONLOCAL_BIND) -> bool 
 
 
 def port_error(host: str, port: int) -> OSError | None:
-    """Why a server cannot listen on host:port now ('' = every address), or None."""
+    """Why a server cannot listen on host:port now ('' = every address, IPv4 and IPv6), or None."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # as servers do: a port left in TIME_WAIT by an earlier run is no obstacle
@@ -64,6 +64,21 @@ def port_error(host: str, port: int) -> OSError | None:
             probe.bind((host, port))
         except OSError as error:
             return error
+    if host:
+        return None
+    # A port held on ::1 or :: alone is free to IPv4 but not to a dual-stack server (torch's store)
+    try:
+        probe = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:
+        return None  # no IPv6 on this host
+    with probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            probe.bind(("::", port))
+        except OSError as error:
+            absent = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)  # IPv6 switched off
+            return None if error.errno in absent else error
     return None
 
 

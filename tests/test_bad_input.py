@@ -232,5 +232,51 @@ def test_update_refuses_a_project_whose_answers_file_is_a_fifo(tmp_path: Path) -
 
     result = npu_wizard("update", str(project), cwd=tmp_path)
 
-    refused(result, f"{project / 'answers.yaml'} is not a plain file (a FIFO or a device)")
+    refused(result, f"{project / 'answers.yaml'} is not a plain file (a FIFO, a device or a folder)")
     assert tree(project) == before
+
+
+def test_render_force_over_a_project_whose_answers_file_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    project = received_project_naming(tmp_path, str(tmp_path / "unused"))
+    (project / "answers.yaml").unlink()
+    os.mkfifo(project / "answers.yaml")
+    before = tree(project)
+    answers = tmp_path / "new.yaml"
+    answers.write_text(answers_yaml({"project_name": "received", "device": "cpu", "devices_per_node": 1}))
+
+    result = npu_wizard("--answers", str(answers), "-o", str(tmp_path), "--force", cwd=tmp_path)
+
+    refused(result, f"{project / 'answers.yaml'} is not a plain file", "the project was left as it was")
+    assert tree(project) == before
+    assert (project / "answers.yaml").is_fifo()
+
+
+@pytest.mark.parametrize("command", ["run", "doctor"])
+def test_a_project_whose_answers_file_is_not_utf8_is_refused_naming_it(command: str, tmp_path: Path) -> None:
+    render_file(tmp_path, GOOD)
+    project = tmp_path / "out" / "demo"
+    answers_file = project / "answers.yaml"
+    answers_file.write_bytes(answers_file.read_bytes() + b"# \xff\n")
+    before = tree(project)
+
+    result = npu_wizard(command, str(project), cwd=tmp_path)
+
+    refused(result, f"answers file {answers_file} is not UTF-8 text")
+    assert tree(project) == before
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("training:\n  lr: 1_0.5\n", "the answers file, line 6: 1_0.5: YAML reads it as a number without the '_'"),
+        ("nodes: 1:30\n", "nodes: '1:30': must be"),
+        (
+            "network: {<<: {master_port: 29600}, master_port: 29500}\n",
+            "the answers file, line 5: the merge key '<<' is not read in answers; write the keys out",
+        ),
+    ],
+    ids=["underscore-float", "base-60-int", "merge-key"],
+)
+def test_numbers_yaml_1_1_misreads_and_merge_keys_are_refused(line: str, message: str, tmp_path: Path) -> None:
+    refused(render_file(tmp_path, GOOD + line), message)
+    assert not (tmp_path / "out").exists()

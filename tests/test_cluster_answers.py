@@ -51,9 +51,9 @@ def render(tmp_path: Path, document: dict[str, Any] | str) -> subprocess.Complet
 @pytest.mark.parametrize(
     ("time", "message"),
     [
-        ("١٢:00:00", "must be a time limit as HH:MM:SS (or D-HH:MM:SS), at most 365 days"),
-        ("１２:00:00", "must be a time limit as HH:MM:SS (or D-HH:MM:SS), at most 365 days"),
-        ("١-02:00:00", "must be a time limit as HH:MM:SS (or D-HH:MM:SS), at most 365 days"),
+        ("١٢:00:00", "must be a time limit as HH:MM:SS, D-HH:MM:SS or whole minutes, at most 365 days"),
+        ("１２:00:00", "must be a time limit as HH:MM:SS, D-HH:MM:SS or whole minutes, at most 365 days"),
+        ("١-02:00:00", "must be a time limit as HH:MM:SS, D-HH:MM:SS or whole minutes, at most 365 days"),
         ("8761:00:00", ONE_YEAR),
         ("366-00:00:00", ONE_YEAR),
         ("1-24:00:00", "after the days (D-HH:MM:SS) the hours run from 00 to 23"),
@@ -71,11 +71,23 @@ def test_a_slurm_time_up_to_a_year_is_kept_as_written(time: str) -> None:
 
 
 def test_a_huge_time_in_an_answers_file_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
-    text = answers_yaml(CPU) + "cluster:\n  engine: slurm\n  time: 27777777777777777777777:46:39\n"
+    text = answers_yaml(CPU) + "cluster:\n  engine: slurm\n  time: 9999999999999999\n"
     result = render(tmp_path, text)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"cluster.time: 99999999999999999999999999: {ONE_YEAR}" in result.stderr
+    assert f"cluster.time: 9999999999999999: {ONE_YEAR}" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("time", "written"),
+    [("240", "04:00:00"), ("'240'", "04:00:00"), ("12:00:00", "12:00:00"), ("525600", "8760:00:00")],
+    ids=["minutes", "quoted-minutes", "unquoted-hh-mm-ss", "a-year-of-minutes"],
+)
+def test_a_bare_number_of_minutes_is_read_as_slurm_reads_it(time: str, written: str, tmp_path: Path) -> None:
+    result = render(tmp_path, answers_yaml(CPU) + f"cluster:\n  engine: slurm\n  time: {time}\n")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"#SBATCH --time={written}\n" in (tmp_path / "out" / "demo" / "slurm" / "job.sbatch").read_text()
+    assert load_text((tmp_path / "out" / "demo" / "answers.yaml").read_text())["cluster.time"] == written
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,25 @@ def test_a_taken_master_port_stops_node_0_before_any_rank(tmp_path: Path, held_p
     assert not list(record.glob("rank-*.json"))
 
 
+@pytest.mark.parametrize("address", ["::1", "::"])
+def test_a_master_port_held_on_ipv6_alone_stops_node_0(tmp_path: Path, address: str) -> None:
+    try:
+        holder = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        holder.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        holder.bind((address, 0))
+    except OSError:
+        pytest.skip("no IPv6 on this host")
+    with holder:
+        holder.listen()
+        port = holder.getsockname()[1]
+        project = render_project(tmp_path, launcher="shell", **{"network.master_port": port})
+        record = with_fake_train(project, tmp_path)
+        result = run_node(project, 0, script_env(record))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"node 0: preflight FAIL: master port: {port} is taken (Address already in use)" in result.stdout
+    assert not list(record.glob("rank-*.json"))
+
+
 def test_a_host_ip_not_on_this_host_stops_the_node(tmp_path: Path) -> None:
     project = render_project(
         tmp_path,

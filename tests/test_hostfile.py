@@ -261,3 +261,29 @@ def test_a_hostfile_line_with_a_zone_id_that_is_no_interface_name_is_refused(tmp
     (tmp_path / "hosts").write_text("fe80::1%eth0 slots=8\n")
     fine = resolve({"nodes": 1, "devices_per_node": 8, "network.hostfile": str(tmp_path / "hosts")})
     assert fine["network.host_ips"] == ("fe80::1%eth0",)
+
+
+@pytest.mark.parametrize("hosts", ["fe80::1%eth0-fe80::3%eth1", "fe80::1%eth0-fe80::3", "fe80::1-fe80::3%eth1"])
+def test_a_range_with_an_ipv6_zone_id_is_refused_naming_the_line_only(tmp_path: Path, hosts: str) -> None:
+    (tmp_path / "hosts").write_text(f"# three nodes\n{hosts}\nfe80::4%eth0\n")
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(yaml.safe_dump({"project_name": "zones", "nodes": 4, "network": {"hostfile": "hosts"}}))
+
+    result = render_cli(answers, tmp_path / "out", cwd=tmp_path)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "line 2: a range cannot carry an IPv6 zone id (%NIC)" in result.stderr
+    assert "eth" not in result.stderr and "fe80" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_address_whose_zone_id_holds_a_dash_is_one_host_not_a_range(tmp_path: Path) -> None:
+    (tmp_path / "hosts").write_text("fe80::1%br-lan\nfe80::2%br-lan\n")
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(yaml.safe_dump({"project_name": "zones", "nodes": 2, "network": {"hostfile": "hosts"}}))
+
+    result = render_cli(answers, tmp_path / "out", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    recorded = yaml.safe_load((tmp_path / "out" / "zones" / "answers.yaml").read_text())
+    assert recorded["network"]["host_ips"] == ["fe80::1%br-lan", "fe80::2%br-lan"]

@@ -4,7 +4,9 @@ An empty file, a key given twice (the second would silently win; `network.master
 and `master_port` under `network:` are one key), more than a
 few aliases (an alias bomb expands to gigabytes), nesting deeper than answers
 ever need (Python's recursion limit) and numbers of thousands of digits are
-each refused as a problem naming the line, before anything is built from them.
+each refused as a problem naming the line, before anything is built from them, as are
+the merge key `<<` (it hides a key given twice) and a number YAML 1.1 misreads (`1_0`,
+`010`); a base-60 number such as `1:30` is kept as the text written, as YAML 1.2 reads it.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class _StrictLoader(yaml.SafeLoader):
             raise _Refused(
                 f"{node.value}: YAML reads it as a number without the '_'; write the digits alone", node.start_mark
             )
+        if ":" in node.value:  # YAML 1.1 base 60 (1:30 is 90): kept as written, as YAML 1.2 does
+            return node.value  # type: ignore[return-value]
         if _OCTAL.fullmatch(node.value):
             raise _Refused(
                 f"{node.value}: YAML reads a number with a leading 0 as octal; write it without the 0, or quote it",
@@ -73,8 +77,20 @@ class _StrictLoader(yaml.SafeLoader):
             )
         return super().construct_yaml_int(node)  # type: ignore[no-untyped-call, no-any-return]
 
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        """A number with a fraction, unless YAML 1.1 would misread it (1_0.5 as 10.5, 1:30.5 as 90.5)."""
+        if "_" in node.value:
+            raise _Refused(
+                f"{node.value}: YAML reads it as a number without the '_'; write the digits alone", node.start_mark
+            )
+        if ":" in node.value:  # base 60: kept as written, as YAML 1.2 does
+            return node.value  # type: ignore[return-value]
+        return super().construct_yaml_float(node)  # type: ignore[no-untyped-call, no-any-return]
+
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def read_document(text: str) -> Any:
@@ -126,6 +142,8 @@ def _duplicates(node: Node, prefix: str, first_line: dict[str, int] | None = Non
         return
     seen = {} if first_line is None else first_line
     for key, value in node.value:
+        if key.tag == MERGE_TAG:  # its keys would hide under the ones written beside it, unseen
+            raise _Refused("the merge key '<<' is not read in answers; write the keys out", key.start_mark)
         name = f"{prefix}{key.value}" if isinstance(key, ScalarNode) else None
         if name is not None and name in seen:
             lines = f"lines {seen[name]} and {key.start_mark.line + 1}"

@@ -336,7 +336,7 @@ def _read_answers_text(source: str, plain_file_only: bool = False) -> str:
     try:
         if plain_file_only and not stat.S_ISREG(os.stat(source).st_mode):
             raise TargetError(
-                f"{source} is not a plain file (a FIFO or a device): a project's answers.yaml is one; "
+                f"{source} is not a plain file (a FIFO, a device or a folder): a project's answers.yaml is one; "
                 "put back the answers the project was rendered from"
             )
         with open(source, "rb") as file:

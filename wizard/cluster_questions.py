@@ -86,7 +86,7 @@ SETTINGS: tuple[Question, ...] = (
         default="01:00:00",
         when=_on("slurm"),
         step="cluster",
-        help="sbatch --time as HH:MM:SS: Slurm ends the job when it runs longer.",
+        help="sbatch --time as HH:MM:SS, or whole minutes as Slurm reads 240: Slurm ends the job when it runs longer.",
     ),
     Question(
         name="cluster.gres",

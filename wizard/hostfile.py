@@ -53,9 +53,11 @@ def is_range(item: str) -> bool:
 
 def size(item: str) -> int:
     """How many addresses an address or a range `FIRST-LAST` stands for, counted without expanding it."""
-    if "-" not in item:
+    if not is_range(item):
         return 1
     first_text, _, last_text = item.partition("-")
+    if "%" in item:  # the addresses counted up from FIRST would carry no zone
+        raise ValueError("a range cannot carry an IPv6 zone id (%NIC); write each such address on its own line")
     first, last = ipaddress.ip_address(first_text.strip()), ipaddress.ip_address(last_text.strip())
     if first.version != last.version or int(last) < int(first):
         raise ValueError(f"{item}: a range runs from a lower to a higher address of the same kind")
@@ -64,7 +66,7 @@ def size(item: str) -> int:
 
 def expand(item: str) -> list[str]:
     """One address, or every address of a range `FIRST-LAST` (at most MAX_HOSTS), as normalised text."""
-    if "-" not in item:
+    if not is_range(item):
         return [str(ipaddress.ip_address(item))]
     count = size(item)
     if count > MAX_HOSTS:

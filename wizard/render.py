@@ -148,10 +148,18 @@ def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None) 
 
 def _data_dirs(answers: Answers, target: Path) -> list[tuple[str, str]]:
     """The data folders of the new answers and of the project being replaced (its answers.yaml, if readable)."""
+    from wizard.cli import _read_answers_text
+
     found = [(answers.get("training.data_dir"), "the new answers")]
-    try:
-        old = load_text((target / "answers.yaml").read_text())
-        found.append((old.get("training.data_dir"), "the answers of the project replaced"))
-    except (OSError, UnicodeDecodeError, WizardError):
-        pass  # a project without readable answers keeps checkpoints/ and runs/ only
+    answers_file = target / "answers.yaml"
+    if answers_file.exists():  # a file that cannot be read (a FIFO, not UTF-8, over 4 MiB) is refused, not skipped
+        try:
+            text = _read_answers_text(str(answers_file), plain_file_only=True)
+        except TargetError as error:
+            raise TargetError(f"{error}; the project was left as it was") from None
+        try:
+            old = load_text(text)
+            found.append((old.get("training.data_dir"), "the answers of the project replaced"))
+        except WizardError:
+            pass  # a project without valid answers keeps checkpoints/ and runs/ only
     return [(str(path), whose) for path, whose in found if path]

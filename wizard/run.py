@@ -77,10 +77,12 @@ class RunOptions:
 
 def load_project(project: Path) -> Answers:
     """The answers a rendered project was made from."""
+    from wizard.cli import _read_answers_text
+
     answers_file = project / "answers.yaml"
-    if not answers_file.is_file():
+    if not answers_file.exists():
         raise TargetError(f"{project} is not an npu-wizard project (no answers.yaml); render one with --answers")
-    return load_text(answers_file.read_text())
+    return load_text(_read_answers_text(str(answers_file), plain_file_only=True))
 
 
 def nodes_to_start(answers: Answers, node: int | None, all_nodes: bool = False) -> list[int]:

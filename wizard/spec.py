@@ -101,7 +101,7 @@ _ALLOWED_TEXT = {
     "nic": "an interface name or HCCL_SOCKET_IFNAME pattern (e.g. eth0, =eth0, eth,enp, ^docker)",
     "relpath": "a folder path of letters, digits and ./_+@:- (no spaces or quotes)",
     "host_list": "a list of host names or addresses, one per node",
-    "slurm_time": "a time limit as HH:MM:SS (or D-HH:MM:SS), at most 365 days",
+    "slurm_time": "a time limit as HH:MM:SS, D-HH:MM:SS or whole minutes, at most 365 days",
     "slurm_name": "a name of letters, digits and ._- (as Slurm shows it)",
     "gres": "a Slurm GRES such as gpu:910b:8 (letters, digits and ._:,-)",
     "image": "a container image reference such as registry.example.com/team/train:8.1 (no spaces or quotes)",
@@ -249,12 +249,15 @@ def _parse_host_list(question: Question, raw: Any) -> tuple[str, ...]:
 
 
 def _parse_slurm_time(question: Question, raw: Any) -> str:
-    # YAML 1.1 reads a bare 12:00:00 as the integer 43200 (base 60): take it back as a time.
-    if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
-        if raw > MAX_SLURM_SECONDS:
-            raise Invalid(f"at most 365 days ({MAX_SLURM_SECONDS // 3600}:00:00 or 365-00:00:00)")
-        return f"{raw // 3600:02d}:{raw // 60 % 60:02d}:{raw % 60:02d}"
+    # A bare number is minutes, as Slurm reads --time=240 (240 and '240' alike): written out as HH:MM:SS.
     text = str(raw).strip() if isinstance(raw, str | int) and not isinstance(raw, bool) else ""
+    if (isinstance(raw, int) and not isinstance(raw, bool)) or (text.isascii() and text.isdigit()):
+        minutes = raw if isinstance(raw, int) else int(text)
+        if minutes <= 0:
+            raise Invalid(f"must be {question.allowed()}")
+        if minutes * 60 > MAX_SLURM_SECONDS:
+            raise Invalid(f"at most 365 days ({MAX_SLURM_SECONDS // 3600}:00:00 or 365-00:00:00)")
+        return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
     match = _SLURM_TIME.fullmatch(text)
     if match is None:
         raise Invalid(f"must be {question.allowed()}")

@@ -147,10 +147,12 @@ def load_project(project: str | None) -> tuple[Answers, Path | None]:
     """The project's answers (PROJECT, else the current folder if it is one, else the defaults)."""
     folder = Path(project) if project else Path.cwd()
     answers_file = folder / "answers.yaml"
-    if answers_file.is_file():
+    if answers_file.exists():
+        from wizard.cli import _read_answers_text
+
         if conflict_markers.first_marker(answers_file) is not None:  # no answers to check the node against
             conflict_markers.refuse_unresolved(folder, "run npu-wizard doctor again")
-        return load_text(answers_file.read_text()), folder.resolve()
+        return load_text(_read_answers_text(str(answers_file), plain_file_only=True)), folder.resolve()
     if project:
         raise TargetError(f"{project} is not an npu-wizard project (no answers.yaml); render one with --answers")
     return resolve({}), None
