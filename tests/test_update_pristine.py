@@ -29,10 +29,11 @@ from wizard.pristine import PRISTINE, Pristine, encode, load
 
 # Runs `npu-wizard ARGS` and prints the process's peak resident memory at exit (KiB, as getrusage gives it).
 PEAK_MEMORY = """
-import resource, sys
+import sys
 from wizard.cli import main
 code = main(sys.argv[1:])
-print(f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
+# VmHWM belongs to this process's own memory map: ru_maxrss would carry the forking parent's size over exec
+print("peak", next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")), flush=True)
 sys.exit(code)
 """
 GBK_NOTE = "# 机架七的两台机器: 节点零在上\n".encode("gbk")  # a note saved by an editor set to GBK

@@ -24,6 +24,7 @@ STATE_DIR = ".npu-wizard"
 PRISTINE = f"{STATE_DIR}/pristine.json.gz"
 # The most a pristine copy may unpack to: a 4096-node project's unpacks to about 2 MiB, a gzip bomb to gigabytes.
 MAX_UNPACKED = 64 * 1024 * 1024
+UNPACK_STEP = 1024 * 1024  # unpacked a MiB at a time: never a second copy of the whole
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _gunzip(data: bytes, limit: int) -> bytes:
         unpacker = zlib.decompressobj(wbits=31)
         pending = data
         while not unpacker.eof:
-            chunk = unpacker.decompress(pending, limit + 1 - len(out))
+            chunk = unpacker.decompress(pending, min(UNPACK_STEP, limit + 1 - len(out)))
             out += chunk
             if len(out) > limit:
                 raise ValueError(
