@@ -15,7 +15,7 @@ from tests.runs import node_env
 from tests.test_doctor_command import doctor
 from tests.test_merge import take_side
 from tests.test_update import conflicting_project, project_raw, render_project, update
-from wizard.pristine import PRISTINE
+from wizard.render.pristine import PRISTINE
 
 
 def first_marker(path: Path) -> int:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import NONLOCAL_BIND
-from wizard import conflict_markers
-from wizard.answers import Answers, load_text, resolve
+from wizard.answers.model import Answers, load_text, resolve
 from wizard.doctor import device_network, network, project_files, software
 from wizard.doctor.probe import Software, probe_software
 from wizard.errors import TargetError
+from wizard.render import conflict_markers
 
 STATUSES = (PASS, WARN, FAIL, SKIP)
 ENV_RESERVED_FILE = "NPU_WIZARD_RESERVED_PORTS_FILE"  # the same override as sysctl/reserve-ports.sh

@@ -289,8 +289,8 @@ def _styled(column: str, value: str) -> Text:
 
 def run_live(job: object) -> None:
     """Start the job and show it live until the user quits; the summary is printed after."""
-    from wizard.checkpoints import finished_note
-    from wizard.run import Job
+    from wizard.run.checkpoints import finished_note
+    from wizard.run.job import Job
 
     assert isinstance(job, Job)
     with stop_signals_raise():  # TERM or HUP while the engine starts (a hung host check) stops it at once

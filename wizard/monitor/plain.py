@@ -11,10 +11,10 @@ import sys
 import time
 from typing import TextIO
 
-from wizard.checkpoints import finished_note
 from wizard.monitor.report import format_summary, progress_line
 from wizard.monitor.state import JobState
-from wizard.run import Job
+from wizard.run.checkpoints import finished_note
+from wizard.run.job import Job
 from wizard.stopping import stop_signals_raise
 
 
@@ -66,8 +66,8 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
     note = finished_note(job)
     if note:
         print(note, file=out)
-    if "--smoke" in job.options.train_args:  # the per-rank smoke report: wizard/smoke.py
-        from wizard.smoke import print_smoke_report
+    if "--smoke" in job.options.train_args:  # the per-rank smoke report: wizard/run/smoke.py
+        from wizard.run.smoke import print_smoke_report
 
         print_smoke_report(job.run_dir, job.answers.world_size, out)
     print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)

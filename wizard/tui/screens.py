@@ -12,8 +12,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Static
 
-from wizard.questions import STEPS
-from wizard.spec import Question
+from wizard.answers.questions import STEPS
+from wizard.answers.spec import Question
 from wizard.tui.fields import Field, field_for
 from wizard.tui.state import questions_of, step_title
 
