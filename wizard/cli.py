@@ -7,7 +7,6 @@ refused); 2 usage error; 3 the training run failed; 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -237,12 +236,9 @@ def _guarded(command: Callable[[], int]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from wizard.monitor.plain import run_plain
-    from wizard.render.conflict_markers import refuse_unresolved
-    from wizard.run.checkpoints import checkpoint_dir, set_aside
-    from wizard.run.job import Job, RunOptions, dry_run, manual_steps
+    from wizard.run.command import run
+    from wizard.run.launch import RunOptions
 
-    refuse_unresolved(Path(args.project), f"run npu-wizard run {args.project} again")
     train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(
         node=args.node,
@@ -255,47 +251,8 @@ def _run(args: argparse.Namespace) -> int:
         status_port=args.status_port,
         train_args=train_args,
     )
-    if args.dry_run:
-        print(dry_run(Path(args.project), options), end="")
-        return EXIT_OK
-    steps = manual_steps(Path(args.project), options)
-    if steps is not None:
-        print(steps)
-        return EXIT_OK
-    if args.fresh:  # before anything moves or a run folder is made
-        _refuse_fresh(Path(args.project))
-    job = Job(Path(args.project), options)
-    if args.fresh:
-        folder = checkpoint_dir(job.project)
-        aside = set_aside(folder, job.answers["project_name"])
-        moved = f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"
-        job.notes.append(moved)
-    try:
-        if _live(args):
-            from wizard.monitor.app import run_live
-
-            run_live(job)
-        else:
-            run_plain(job)
-    except KeyboardInterrupt as stop:  # Ctrl-C (or TERM, HUP) that the view did not take itself
-        job.interrupted(getattr(stop, "signum", signal.SIGINT))
-    except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
-        job.abandon(error)
-        raise
-    job.raise_for_outcome()
+    run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args))
     return EXIT_OK
-
-
-def _refuse_fresh(project: Path) -> None:
-    """Refuse --fresh where the project's engine cannot set its checkpoints aside from here (the ssh engine)."""
-    from wizard.errors import TargetError
-    from wizard.run.engines import engine_for
-    from wizard.run.job import load_project
-
-    answers = load_project(project.resolve())
-    refusal = engine_for(answers).fresh_refusal(project.resolve(), answers)
-    if refusal:
-        raise TargetError(refusal)
 
 
 def _monitor(args: argparse.Namespace) -> int:
@@ -317,22 +274,9 @@ def _live(args: argparse.Namespace) -> bool:
 
 
 def _render_from_file(args: argparse.Namespace) -> int:
-    from wizard.answers.model import load_text
-    from wizard.answers.source import answers_base, print_warnings, read_answers_text
-    from wizard.render.render import render
+    from wizard.render.command import render_from_file
 
-    answers = load_text(read_answers_text(args.answers), answers_base(args.answers))
-    result = render(answers, Path(args.output), force=args.force, dry_run=args.dry_run, clean=args.clean)
-    print_warnings(result.warnings)
-    if args.dry_run:
-        verb = "would replace" if result.replaced else "would create"
-        print(f"{verb} {result.project_dir} with {len(result.files)} files:")
-        for name in result.files:
-            print(f"  {name}")
-        return EXIT_OK
-    action = "replaced" if result.replaced else "created"
-    print(f"{action} {result.project_dir} ({len(result.files)} files)")
-    print(f"next: read {result.project_dir / 'README.md'} for what to run on each node")
+    render_from_file(args.answers, Path(args.output), force=args.force, dry_run=args.dry_run, clean=args.clean)
     return EXIT_OK
 
 

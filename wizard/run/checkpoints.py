@@ -15,13 +15,10 @@ import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wizard.errors import TargetError
 from wizard.monitor.state import JobState
-
-if TYPE_CHECKING:
-    from wizard.run.job import Job
 
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"  # the same variable runtime/checkpoint.py reads
 PROJECT_KEY = "npu_wizard_project"  # where runtime/checkpoint.py keeps the project that wrote a checkpoint
@@ -143,11 +140,3 @@ def epochs_asked(train_args: Sequence[str], default: int) -> int:
     if "--epochs" in args[:-1]:
         return int(args[args.index("--epochs") + 1])
     return default
-
-
-def finished_note(job: Job) -> str | None:
-    """The words for a finished job that trained nothing (its checkpoint already completed the epochs)."""
-    if job.outcome != "finished":
-        return None
-    epochs = epochs_asked(job.options.train_args, job.answers["training.epochs"])
-    return nothing_to_train(job.state, epochs, checkpoint_dir(job.project, {**os.environ, **job.options.env}))
