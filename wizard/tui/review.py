@@ -15,13 +15,13 @@ from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent,
 
 from wizard.answers.questions import QUESTIONS, STEP_TITLES, STEPS
 from wizard.errors import Problem, WizardError
+from wizard.tui.host import WizardHost
 from wizard.tui.preview import RENDER_LOCK, Preview, build_preview, file_tree
 from wizard.tui.screens import ConfirmScreen
 from wizard.tui.state import as_text
 
 if TYPE_CHECKING:
     from wizard.render.render import RenderResult
-    from wizard.tui.app import WizardApp
 
 
 def answers_text(values: dict[str, object], problems: list[Problem]) -> Text:
@@ -57,7 +57,7 @@ class ReviewScreen(Screen[None]):
         Binding("escape", "back", "Back"),
     ]
 
-    app: WizardApp
+    app: WizardHost  # the WizardApp (wizard.tui.app), as wizard.tui.host describes it
 
     def compose(self) -> ComposeResult:
         """The output folder, then tabs of answers, files and previews."""
@@ -230,7 +230,7 @@ class DoneScreen(Screen[None]):
         Binding("escape", "back", "Back"),
     ]
 
-    app: WizardApp
+    app: WizardHost  # the WizardApp (wizard.tui.app), as wizard.tui.host describes it
 
     def __init__(self, result: RenderResult, headline: str | None = None) -> None:
         super().__init__()
