@@ -50,8 +50,8 @@ from runtime.events import read_events  # noqa: E402
 from tests.runs import free_port, node_env  # noqa: E402
 from tests.slurm_cluster import slurm_cluster  # noqa: E402
 from tests.ssh_hosts import ssh_hosts  # noqa: E402
-from wizard.answers import resolve  # noqa: E402
-from wizard.render import render  # noqa: E402
+from wizard.answers.model import resolve  # noqa: E402
+from wizard.render.render import render  # noqa: E402
 
 TIMEOUT_S = 600
 

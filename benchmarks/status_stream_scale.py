@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wizard.monitor import state as state_module  # noqa: E402
+from wizard.monitor import ranks as ranks_module  # noqa: E402
 from wizard.monitor.state import JobState  # noqa: E402
 from wizard.monitor.status_server import StatusServer  # noqa: E402
 
@@ -221,10 +221,10 @@ def main() -> None:
         args.ranks, args.duration, args.baseline_duration, args.warm_up, args.clients = 16, 3.0, 2.0, 1.0, 2
     _raise_file_limit()
 
-    bounded = state_module.LOSS_HISTORY
-    state_module.LOSS_HISTORY = None  # the baseline: every loss point kept, as before the bound
+    bounded = ranks_module.LOSS_HISTORY
+    ranks_module.LOSS_HISTORY = None  # the baseline: every loss point kept, as before the bound
     phases = [run_phase("baseline: unbounded history", args.baseline_ranks or args.ranks, args.baseline_duration, args)]
-    state_module.LOSS_HISTORY = bounded
+    ranks_module.LOSS_HISTORY = bounded
     phases.append(run_phase(f"bounded history ({bounded} points)", args.ranks, args.duration, args))
 
     print(

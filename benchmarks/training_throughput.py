@@ -142,8 +142,8 @@ def run_checked(command: list[str], env: dict[str, str], cwd: Path | None = None
 
 def render_project(folder: Path, nprocs: int, samples: int, epochs: int) -> Path:
     """Render the default-model, synthetic-data CPU project for 1 node x `nprocs`."""
-    from wizard.answers import resolve
-    from wizard.render import render
+    from wizard.answers.model import resolve
+    from wizard.render.render import render
 
     answers = {
         "project_name": f"bench-1x{nprocs}",

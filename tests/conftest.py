@@ -17,7 +17,7 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Renders keep compiled templates in a cache of the suite's own (wizard/template_cache.py), not the user's:
+# Renders keep compiled templates in a cache of the suite's own (wizard/render/template_cache.py), not the user's:
 # a private folder (mode 0700) made for this run, never a predictable path another local user could make first.
 # Set before the tests are collected, so that xdist's workers and every process a test starts inherit it.
 _OWN_CACHE: list[str] = []

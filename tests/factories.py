@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from wizard.answers import Answers, resolve
+from wizard.answers.model import Answers, resolve
 
 
 def answers(**overrides: Any) -> Answers:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wizard.answers import Answers, load_text, resolve
+from wizard.answers.model import Answers, load_text, resolve
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from runtime.events import read_events
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render.render import render
 
 BIN = str(Path(sys.executable).parent)
 

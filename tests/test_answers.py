@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import answers, answers_yaml
-from wizard.answers import dump, from_context, load_text, resolve, to_context
+from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
 
 BASE = {"project_name": "demo", "device": "cpu", "nodes": 1, "devices_per_node": 2, "amp": "off"}

@@ -12,7 +12,7 @@ import pytest
 
 from tests.factories import answers_yaml
 from tests.test_hostfile import npu_wizard, received_project_naming, tree
-from wizard.answers import load_text
+from wizard.answers.model import load_text
 from wizard.errors import SHOWN_PROBLEMS, AnswersError
 
 GOOD = answers_yaml({"project_name": "demo", "device": "cpu", "devices_per_node": 2})

@@ -17,8 +17,8 @@ import torch
 
 from runtime import checkpoint
 from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
-from wizard.checkpoints import set_aside, written_by
 from wizard.errors import TargetError
+from wizard.run.checkpoints import set_aside, written_by
 
 
 def run(project: Path, tmp_path: Path, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -124,24 +124,24 @@ def test_answers_path_imports_neither_torch_nor_textual(tmp_path: Path) -> None:
 
 
 def test_a_failing_render_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import wizard.render
+    import wizard.render.render
 
     def broken_finish(*args: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(wizard.render, "finish", broken_finish)
+    monkeypatch.setattr(wizard.render.render, "finish", broken_finish)
     rc = main(["--answers", str(write_answers(tmp_path)), "-o", str(tmp_path / "out")])
     assert rc == 1
     assert not (tmp_path / "out").exists()
 
 
 def test_a_failing_forced_render_keeps_the_old_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import wizard.render
+    import wizard.render.render
 
     answers_file = write_answers(tmp_path)
     assert main(["--answers", str(answers_file), "-o", str(tmp_path)]) == 0
     before = tree(tmp_path / "demo")
-    monkeypatch.setattr(wizard.render, "finish", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(wizard.render.render, "finish", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
     assert main(["--answers", str(answers_file), "-o", str(tmp_path), "--force"]) == 1
     assert tree(tmp_path / "demo") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "demo"]

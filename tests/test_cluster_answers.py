@@ -14,9 +14,9 @@ from textual.widgets import Static
 from tests.factories import answers_yaml
 from tests.test_tui_cluster import go_to_cluster
 from tests.tui_driver import answer, field, pick, run_wizard
-from wizard.answers import load_text, resolve
+from wizard.answers.model import load_text, resolve
+from wizard.answers.questions import BY_NAME
 from wizard.errors import AnswersError
-from wizard.questions import BY_NAME
 from wizard.tui.state import check_text
 
 CPU = {"project_name": "demo", "device": "cpu", "nodes": 1, "devices_per_node": 2, "amp": "off"}

@@ -25,11 +25,11 @@ from tests.test_update import (
     start_paused_update,
     update,
 )
-from wizard.answers import load_text
+from wizard.answers.model import load_text
 from wizard.errors import TargetError
-from wizard.pristine import PRISTINE
-from wizard.update import plan_update
-from wizard.update_command import write
+from wizard.render.pristine import PRISTINE
+from wizard.render.update import plan_update
+from wizard.render.update_command import write
 
 
 def first_marker(path: Path) -> int:

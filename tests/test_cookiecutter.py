@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.matrix import ALL, case_answers
-from wizard.answers import to_context
-from wizard.render import render
-from wizard.templates import cookiecutter_json, project_template
+from wizard.answers.model import to_context
+from wizard.render.render import render
+from wizard.render.templates import cookiecutter_json, project_template
 
 
 def plain_cookiecutter(context: dict[str, str], out: Path) -> subprocess.CompletedProcess[str]:

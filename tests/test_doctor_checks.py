@@ -16,7 +16,7 @@ import pytest
 from runtime.checks import FAIL, PASS, SKIP, WARN
 from tests.factories import answers
 from tests.runs import free_port
-from wizard.answers import Answers
+from wizard.answers.model import Answers
 from wizard.doctor import network, software
 from wizard.doctor.probe import Software
 from wizard.errors import TargetError

@@ -19,10 +19,10 @@ import pytest
 
 from tests.factories import answers
 from tests.runs import free_port
-from wizard.answers import resolve
+from wizard.answers.model import resolve
 from wizard.doctor import software
 from wizard.doctor.probe import probe_software
-from wizard.render import render
+from wizard.render.render import render
 
 BIN = str(Path(sys.executable).parent)
 FOREIGN = "203.0.113.77"  # TEST-NET-3: not on this host; never sent any traffic

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from runtime.checks import FAIL, PASS, SKIP, WARN
 from tests.factories import answers
-from wizard.answers import Answers
+from wizard.answers.model import Answers
 from wizard.doctor import System, device_network, examine
 from wizard.doctor.probe import Software
 

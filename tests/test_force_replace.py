@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.factories import answers
-from wizard.answers import Answers
+from wizard.answers.model import Answers
 from wizard.errors import TargetError
-from wizard.render import render
-from wizard.replace import mounts_inside
+from wizard.render.render import render
+from wizard.render.replace import mounts_inside
 
 PROJECT = "demo"
 
@@ -171,7 +171,7 @@ def test_force_is_refused_while_a_launch_script_of_the_project_runs_without_a_ru
 
 def test_force_is_refused_while_npu_wizard_run_trains_the_project(tmp_path: Path) -> None:
     from tests.runs import clean_up, render_cpu, run_dirs, start_runner, started_pid, wait_for
-    from wizard.answers import load_text
+    from wizard.answers.model import load_text
 
     project = render_cpu(tmp_path, "torchrun", epochs=50)
     runner = start_runner(project)

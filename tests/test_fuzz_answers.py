@@ -11,8 +11,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wizard.answers.questions import QUESTIONS
 from wizard.cli import main
-from wizard.questions import QUESTIONS
 
 EXAMPLE = (Path(__file__).parent.parent / "examples" / "cpu-demo.yaml").read_text()
 KEYS = [q.name.rsplit(".", 1)[-1] for q in QUESTIONS] + ["schema", "network", "training", "environment", "nodez"]

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wizard.answers import resolve
+from wizard.answers.hostfile import Host, HostListError, parse
+from wizard.answers.model import resolve
 from wizard.errors import AnswersError
-from wizard.hostfile import Host, HostListError, parse
 
 HOSTFILE = """\
 # rack 7, node 0 first

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from tests.runs import BIN, start_runner, wait_for
-from wizard import k8s
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render import k8s
+from wizard.render.render import render
 
 DOUBLE = Path(__file__).parent / "kubectl_double.py"
 

@@ -24,9 +24,9 @@ import pytest
 
 from tests.kube_schemas import load_all
 from tests.runs import BIN, events_of, free_port, kinds, run_project, wait_nodes
-from wizard import k8s
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render import k8s
+from wizard.render.render import render
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,10 @@ import yaml
 
 from tests.factories import answers
 from tests.kube_schemas import core_problems, load_all, problems
-from wizard import k8s
-from wizard.answers import Answers
+from wizard.answers.model import Answers
 from wizard.errors import AnswersError
-from wizard.render import render
+from wizard.render import k8s
+from wizard.render.render import render
 
 IMAGE = "swr.example.com/ascend/pytorch:2.9.0-cann9.1"
 
@@ -236,7 +236,7 @@ def test_bad_kubernetes_settings_are_refused_at_their_field(overrides: dict[str,
 
 
 def test_node_selector_reads_a_mapping_or_pairs_and_round_trips(tmp_path: Path) -> None:
-    from wizard.answers import dump, load_text
+    from wizard.answers.model import dump, load_text
 
     as_text = k8s_answers("pytorchjob", cluster__node_selector="host-arch=huawei-arm, accelerator-type=module-910b-8")
     as_map = k8s_answers(
@@ -262,7 +262,7 @@ KUBERNETES_EXAMPLES = sorted(
 
 @pytest.mark.parametrize("example", KUBERNETES_EXAMPLES, ids=[p.stem for p in KUBERNETES_EXAMPLES])
 def test_the_kubernetes_examples_validate(tmp_path: Path, example: Path) -> None:
-    from wizard.answers import load_text
+    from wizard.answers.model import load_text
 
     answers = load_text(example.read_text())
     project = render(answers, tmp_path).project_dir

@@ -18,9 +18,9 @@ import pytest
 
 from tests.matrix import ALL, case_answers
 from tests.test_launch_scripts import fake_bin, rank_record, recorded_env, run_node, script_env, with_fake_train
-from wizard import hardware
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers import hardware
+from wizard.answers.model import resolve
+from wizard.render.render import render
 
 # helper i10's version-aware double; this test runs once it is in the tree
 install_torch_npu_double = pytest.importorskip("tests.doubles.torch_npu_double").install_torch_npu_double

@@ -27,8 +27,8 @@ import pytest
 
 from tests.doubles.torch_npu_double import install_torch_npu_double
 from tests.runs import free_port
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render.render import render
 
 BIN = Path(sys.executable).parent
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")

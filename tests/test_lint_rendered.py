@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.matrix import ALL, case_answers
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render.render import render
 
 BIN = Path(sys.executable).parent
 

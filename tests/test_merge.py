@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wizard.merge import Conflict, MergeResult, merge, merge_two_way
+from wizard.render.merge import Conflict, MergeResult, merge, merge_two_way
 
 BASE = "".join(f"line {n}\n" for n in range(1, 11))
 

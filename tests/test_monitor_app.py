@@ -67,7 +67,7 @@ def busy_job_state() -> JobState:
 
 @dataclass
 class FakeJob:
-    """A job source with no processes behind it (stands in for wizard.run.Job)."""
+    """A job source with no processes behind it (stands in for wizard.run.job.Job)."""
 
     state: JobState
     run_dir: Path

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from wizard.monitor.hints import explain
+from wizard.monitor.ranks import Failure
 from wizard.monitor.report import failure_report
-from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, Failure, JobState
+from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, JobState
 
 # (message as a rank reports it, expected code, caused by another rank)
 MESSAGES = [

@@ -23,7 +23,7 @@ from tests.test_launch_scripts import (
     script_env,
     with_fake_train,
 )
-from wizard import hardware
+from wizard.answers import hardware
 
 NPU = {"device": "npu"}
 SKIP_CHECKS = {"NPU_WIZARD_SKIP_PREFLIGHT": "1", "ASCEND_HOME_PATH": "/opt/cann-set-up-already"}

@@ -16,8 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from tests.matrix import ALL, case_answers
-from wizard.answers import Answers, resolve
-from wizard.render import render
+from wizard.answers.model import Answers, resolve
+from wizard.render.render import render
 
 PLATFORMS = ("x86_64", "aarch64")
 CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"

@@ -13,9 +13,9 @@ import pytest
 from tests.factories import answers
 from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
 from wizard.errors import TargetError
+from wizard.monitor.ranks import Failure
 from wizard.monitor.report import format_summary
-from wizard.monitor.state import Failure
-from wizard.run import load_project, nodes_to_start, restart_note
+from wizard.run.launch import load_project, nodes_to_start, restart_note
 
 
 def npu_wizard_run(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

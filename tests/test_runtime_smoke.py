@@ -15,8 +15,8 @@ import pytest
 
 from runtime.events import read_events
 from tests.runs import free_port
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render.render import render
 
 pytestmark = pytest.mark.slow
 

@@ -22,11 +22,11 @@ import pytest
 
 from tests.factories import answers
 from tests.runs import free_port, wait_for
-from wizard.answers import Answers, to_context
+from wizard.answers.model import Answers, to_context
 from wizard.errors import AnswersError, TargetError
-from wizard.render import render
-from wizard.shellquote import sh, template_environment
-from wizard.templates import project_template
+from wizard.render.render import render
+from wizard.render.shellquote import sh, template_environment
+from wizard.render.templates import project_template
 
 MARKER = "PWNED"
 
@@ -244,7 +244,7 @@ def test_every_value_is_quoted_where_the_checks_were_skipped(payload: str, tmp_p
 
 @pytest.mark.parametrize("payload", PAYLOADS.values(), ids=PAYLOADS.keys())
 def test_choice_values_are_quoted_too_and_the_preview_as_the_render(payload: str, tmp_path: Path) -> None:
-    from wizard.project import SHARED_SCRIPT, node_scripts
+    from wizard.render.project import SHARED_SCRIPT, node_scripts
     from wizard.tui.preview import build_preview
 
     folder = project_template() / "{{cookiecutter.project_name}}"

@@ -27,8 +27,8 @@ from tests.runs import (
     wait_for,
 )
 from tests.slurm_cluster import SlurmCluster, have_slurm, slurm_cluster
-from wizard.answers import resolve
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render.render import render
 
 pytestmark = [
     pytest.mark.slow,

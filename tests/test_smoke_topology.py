@@ -22,7 +22,7 @@ from runtime.distributed import RankInfo
 from runtime.events import EventWriter, read_events
 from runtime.smoke import SmokeError, expected_sum, run_smoke
 from tests.runs import free_port, node_env, render_cpu, wait_nodes
-from wizard.smoke import print_smoke_report, smoke_lines
+from wizard.run.smoke import print_smoke_report, smoke_lines
 
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
 

@@ -17,7 +17,7 @@ import pytest
 
 import runtime
 from tests.matrix import ALL, case_answers
-from wizard.render import render
+from wizard.render.render import render
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("NPU_WIZARD_UPDATE_SNAPSHOTS") == "1"

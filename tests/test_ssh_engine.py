@@ -24,9 +24,9 @@ import pytest
 
 from tests.runs import clean_up, leftover_processes, node_env, run_dirs, start_runner, started_pid, wait_for
 from tests.ssh_hosts import SshHosts, have_ssh_hosts, ssh_hosts
-from wizard.answers import resolve
+from wizard.answers.model import resolve
 from wizard.cli import main
-from wizard.render import render
+from wizard.render.render import render
 
 pytestmark = [
     pytest.mark.slow,

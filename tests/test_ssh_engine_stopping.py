@@ -21,8 +21,8 @@ import pytest
 from tests.runs import clean_up, leftover_processes, node_env, run_dirs, start_runner, started_pid, wait_for
 from tests.ssh_hosts import SshHosts, have_ssh_hosts, ssh_hosts
 from tests.test_ssh_engine import LONG_RUN, START_S, render_ssh
-from wizard.engines.ssh import DEFAULT_SSH
 from wizard.monitor.procs import is_alive
+from wizard.run.engines.ssh import DEFAULT_SSH
 
 needs_hosts = pytest.mark.skipif(not have_ssh_hosts(), reason="needs root, sshd, ssh, rsync and ip")
 

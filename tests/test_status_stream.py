@@ -15,7 +15,8 @@ import pytest
 
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, publisher_from_env
 from tests.runs import wait_for
-from wizard.monitor.state import LOSS_HISTORY, JobState
+from wizard.monitor.ranks import LOSS_HISTORY
+from wizard.monitor.state import JobState
 from wizard.monitor.status_server import MAX_LINE_BYTES, StatusServer
 
 TOKEN = "0123456789abcdef0123456789abcdef"

@@ -16,8 +16,8 @@ import pytest
 from jinja2.bccache import bc_magic
 
 from tests.factories import answers
-from wizard.render import render
-from wizard.template_cache import template_cache
+from wizard.render.render import render
+from wizard.render.template_cache import template_cache
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cpu-demo.yaml"
 

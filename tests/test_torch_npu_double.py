@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.torch_npu_double import RELEASES, TorchNpuDouble, install_torch_npu_double, load_package
-from wizard import hardware
+from wizard.answers import hardware
 
 BASE_FLAGS = [
     "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",

@@ -8,7 +8,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
 
 from tests.tui_driver import answer, answer_all, field, next_step, pick, problem_text, render_into, run_wizard
-from wizard.hardware import BF16_REFUSAL
+from wizard.answers.hardware import BF16_REFUSAL
 from wizard.tui.review import DoneScreen, ReviewScreen
 from wizard.tui.screens import ConfirmScreen, StepScreen
 

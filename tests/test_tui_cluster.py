@@ -9,8 +9,8 @@ from textual.widgets import Static
 
 from tests.test_tui_flow import answers_file, render_with_answers_file
 from tests.tui_driver import answer, answer_all, field, next_step, pick, render_into, run_wizard, snapshot_of
-from wizard.cluster_questions import SETTINGS
-from wizard.questions_k8s import KUBERNETES_QUESTIONS
+from wizard.answers.questions_cluster import SETTINGS
+from wizard.answers.questions_k8s import KUBERNETES_QUESTIONS
 from wizard.tui.review import ReviewScreen
 from wizard.tui.screens import StepScreen
 

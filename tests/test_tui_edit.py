@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from wizard.cli import _edit_source, main
+from wizard.answers.source import answers_to_edit
+from wizard.cli import main
 from wizard.tui.state import WizardState
-
-
-def edit_args(answers: str) -> argparse.Namespace:
-    """The parsed arguments of an --edit call."""
-    return argparse.Namespace(answers=answers, edit=True, output=".")
 
 
 def test_a_file_with_problems_opens_with_every_problem_at_its_field(tmp_path: Path) -> None:
     path = tmp_path / "a.yaml"
     path.write_text("schema: 1\nhardware: atlas-training\namp: bf16\nepochz: 3\n")
-    raw, problems, source = _edit_source(edit_args(str(path)))
+    raw, problems, source = answers_to_edit(str(path))
     assert raw == {"hardware": "atlas-training", "amp": "bf16"}
     assert [(p.field, p.message) for p in problems] == [("epochz", "unknown key; did you mean 'training.epochs'?")]
     assert source == path
@@ -46,7 +41,7 @@ def test_editing_a_rendered_project_ends_in_an_update_that_keeps_my_edits(tmp_pa
 
     project = render_project(tmp_path, project_raw(2))
     (project / "train.py").write_text(replace_build_model((project / "train.py").read_text()))
-    raw, problems, source = _edit_source(edit_args(str(project / "answers.yaml")))
+    raw, problems, source = answers_to_edit(str(project / "answers.yaml"))
     app = create_app(raw, tmp_path, file_problems=problems, answers_path=source, blink=False)
 
     async def scenario(pilot: Pilot[int]) -> None:

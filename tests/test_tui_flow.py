@@ -10,7 +10,7 @@ import yaml
 from textual.pilot import Pilot
 
 from tests.tui_driver import answer_all, render_into, run_wizard, snapshot_of
-from wizard.answers import flatten
+from wizard.answers.model import flatten
 from wizard.cli import main
 from wizard.tui import create_app
 from wizard.tui.review import DoneScreen, ReviewScreen

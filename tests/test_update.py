@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from tests.runs import free_port, node_env, start_nodes, wait_nodes
-from wizard.answers import resolve
-from wizard.journal import PAUSE_AT_ENV, PAUSE_FILE_ENV
-from wizard.render import render
+from wizard.answers.model import resolve
+from wizard.render.journal import PAUSE_AT_ENV, PAUSE_FILE_ENV
+from wizard.render.render import render
 
 # The user's own model, in place of the generated build_model.
 USER_MODEL = '''def build_model(spec: data.DataSpec) -> nn.Module:
@@ -304,7 +304,7 @@ def test_an_update_killed_after_its_commit_is_finished_by_the_next_one(tmp_path:
 
 
 def test_the_pristine_copy_holds_every_file_of_the_render_as_written(tmp_path: Path) -> None:
-    from wizard.pristine import load
+    from wizard.render.pristine import load
 
     project = render_project(tmp_path, project_raw(2))
     kept = load(project)

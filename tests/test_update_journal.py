@@ -21,7 +21,7 @@ from tests.test_update import (
     start_paused_update,
     update,
 )
-from wizard.pristine import Pristine, encode, load
+from wizard.render.pristine import Pristine, encode, load
 
 
 def four_node_update_of_a_two_node_project(tmp_path: Path) -> Path:

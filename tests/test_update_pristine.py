@@ -25,7 +25,7 @@ from tests.test_update import (
     two_node_project_with_my_model,
     update,
 )
-from wizard.pristine import PRISTINE, Pristine, encode, load
+from wizard.render.pristine import PRISTINE, Pristine, encode, load
 
 # Runs `npu-wizard ARGS` and prints the process's peak resident memory at exit (KiB, as getrusage gives it).
 PEAK_MEMORY = """

@@ -11,7 +11,7 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
-from wizard.questions import BY_NAME, QUESTIONS, STEPS
+from wizard.answers.questions import BY_NAME, QUESTIONS, STEPS
 from wizard.tui import create_app
 from wizard.tui.app import WizardApp
 from wizard.tui.fields import Field

@@ -7,15 +7,12 @@ refused); 2 usage error; 3 the training run failed; 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from wizard import __version__
-from wizard.errors import Problem, WizardError
+from wizard.errors import WizardError
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -214,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["monitor"]:
         return _guarded(lambda: _monitor(build_monitor_parser().parse_args(argv[1:])))
     if argv[:1] == ["update"]:
-        from wizard.update_command import update
+        from wizard.render.update_command import update
 
         return _guarded(lambda: update(build_update_parser().parse_args(argv[1:])))
     parser = build_parser()
@@ -239,12 +236,9 @@ def _guarded(command: Callable[[], int]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from wizard.checkpoints import checkpoint_dir, set_aside
-    from wizard.conflict_markers import refuse_unresolved
-    from wizard.monitor.plain import run_plain
-    from wizard.run import Job, RunOptions, dry_run, manual_steps
+    from wizard.run.command import run
+    from wizard.run.launch import RunOptions
 
-    refuse_unresolved(Path(args.project), f"run npu-wizard run {args.project} again")
     train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
     options = RunOptions(
         node=args.node,
@@ -257,47 +251,8 @@ def _run(args: argparse.Namespace) -> int:
         status_port=args.status_port,
         train_args=train_args,
     )
-    if args.dry_run:
-        print(dry_run(Path(args.project), options), end="")
-        return EXIT_OK
-    steps = manual_steps(Path(args.project), options)
-    if steps is not None:
-        print(steps)
-        return EXIT_OK
-    if args.fresh:  # before anything moves or a run folder is made
-        _refuse_fresh(Path(args.project))
-    job = Job(Path(args.project), options)
-    if args.fresh:
-        folder = checkpoint_dir(job.project)
-        aside = set_aside(folder, job.answers["project_name"])
-        moved = f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"
-        job.notes.append(moved)
-    try:
-        if _live(args):
-            from wizard.monitor.app import run_live
-
-            run_live(job)
-        else:
-            run_plain(job)
-    except KeyboardInterrupt as stop:  # Ctrl-C (or TERM, HUP) that the view did not take itself
-        job.interrupted(getattr(stop, "signum", signal.SIGINT))
-    except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
-        job.abandon(error)
-        raise
-    job.raise_for_outcome()
+    run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args))
     return EXIT_OK
-
-
-def _refuse_fresh(project: Path) -> None:
-    """Refuse --fresh where the project's engine cannot set its checkpoints aside from here (the ssh engine)."""
-    from wizard.engines import engine_for
-    from wizard.errors import TargetError
-    from wizard.run import load_project
-
-    answers = load_project(project.resolve())
-    refusal = engine_for(answers).fresh_refusal(project.resolve(), answers)
-    if refusal:
-        raise TargetError(refusal)
 
 
 def _monitor(args: argparse.Namespace) -> int:
@@ -318,89 +273,18 @@ def _live(args: argparse.Namespace) -> bool:
     return not args.plain and sys.stdout.isatty() and sys.stdin.isatty()
 
 
-def _read_answers_text(source: str, plain_file_only: bool = False) -> str:
-    """An answers file's text (at most 4 MiB is read); `plain_file_only` refuses a FIFO or a device (a project's)."""
-    from wizard.answers_yaml import MAX_BYTES
-    from wizard.errors import TargetError
-
-    if source == "-":
-        data = sys.stdin.buffer.read(MAX_BYTES * 4 + 1)
-        if len(data) > MAX_BYTES * 4:
-            raise TargetError(f"the answers on stdin hold over 4 MiB; at most {MAX_BYTES:,} characters are read")
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise TargetError(
-                f"the answers on stdin are not UTF-8 text (byte {data[error.start]:#04x} at offset {error.start})"
-            ) from None
-    try:
-        if plain_file_only and not stat.S_ISREG(os.stat(source).st_mode):
-            raise TargetError(
-                f"{source} is not a plain file (a FIFO, a device or a folder): a project's answers.yaml is one; "
-                "put back the answers the project was rendered from"
-            )
-        with open(source, "rb") as file:
-            data = file.read(MAX_BYTES * 4 + 1)  # UTF-8 text of MAX_BYTES characters; /dev/zero never ends
-        if len(data) > MAX_BYTES * 4:
-            raise TargetError(f"answers file {source} holds over 4 MiB; at most {MAX_BYTES:,} characters are read")
-        return data.decode("utf-8")
-    except FileNotFoundError:
-        raise TargetError(f"answers file {source} does not exist") from None
-    except UnicodeDecodeError as error:
-        raise TargetError(f"answers file {source} is not UTF-8 text (bad byte at offset {error.start})") from None
-    except OSError as error:
-        raise TargetError(f"cannot read answers file {source}: {error.strerror or error}") from None
-
-
-def answers_base(source: str) -> Path:
-    """The folder a relative path in an answers file is taken from: the file's own (stdin: the current one)."""
-    return Path.cwd() if source == "-" else Path(source).absolute().parent
-
-
-def _print_warnings(warnings: Sequence[Problem]) -> None:
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-
-
 def _render_from_file(args: argparse.Namespace) -> int:
-    from wizard.answers import load_text
-    from wizard.render import render
+    from wizard.render.command import render_from_file
 
-    answers = load_text(_read_answers_text(args.answers), answers_base(args.answers))
-    result = render(answers, Path(args.output), force=args.force, dry_run=args.dry_run, clean=args.clean)
-    _print_warnings(result.warnings)
-    if args.dry_run:
-        verb = "would replace" if result.replaced else "would create"
-        print(f"{verb} {result.project_dir} with {len(result.files)} files:")
-        for name in result.files:
-            print(f"  {name}")
-        return EXIT_OK
-    action = "replaced" if result.replaced else "created"
-    print(f"{action} {result.project_dir} ({len(result.files)} files)")
-    print(f"next: read {result.project_dir / 'README.md'} for what to run on each node")
+    render_from_file(args.answers, Path(args.output), force=args.force, dry_run=args.dry_run, clean=args.clean)
     return EXIT_OK
 
 
 def _interactive(args: argparse.Namespace) -> int:
+    from wizard.answers.source import answers_to_edit
     from wizard.tui import create_app
 
-    raw, problems, path = _edit_source(args) if args.edit else ({}, [], None)
+    raw, problems, path = answers_to_edit(args.answers) if args.edit else ({}, [], None)
     app = create_app(raw, Path(args.output), file_problems=problems, answers_path=path)
     app.run()
     return EXIT_OK
-
-
-def _edit_source(args: argparse.Namespace) -> tuple[dict[str, object], list[Problem], Path]:
-    """Raw answers to pre-fill from; problems in them are shown in the wizard, not refused."""
-    from wizard.answers import flatten
-    from wizard.answers_yaml import read_document
-    from wizard.errors import FILE, NO_VALUE, AnswersError, TargetError
-
-    if args.answers in (None, "-"):
-        raise TargetError("--edit needs an answers file to start from: npu-wizard --answers FILE --edit")
-    text = _read_answers_text(args.answers)
-    document = read_document(text) if text.strip() else {}
-    if not isinstance(document, dict):
-        raise AnswersError([Problem(FILE, NO_VALUE, "the answers file must be a mapping of answers (key: value)")])
-    raw, problems = flatten(document)
-    return raw, problems, Path(args.answers)

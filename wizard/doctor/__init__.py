@@ -18,11 +18,12 @@ from pathlib import Path
 
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import NONLOCAL_BIND
-from wizard import conflict_markers
-from wizard.answers import Answers, load_text, resolve
+from wizard.answers.model import Answers, load_text, resolve
+from wizard.answers.source import read_answers_text
 from wizard.doctor import device_network, network, project_files, software
 from wizard.doctor.probe import Software, probe_software
 from wizard.errors import TargetError
+from wizard.render import conflict_markers
 
 STATUSES = (PASS, WARN, FAIL, SKIP)
 ENV_RESERVED_FILE = "NPU_WIZARD_RESERVED_PORTS_FILE"  # the same override as sysctl/reserve-ports.sh
@@ -148,11 +149,9 @@ def load_project(project: str | None) -> tuple[Answers, Path | None]:
     folder = Path(project) if project else Path.cwd()
     answers_file = folder / "answers.yaml"
     if answers_file.exists():
-        from wizard.cli import _read_answers_text
-
         if conflict_markers.first_marker(answers_file) is not None:  # no answers to check the node against
             conflict_markers.refuse_unresolved(folder, "run npu-wizard doctor again")
-        return load_text(_read_answers_text(str(answers_file), plain_file_only=True)), folder.resolve()
+        return load_text(read_answers_text(str(answers_file), plain_file_only=True)), folder.resolve()
     if project:
         raise TargetError(f"{project} is not an npu-wizard project (no answers.yaml); render one with --answers")
     return resolve({}), None

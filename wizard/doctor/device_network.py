@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import parse_visible_devices
-from wizard.answers import Answers
+from wizard.answers.model import Answers
 
 NAME = "device network"
 TIMEOUT_S = 10

@@ -15,8 +15,8 @@ from pathlib import Path
 from runtime import nic, preflight
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import compress_numbers
-from wizard import hardware
-from wizard.answers import Answers
+from wizard.answers import hardware
+from wizard.answers.model import Answers
 from wizard.errors import TargetError
 
 RESERVED_PORTS = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runtime.checks import FAIL, PASS, Result
-from wizard import conflict_markers
+from wizard.render import conflict_markers
 
 
 def check_conflict_markers(project: Path) -> Result:

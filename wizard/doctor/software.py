@@ -8,8 +8,8 @@ from pathlib import Path
 from runtime import cann
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import parse_visible_devices
-from wizard import hardware
-from wizard.answers import Answers
+from wizard.answers import hardware
+from wizard.answers.model import Answers
 from wizard.doctor.probe import Software
 
 MIN_PYTHON = (3, 10)  # train.py's annotations (`int | None`) are evaluated at import

@@ -12,9 +12,6 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Protocol
 
 from rich.markup import escape
 from rich.text import Text
@@ -23,8 +20,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
+from wizard.monitor.ranks import where
 from wizard.monitor.report import duration, format_summary, log_tail
-from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState, where
+from wizard.monitor.source import JobSource, RunningJob
+from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState
 from wizard.stopping import stop_signals_raise
 
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
@@ -32,23 +31,6 @@ LOG_LINES = 200
 PLOT_POINTS = 120
 ALERT_NOTICES = 3  # the newest warnings shown under the job line
 LAUNCHER_EXIT_S = 15.0  # how long quitting waits for launchers whose ranks all finished
-
-
-class JobSource(Protocol):
-    """What the view needs from a job: its state, a tick, a stop."""
-
-    state: JobState
-    run_dir: Path
-    started_at: float
-    outcome: str | None
-    summary: dict | None
-    clock: Callable[[], float]
-
-    def tick(self) -> str | None:
-        """Read what happened; the outcome once the job ended."""
-
-    def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
-        """Stop the job (`signum`: what asked, for the exit code)."""
 
 
 class MonitorApp(App[str | None]):
@@ -287,12 +269,8 @@ def _styled(column: str, value: str) -> Text:
     return Text(value, style=colour or "") if column == "state" else Text(value)
 
 
-def run_live(job: object) -> None:
+def run_live(job: RunningJob) -> None:
     """Start the job and show it live until the user quits; the summary is printed after."""
-    from wizard.checkpoints import finished_note
-    from wizard.run import Job
-
-    assert isinstance(job, Job)
     with stop_signals_raise():  # TERM or HUP while the engine starts (a hung host check) stops it at once
         job.start()
     title = f"{job.answers['project_name']}  |  {job.answers['launcher']}  |  nodes {job.nodes}"
@@ -303,7 +281,7 @@ def run_live(job: object) -> None:
         print(note)
     if job.summary is not None:
         print(format_summary(job.summary))
-    note = finished_note(job)
+    note = job.finished_note()
     if note:
         print(note)
     print(f"events, logs and summary in {job.run_dir}")

@@ -1,7 +1,7 @@
 """The plain view of `npu-wizard run`: a progress line per interval, then the summary.
 
 For logs, pipes and terminals without the live view (`--plain`); it drives the
-same `Job` as the live view (wizard.monitor.app).
+same job (a `RunningJob`, wizard.monitor.source) as the live view (wizard.monitor.app).
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import sys
 import time
 from typing import TextIO
 
-from wizard.checkpoints import finished_note
 from wizard.monitor.report import format_summary, progress_line
+from wizard.monitor.source import RunningJob
 from wizard.monitor.state import JobState
-from wizard.run import Job
 from wizard.stopping import stop_signals_raise
 
 
-def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
+def run_plain(job: RunningJob, *, out: TextIO = sys.stdout, poll: float = 0.2) -> RunningJob:
     """Start the job, print a progress line per interval and the summary; return the ended job."""
     print(f"run folder: {job.run_dir}", file=out)
     print(
@@ -27,7 +26,7 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
     )
     for note in job.notes:
         print(note, file=out)
-    next_line = job.started_at + job.options.interval
+    next_line = job.started_at + job.interval
     reported_hangs: set[int] = set()
     reported_late = False
     try:
@@ -53,7 +52,7 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
                     break
                 if now >= next_line:
                     print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
-                    next_line += job.options.interval
+                    next_line += job.interval
                 time.sleep(poll)
     except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
         job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
@@ -63,13 +62,10 @@ def run_plain(job: Job, *, out: TextIO = sys.stdout, poll: float = 0.2) -> Job:
     print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
     if job.summary is not None:
         print(format_summary(job.summary), file=out)
-    note = finished_note(job)
+    note = job.finished_note()
     if note:
         print(note, file=out)
-    if "--smoke" in job.options.train_args:  # the per-rank smoke report: wizard/smoke.py
-        from wizard.smoke import print_smoke_report
-
-        print_smoke_report(job.run_dir, job.answers.world_size, out)
+    job.print_smoke_report(out)
     print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)
     return job
 

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wizard.monitor.state import FINISHED, RUNNING, STALLED, Failure, JobState, where
+from wizard.monitor.ranks import Failure, where
+from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
 
 SUMMARY_FILE = "summary.json"
 LOG_TAIL_LINES = 10

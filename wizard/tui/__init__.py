@@ -1,4 +1,8 @@
-"""The interactive wizard; the one place the CLI and the tests build it from."""
+"""The interactive wizard: screens that ask the questions of wizard.answers.
+
+Takes prior answers (or none) and gives a rendered project through wizard.render, or nothing when the user
+quits; `create_app` is the one place the CLI and the tests build it from.
+"""
 
 from __future__ import annotations
 

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 from textual.app import App
 from textual.binding import Binding
 
-from wizard.questions import STEPS
+from wizard.answers.questions import STEPS
 from wizard.tui.review import DoneScreen, ReviewScreen
 from wizard.tui.screens import StepScreen
 from wizard.tui.state import WizardState
 
 if TYPE_CHECKING:
-    from wizard.render import RenderResult
+    from wizard.render.render import RenderResult
 
 
 class WizardApp(App[int]):

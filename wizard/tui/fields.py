@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from wizard.spec import Question
+from wizard.answers.spec import Question
 from wizard.tui.state import WizardState, as_rows, as_text
 
 MAX_ROWS = 256

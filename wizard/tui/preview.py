@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from wizard.answers import Answers, to_context
+from wizard.answers.model import Answers, to_context
 
 SYSCTL_TEMPLATE = Path("sysctl") / "reserve-ports.conf"
 SBATCH_TEMPLATE = Path("slurm") / "job.sbatch"
@@ -29,10 +29,10 @@ class Preview:
 
 def build_preview(answers: Answers, output_dir: Path) -> Preview:
     """Dry-run the very render `--answers` uses, and render the shared launch script and the sysctl snippet."""
-    from wizard.project import SHARED_SCRIPT
-    from wizard.render import render
-    from wizard.shellquote import template_environment
-    from wizard.templates import project_template
+    from wizard.render.project import SHARED_SCRIPT
+    from wizard.render.render import render
+    from wizard.render.shellquote import template_environment
+    from wizard.render.templates import project_template
 
     result = render(answers, output_dir, force=True, dry_run=True)
     context = to_context(answers)

@@ -13,15 +13,15 @@ from textual.containers import Horizontal, ScrollableContainer, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
+from wizard.answers.questions import QUESTIONS, STEP_TITLES, STEPS
 from wizard.errors import Problem, WizardError
-from wizard.questions import QUESTIONS, STEP_TITLES, STEPS
+from wizard.tui.host import WizardHost
 from wizard.tui.preview import RENDER_LOCK, Preview, build_preview, file_tree
 from wizard.tui.screens import ConfirmScreen
 from wizard.tui.state import as_text
 
 if TYPE_CHECKING:
-    from wizard.render import RenderResult
-    from wizard.tui.app import WizardApp
+    from wizard.render.render import RenderResult
 
 
 def answers_text(values: dict[str, object], problems: list[Problem]) -> Text:
@@ -57,7 +57,7 @@ class ReviewScreen(Screen[None]):
         Binding("escape", "back", "Back"),
     ]
 
-    app: WizardApp
+    app: WizardHost  # the WizardApp (wizard.tui.app), as wizard.tui.host describes it
 
     def compose(self) -> ComposeResult:
         """The output folder, then tabs of answers, files and previews."""
@@ -175,7 +175,7 @@ class ReviewScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="render")
     def write(self, force: bool) -> None:
         """Render with the same function as --answers, in a thread."""
-        from wizard.render import render
+        from wizard.render.render import render
 
         try:
             with RENDER_LOCK:
@@ -187,18 +187,18 @@ class ReviewScreen(Screen[None]):
 
     def updates(self, target: Path) -> bool:
         """Whether rendering updates `target`: --edit of a project npu-wizard rendered."""
-        from wizard.pristine import PRISTINE
+        from wizard.render.pristine import PRISTINE
 
         return self.app.answers_path is not None and (target / PRISTINE).is_file()
 
     @work(thread=True, exclusive=True, group="render")
     def update(self, target: Path) -> None:
         """Merge the edited answers into the project as `npu-wizard update` does; change nothing on a conflict."""
-        from wizard.conflict_markers import refuse_unresolved
-        from wizard.render import RenderResult
-        from wizard.update import plan_update
-        from wizard.update_command import write
-        from wizard.update_lock import update_lock
+        from wizard.render.conflict_markers import refuse_unresolved
+        from wizard.render.render import RenderResult
+        from wizard.render.update import plan_update
+        from wizard.render.update_command import write
+        from wizard.render.update_lock import update_lock
 
         try:
             with RENDER_LOCK, update_lock(target, "npu-wizard --edit (the wizard)"):
@@ -230,7 +230,7 @@ class DoneScreen(Screen[None]):
         Binding("escape", "back", "Back"),
     ]
 
-    app: WizardApp
+    app: WizardHost  # the WizardApp (wizard.tui.app), as wizard.tui.host describes it
 
     def __init__(self, result: RenderResult, headline: str | None = None) -> None:
         super().__init__()
@@ -267,7 +267,7 @@ class DoneScreen(Screen[None]):
 
     def save(self, path: Path, yes: bool | None) -> None:
         """Write the canonical answers file when asked to."""
-        from wizard.answers import dump
+        from wizard.answers.model import dump
 
         saved = self.query_one("#saved", Static)
         if not yes:

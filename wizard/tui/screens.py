@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -12,13 +10,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Static
 
-from wizard.questions import STEPS
-from wizard.spec import Question
+from wizard.answers.questions import STEPS
+from wizard.answers.spec import Question
 from wizard.tui.fields import Field, field_for
+from wizard.tui.host import WizardHost
 from wizard.tui.state import questions_of, step_title
-
-if TYPE_CHECKING:
-    from wizard.tui.app import WizardApp
 
 
 def help_text(question: Question) -> Text:
@@ -38,7 +34,7 @@ class StepScreen(Screen[None]):
         Binding("f1", "toggle_help", "Help"),
     ]
 
-    app: WizardApp
+    app: WizardHost  # the WizardApp (wizard.tui.app), as wizard.tui.host describes it
 
     def __init__(self, step: str) -> None:
         super().__init__(name=step)

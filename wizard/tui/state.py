@@ -2,7 +2,7 @@
 
 The screens keep only the raw answers a person typed or a file pre-filled.
 Everything else (defaults, problems, which questions apply, which choices are
-open) is asked of the question spec and `wizard.answers.evaluate`, so the
+open) is asked of the question spec and `wizard.answers.model.evaluate`, so the
 interactive path accepts and refuses exactly what `--answers` does.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wizard.answers import Answers, evaluate, resolve
+from wizard.answers.model import Answers, evaluate, resolve
+from wizard.answers.questions import BY_NAME, QUESTIONS, STEP_TITLES, STEPS
+from wizard.answers.spec import Choice, Invalid, Question
 from wizard.errors import Problem
-from wizard.questions import BY_NAME, QUESTIONS, STEP_TITLES, STEPS
-from wizard.spec import Choice, Invalid, Question
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from wizard.answers import from_context
-from wizard.project import finish
+from wizard.answers.model import from_context
+from wizard.render.project import finish
 
 CONTEXT = {k: v for k, v in json.loads(r"""{{ cookiecutter | jsonify }}""").items() if not k.startswith("_")}
 finish(Path.cwd(), CONTEXT, from_context(CONTEXT))

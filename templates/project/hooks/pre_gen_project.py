@@ -6,7 +6,7 @@ import sys
 CONTEXT = json.loads(r"""{{ cookiecutter | jsonify }}""")
 
 try:
-    from wizard.answers import from_context
+    from wizard.answers.model import from_context
     from wizard.errors import AnswersError
 except ImportError:
     sys.exit("this template needs npu-wizard installed: pip install npu-wizard")

@@ -1,0 +1,160 @@
+"""The questions of the training step: the model, the data, the schedule and how often to save and report."""
+
+from __future__ import annotations
+
+from wizard.answers.spec import Choice, Question, Values
+
+
+def _needs_data_dir(values: Values) -> bool:
+    return values.get("training.dataset") in ("mnist", "imagefolder")
+
+
+def _without_lr(values: Values) -> bool:
+    return values.get("training.lr") is None
+
+
+TRAINING_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        name="training.model",
+        prompt="Model",
+        kind="choice",
+        default="mlp",
+        choices=(
+            Choice("mlp", "MLP", "A small multi-layer perceptron: fast anywhere, the CPU demo's model."),
+            Choice("convnet", "ConvNet", "A small convolutional network for 28x28 images (MNIST-shaped)."),
+            Choice("resnet18", "ResNet-18", "torchvision's ResNet-18 for image folders (needs torchvision)."),
+        ),
+        step="training",
+        help="The network train.py builds; replace it with your own in train.py.",
+    ),
+    Question(
+        name="training.dataset",
+        prompt="Dataset",
+        kind="choice",
+        default="synthetic",
+        choices=(
+            Choice("synthetic", "Synthetic", "A learnable, seeded dataset made in memory; needs no download."),
+            Choice("mnist", "MNIST", "MNIST through torchvision, read from data_dir."),
+            Choice("imagefolder", "Image folder", "torchvision ImageFolder: one sub-folder per class under data_dir."),
+        ),
+        step="training",
+        help="What train.py trains on.",
+    ),
+    Question(
+        name="training.data_dir",
+        prompt="Data folder",
+        kind="relpath",
+        default="data",
+        when=_needs_data_dir,
+        step="training",
+        help="Where the dataset lives, relative to the project or absolute.",
+    ),
+    Question(
+        name="training.batch_size",
+        prompt="Batch size per device",
+        kind="int",
+        default=32,
+        minimum=1,
+        maximum=65536,
+        step="training",
+        help="Samples each device takes per step; the global batch is this times the world size.",
+    ),
+    Question(
+        name="training.lr",
+        prompt="Learning rate (optional)",
+        kind="float",
+        optional=True,
+        minimum=0.0,
+        maximum=10.0,
+        step="training",
+        help="The learning rate of the whole job. Leave empty to scale it from a single-card "
+        "baseline: lr = base_lr x global batch / base_batch_size.",
+    ),
+    Question(
+        name="training.base_batch_size",
+        prompt="Single-card batch size",
+        kind="int",
+        default=32,
+        minimum=1,
+        maximum=65536,
+        when=_without_lr,
+        step="training",
+        help="The batch size the single-card script used, to scale the learning rate from.",
+    ),
+    Question(
+        name="training.base_lr",
+        prompt="Single-card learning rate",
+        kind="float",
+        default=0.05,
+        minimum=0.0,
+        maximum=10.0,
+        when=_without_lr,
+        step="training",
+        help="The learning rate the single-card script used.",
+    ),
+    Question(
+        name="training.warmup_epochs",
+        prompt="Warmup epochs",
+        kind="int",
+        default=5,
+        minimum=0,
+        maximum=100000,
+        when=_without_lr,
+        step="training",
+        help="When the scaled rate is above the single-card rate, climb to it linearly from the "
+        "single-card rate over this many epochs (0: no warmup). 5, as Goyal et al. (2017, "
+        "Accurate, Large Minibatch SGD) used with the linear scaling rule.",
+    ),
+    Question(
+        name="training.epochs",
+        prompt="Epochs",
+        kind="int",
+        default=3,
+        minimum=1,
+        maximum=100000,
+        step="training",
+        help="Passes over the dataset.",
+    ),
+    Question(
+        name="training.samples",
+        prompt="Synthetic samples",
+        kind="int",
+        default=8192,
+        minimum=1,
+        maximum=100_000_000,
+        when=lambda values: values.get("training.dataset") == "synthetic",
+        step="training",
+        help="Size of the synthetic dataset.",
+    ),
+    Question(
+        name="training.seed",
+        prompt="Seed",
+        kind="int",
+        default=1234,
+        minimum=0,
+        maximum=2**32 - 1,
+        step="training",
+        help="Seeds the model, the data order and the synthetic data on every rank.",
+    ),
+    Question(
+        name="training.checkpoint_every",
+        prompt="Checkpoint every N steps",
+        kind="int",
+        default=100,
+        minimum=0,
+        maximum=10_000_000,
+        step="training",
+        help="Rank 0 saves a checkpoint every N steps and at each epoch's end (0: epoch ends only). "
+        "A restarted job resumes from the latest one.",
+    ),
+    Question(
+        name="training.log_every",
+        prompt="Log every N steps",
+        kind="int",
+        default=10,
+        minimum=1,
+        maximum=10_000_000,
+        step="training",
+        help="How often the loss is read and a progress event written.",
+    ),
+)

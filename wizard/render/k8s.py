@@ -1,0 +1,326 @@
+"""Kubernetes manifests for the `ascendjob` and `pytorchjob` engines, built as data and dumped as YAML.
+
+Every user value goes into a Python structure that PyYAML writes out, so no
+answer can break the YAML; the one shell line inside (the container command)
+quotes its values with shlex. The project reaches the pods as a ConfigMap
+(its source files, read-only), which each pod copies into a writable
+workspace before it runs `launch/entry.sh`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wizard.answers.model import Answers
+from wizard.answers.questions_cluster import OPERATOR_MASTER_PORTS
+from wizard.answers.questions_k8s import DRIVER_DIR, SOURCE_DIR, WORKSPACE, data_mount_point, pod_project_path
+from wizard.errors import WizardError
+
+ENGINES = ("ascendjob", "pytorchjob")
+NPU_RESOURCE = "huawei.com/Ascend910"
+JOB_LABEL = "npu-wizard/job"
+POD_IP_ENV = "NPU_WIZARD_POD_IP"
+CONFIGMAP_FILE = "k8s/project.yaml"
+CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses bigger ConfigMaps
+# The ascend-operator reads the master port from the container port of this name (default 2222);
+# the training operator's default port name and number for PyTorchJob.
+ASCENDJOB_PORT = ("ascendjob-port", OPERATOR_MASTER_PORTS["ascendjob"])
+PYTORCHJOB_PORT = ("pytorchjob-port", OPERATOR_MASTER_PORTS["pytorchjob"])
+# The card type label the Ascend Volcano plug-in schedules by. A3 under ascend-910b is not confirmed on a cluster.
+RING_CONTROLLER = {"atlas-training": "ascend-910", "atlas-a2": "ascend-910b", "atlas-a3": "ascend-910b"}
+
+
+class ConfigMapTooLarge(WizardError):
+    """The project's files do not fit in one ConfigMap."""
+
+
+def manifest_file(engine: str) -> str:
+    """The project-relative path of the job manifest of a Kubernetes engine."""
+    return f"k8s/{engine}.yaml"
+
+
+def job_name(project_name: str) -> str:
+    """The job's Kubernetes name: the project name as a DNS label, short enough for the pods' names."""
+    name = project_name.replace("_", "-")[:48]
+    return name.rstrip("-")
+
+
+def project_path(answers: Answers) -> str:
+    """Where the project's writable copy lives inside a pod."""
+    return pod_project_path(answers["project_name"])
+
+
+def data_mount_path(answers: Answers) -> str:
+    """Where the data volume is mounted: the project's data folder, as train.py looks for it."""
+    return data_mount_point(answers["project_name"], answers.get("training.data_dir"))
+
+
+def job_manifest(answers: Answers) -> dict[str, Any]:
+    """The AscendJob or PyTorchJob of the answers' engine, as a mapping ready to dump."""
+    engine = answers["cluster.engine"]
+    if engine == "ascendjob":
+        return _ascendjob(answers)
+    if engine == "pytorchjob":
+        return _pytorchjob(answers)
+    raise ValueError(f"not a Kubernetes engine: {engine}")
+
+
+def _ascendjob(answers: Answers) -> dict[str, Any]:
+    name = job_name(answers["project_name"])
+    labels = {"framework": "pytorch", "ring-controller.atlas": RING_CONTROLLER[answers["hardware"]], JOB_LABEL: name}
+    env: list[dict[str, Any]] = [_field_env("XDL_IP", "status.hostIP")]
+    if _uses_npus(answers):
+        # ascend-docker-runtime mounts the cards Volcano picked, which it names in this annotation.
+        env.append(_field_env("ASCEND_VISIBLE_DEVICES", f"metadata.annotations['{NPU_RESOURCE}']"))
+    template = _pod_template(answers, "ascend", ASCENDJOB_PORT, labels, env)
+    return {
+        "apiVersion": "mindxdl.gitee.com/v1",
+        "kind": "AscendJob",
+        "metadata": _metadata(answers, labels),
+        "spec": {
+            "schedulerName": "volcano",
+            "runPolicy": {"schedulingPolicy": {"minAvailable": answers["nodes"], "queue": answers["cluster.queue"]}},
+            "successPolicy": "AllWorkers",
+            "replicaSpecs": _replicas(answers["nodes"], template),
+        },
+    }
+
+
+def _pytorchjob(answers: Answers) -> dict[str, Any]:
+    name = job_name(answers["project_name"])
+    labels = {JOB_LABEL: name}
+    template = _pod_template(answers, "pytorch", PYTORCHJOB_PORT, labels, [])
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": _metadata(answers, labels),
+        "spec": {
+            # Explicit: the operator's "auto" counts only GPUs, never NPUs.
+            "nprocPerNode": str(answers["devices_per_node"]),
+            "pytorchReplicaSpecs": _replicas(answers["nodes"], template),
+        },
+    }
+
+
+def _metadata(answers: Answers, labels: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "name": job_name(answers["project_name"]),
+        "namespace": answers["cluster.namespace"],
+        "labels": dict(labels),
+    }
+
+
+def _replicas(nodes: int, template: dict[str, Any]) -> dict[str, Any]:
+    """One Master pod, and a Worker pod for every other node."""
+    replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    if nodes > 1:
+        replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never", "template": template}
+    return replicas
+
+
+def _uses_npus(answers: Answers) -> bool:
+    return answers["device"] != "cpu"
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def container_command(answers: Answers) -> list[str]:
+    """The container's command: copy the project out of the ConfigMap, then run the entry script."""
+    workdir = shlex.quote(project_path(answers))
+    script = (
+        f"set -e; mkdir -p {workdir}; cp -RL {shlex.quote(SOURCE_DIR)}/* {workdir}/; "
+        f"cd {workdir}; exec bash launch/entry.sh"
+    )
+    return ["/bin/bash", "-c", script]
+
+
+def _pod_template(
+    answers: Answers,
+    container: str,
+    port: tuple[str, int],
+    labels: Mapping[str, str],
+    env: list[dict[str, Any]],
+) -> dict[str, Any]:
+    name = job_name(answers["project_name"])
+    mounts: list[dict[str, Any]] = [
+        {"name": "project", "mountPath": SOURCE_DIR, "readOnly": True},
+        {"name": "workspace", "mountPath": WORKSPACE},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "project", "configMap": {"name": configmap_name(answers)}},
+        {"name": "workspace", "emptyDir": {}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    container_spec: dict[str, Any] = {
+        "name": container,
+        "image": answers["cluster.image"],
+        "imagePullPolicy": "IfNotPresent",
+        "command": container_command(answers),
+        # The pod's own address: HCCL_IF_IP, and where node 0 listens (entry.sh).
+        "env": [_field_env(POD_IP_ENV, "status.podIP"), *env],
+        "ports": [{"name": port[0], "containerPort": port[1]}],
+        "volumeMounts": mounts,
+    }
+    spec: dict[str, Any] = {"containers": [container_spec], "volumes": volumes}
+    if _uses_npus(answers):
+        count = answers["devices_per_node"]
+        container_spec["resources"] = {"requests": {NPU_RESOURCE: count}, "limits": {NPU_RESOURCE: count}}
+        mounts.append({"name": "ascend-driver", "mountPath": DRIVER_DIR, "readOnly": True})
+        volumes.append({"name": "ascend-driver", "hostPath": {"path": DRIVER_DIR, "type": "Directory"}})
+        # One pod per server: each pod is one node of the job.
+        spec["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {JOB_LABEL: name}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+    data = _data_volume(answers)
+    if data is not None:
+        mounts.append({"name": "data", "mountPath": data_mount_path(answers), "readOnly": True})
+        volumes.append({"name": "data", **data})
+    selector = answers.get("cluster.node_selector")
+    if selector:
+        spec["nodeSelector"] = dict(selector)
+    return {"metadata": {"labels": dict(labels)}, "spec": spec}
+
+
+def _data_volume(answers: Answers) -> dict[str, Any] | None:
+    host_path = answers.get("cluster.data_host_path")
+    if host_path:
+        return {"hostPath": {"path": host_path, "type": "Directory"}}
+    claim = answers.get("cluster.data_pvc")
+    if claim:
+        return {"persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+    return None
+
+
+def configmap_name(answers: Answers) -> str:
+    """The name of the ConfigMap that carries the project's files."""
+    return f"{job_name(answers['project_name'])}-project"
+
+
+def project_files(project: Path) -> list[str]:
+    """The files a pod needs, relative to the project: the Python sources, the launch scripts, the answers."""
+    names = [p.name for p in sorted(project.glob("*.py"))]
+    names += [p.relative_to(project).as_posix() for p in sorted((project / "runtime").rglob("*.py"))]
+    names += [p.relative_to(project).as_posix() for p in sorted((project / "launch").glob("*.sh"))]
+    names += [name for name in ("requirements.txt", "answers.yaml") if (project / name).is_file()]
+    return [name for name in names if "__pycache__" not in name]
+
+
+def configmap_key(path: str) -> str:
+    """A ConfigMap key for a project path (keys may not contain '/')."""
+    return path.replace("/", ".")
+
+
+def configmap(answers: Answers, project: Path) -> dict[str, Any]:
+    """The ConfigMap with the project's files, each mounted back at its own path."""
+    files = project_files(project)
+    data = {configmap_key(name): (project / name).read_bytes().decode() for name in files}
+    size = sum(len(text.encode()) for text in data.values())
+    if size > CONFIGMAP_LIMIT:
+        raise ConfigMapTooLarge(
+            f"the project's files come to {size} bytes, over a ConfigMap's {CONFIGMAP_LIMIT}: "
+            "build them into the image and drop the project volume from the manifest"
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": configmap_name(answers),
+            "namespace": answers["cluster.namespace"],
+            "labels": {JOB_LABEL: job_name(answers["project_name"])},
+        },
+        "data": data,
+    }
+
+
+def with_items(manifest: dict[str, Any], files: list[str]) -> dict[str, Any]:
+    """The job manifest with its project volume listing each file at its nested path."""
+    items = [{"key": configmap_key(name), "path": name} for name in files]
+    for replica in _replica_specs(manifest).values():
+        for volume in replica["template"]["spec"]["volumes"]:
+            if volume["name"] == "project":
+                volume["configMap"]["items"] = items
+    return manifest
+
+
+def listed_files(manifest: Mapping[str, Any]) -> list[str]:
+    """The project files a job manifest's project volume mounts (the paths of its items)."""
+    listed: list[str] = []
+    for replica in _replica_specs(manifest).values():
+        for volume in replica["template"]["spec"].get("volumes", []):
+            if volume.get("name") == "project":
+                listed += [item["path"] for item in volume.get("configMap", {}).get("items", [])]
+    return sorted(set(listed))
+
+
+def load_manifest(path: Path) -> dict[str, Any]:
+    """The one document of a job manifest file."""
+    return yaml.safe_load(path.read_text())
+
+
+def _replica_specs(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    spec = manifest["spec"]
+    return spec["replicaSpecs"] if "replicaSpecs" in spec else spec["pytorchReplicaSpecs"]
+
+
+_HEADER = "# {what}: written by npu-wizard from answers.yaml. {how}\n"
+
+
+def dump(document: Mapping[str, Any], header: str) -> str:
+    """YAML text of a manifest, with a comment line first; multi-line strings as literal blocks."""
+    return header + yaml.dump(dict(document), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML with file contents as readable literal blocks, and no anchors: each replica spelt out."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        """Never write `&id001`/`*id001`: Master and Worker share a template object but read as two."""
+        return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    # PyYAML's emitter falls back to a quoted scalar where a literal block cannot hold the text exactly.
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def write_manifests(project: Path, answers: Answers) -> list[str]:
+    """Write the job manifest and the project ConfigMap into `project/k8s`; return their paths."""
+    engine = answers["cluster.engine"]
+    (project / "k8s").mkdir(exist_ok=True)
+    files = project_files(project)
+    job = with_items(job_manifest(answers), files)
+    job_file = manifest_file(engine)
+    (project / job_file).write_text(
+        dump(job, _HEADER.format(what=job["kind"], how="Apply with the ConfigMap: kubectl apply -f k8s/"))
+    )
+    refresh_configmap(project, answers)
+    return [job_file, CONFIGMAP_FILE]
+
+
+def refresh_configmap(project: Path, answers: Answers) -> str:
+    """Write k8s/project.yaml from the project's files as they are now; return its text."""
+    text = dump(
+        configmap(answers, project),
+        _HEADER.format(what="ConfigMap", how="npu-wizard run writes it again from the project's current files."),
+    )
+    (project / CONFIGMAP_FILE).write_text(text)
+    return text

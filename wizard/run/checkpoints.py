@@ -1,0 +1,142 @@
+"""A project's checkpoint folder as the runner sees it: set aside for --fresh, and a run with nothing to train.
+
+The runner never imports torch, so it loads no checkpoint: it reads only the
+project name a checkpoint keeps (without unpickling), and what the ranks
+report (the step they resumed at and the steps the asked epochs take) says
+whether the checkpoint already completes the epochs.
+"""
+
+from __future__ import annotations
+
+import os
+import pickletools
+import re
+import time
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from wizard.errors import TargetError
+from wizard.monitor.state import JobState
+
+ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"  # the same variable runtime/checkpoint.py reads
+PROJECT_KEY = "npu_wizard_project"  # where runtime/checkpoint.py keeps the project that wrote a checkpoint
+CHECKPOINT_FILE = re.compile(r"step-\d+\.pt(\.unreadable(\.\d+)?)?|\.step-\d+\.pt\..+\.tmp")
+ASIDE_PREFIX = "set-aside-"
+PICKLE_READ_LIMIT = 64 * 1024 * 1024  # a checkpoint's pickle holds names and shapes, the tensors are apart
+STRING_OPCODES = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+
+
+def checkpoint_dir(project: Path, env: Mapping[str, str] = os.environ) -> Path:
+    """The folder this node's ranks save to: NPU_WIZARD_CHECKPOINT_DIR, else <project>/checkpoints."""
+    chosen = env.get(ENV_CHECKPOINT_DIR)
+    return Path(chosen) if chosen else project / "checkpoints"
+
+
+def set_aside(folder: Path, project: str) -> Path | None:
+    """Move this project's checkpoint files into `<folder>/set-aside-<stamp>/`; nothing is deleted.
+
+    Only checkpoint files move (`step-N.pt`, its set-aside copies, a torn
+    save's temporary file), never the folder or anything else in it. A
+    folder that holds another project's checkpoint is refused before anything
+    moves: the run would refuse it next. Returns the new subfolder (None when
+    there was nothing to move).
+    """
+    if not folder.is_dir():
+        return None
+    ours = []
+    for path in sorted(folder.iterdir()):
+        if not CHECKPOINT_FILE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+            continue
+        owner = written_by(path)
+        if owner is not None and owner != project:
+            raise TargetError(
+                f"--fresh: {path} was written by project {owner!r}, not {project!r}: give this project its own "
+                "checkpoint folder (NPU_WIZARD_CHECKPOINT_DIR); nothing was moved"
+            )
+        ours.append(path)
+    if not ours:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for suffix in range(1000):
+        aside = folder / (f"{ASIDE_PREFIX}{stamp}" + (f"-{suffix}" if suffix else ""))
+        try:
+            aside.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise TargetError(f"--fresh: cannot make {aside} to set the checkpoints aside: {error.strerror}") from None
+        try:
+            for path in ours:
+                path.rename(aside / path.name)
+        except OSError as error:
+            raise TargetError(f"--fresh: cannot move {path} into {aside}: {error.strerror}") from None
+        return aside
+    raise TargetError(f"--fresh: cannot find a free name in {folder}")
+
+
+def written_by(path: Path) -> str | None:
+    """The project a checkpoint names (runtime/checkpoint.py keeps it in the file), read without unpickling.
+
+    None for a checkpoint without a name (written before names were kept), a
+    damaged file, or one that is not a torch zip archive.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            inner = next((name for name in archive.namelist() if name.rsplit("/", 1)[-1] == "data.pkl"), None)
+            if inner is None:
+                return None
+            with archive.open(inner) as file:
+                data = file.read(PICKLE_READ_LIMIT)
+        return _value_after(pickletools.genops(data), PROJECT_KEY)
+    except Exception:  # noqa: BLE001 - whatever a damaged or crafted file raises (zlib.error, lzma...), it names no project
+        return None
+    return None
+
+
+def _value_after(opcodes: Iterator[tuple[Any, Any, Any]], key: str) -> str | None:
+    """The string pickled right after the string `key` (a dict's item), following the pickle's memo."""
+    memo: dict[int, str | None] = {}
+    previous = latest = None
+    for opcode, argument, _position in opcodes:
+        name = opcode.name
+        if name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[argument] = latest  # storing the value just read for later does not end the pair
+            continue
+        if name == "MEMOIZE":
+            memo[len(memo)] = latest
+            continue
+        if name in ("GET", "BINGET", "LONG_BINGET"):
+            value = memo.get(argument)  # a string pickled before is referred to, not repeated
+        else:
+            value = argument if name in STRING_OPCODES else None
+        if previous == key and isinstance(value, str):
+            return value
+        previous = latest = value
+    return None
+
+
+def nothing_to_train(state: JobState, epochs: int, folder: Path) -> str | None:
+    """When every rank resumed from a checkpoint that already completes the epochs: say so and how to go on."""
+    views = list(state.ranks.values())
+    done = views and all(
+        view.starts and view.total_steps and view.resumed_step >= view.total_steps and view.first_step_at is None
+        for view in views
+    )
+    if not done:
+        return None
+    step = max(view.resumed_step for view in views)
+    return (
+        f"nothing to train: the checkpoint at step {step} already completes the {epochs} epoch(s) asked; "
+        f"to train on, run again with --epochs N (more than {epochs}); "
+        f"to start afresh, run again with --fresh (moves the checkpoints in {folder} into a subfolder, deletes nothing)"
+    )
+
+
+def epochs_asked(train_args: Sequence[str], default: int) -> int:
+    """The epochs this run asked for: `--epochs N` among the training arguments, else the project's."""
+    args = list(train_args)
+    if "--epochs" in args[:-1]:
+        return int(args[args.index("--epochs") + 1])
+    return default

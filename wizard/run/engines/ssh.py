@@ -1,0 +1,309 @@
+"""The ssh engine: copy the project to every host, start each node there, stop them all together.
+
+Every remote step goes through one ssh command: `ssh -o BatchMode=yes` (a missing
+key fails at once instead of prompting), or the whole of NPU_WIZARD_SSH_COMMAND,
+so the user's ~/.ssh/config, keys, jump hosts and ports apply. rsync copies the
+project over that same ssh. Each node's launch script runs in a session (process
+group) of its own on its host; stopping a node signals that group and then any
+process left whose environment names the run folder (torchrun puts its workers
+in sessions of their own, and a dropped ssh connection alone stops nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from runtime.status import ENV_STATUS_TOKEN
+from wizard.answers.model import Answers
+from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
+from wizard.run.engines.common import ENV_STATUS_HOST, node_environment, route_source
+from wizard.run.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
+from wizard.run.engines.ssh_run import run_all
+
+ENV_SSH_COMMAND = "NPU_WIZARD_SSH_COMMAND"
+# a host that stops answering ends its session within about a minute (exit 255) instead of never
+DEFAULT_SSH = (
+    *("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15"),
+    *("-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"),
+)
+PASSED_PREFIXES = ("NPU_WIZARD_", "HCCL_", "ASCEND_")
+PASSED_NAMES = ("MASTER_PORT", "CANN_SET_ENV")
+NOT_PASSED = (ENV_SSH_COMMAND, ENV_STATUS_HOST)
+PGID_MARK = "npu-wizard-pgid "
+CHECK_S = 60.0
+COPY_S = 600.0
+ROUND_S = 10.0
+"""The most one round of stopping (TERM, KILL, the last sweep) waits for a host."""
+
+
+def ssh_command() -> list[str]:
+    """The ssh client command: NPU_WIZARD_SSH_COMMAND as a whole, else ssh in batch mode."""
+    override = os.environ.get(ENV_SSH_COMMAND, "").strip()
+    return shlex.split(override) if override else list(DEFAULT_SSH)
+
+
+def rsync_host(host: str) -> str:
+    """The host as rsync's HOST:PATH takes it: an IPv6 address in brackets (fd00::2:/p is daemon syntax)."""
+    user, at, name = host.rpartition("@")
+    if ":" in name and not name.startswith("["):
+        name = f"[{name}]"
+    return f"{user}{at}{name}"
+
+
+class SshEngine(Engine):
+    """Starts launch/nodeK.sh on node K's host over ssh and follows each session."""
+
+    name = "ssh"
+
+    def __init__(self) -> None:
+        self.launch: Launch | None = None
+        self.sessions: dict[int, subprocess.Popen[bytes]] = {}
+        self._lines: list[str] = []
+
+    # ---- where things are -------------------------------------------------------------
+
+    @staticmethod
+    def hosts(launch: Launch) -> tuple[str, ...]:
+        """Each node's host as ssh reaches it: cluster.ssh_hosts, else the nodes' host IPs."""
+        return tuple(launch.answers.get("cluster.ssh_hosts") or launch.answers["network.host_ips"])
+
+    @staticmethod
+    def remote_dir(launch: Launch) -> str:
+        """The project's folder on every host: cluster.remote_dir, else its path here."""
+        return str(launch.answers.get("cluster.remote_dir") or launch.project)
+
+    def fresh_refusal(self, project: Path, answers: Answers) -> str | None:
+        """Always: the ranks save on their hosts, where this runner cannot set checkpoints aside."""
+        from wizard.run.checkpoints import ENV_CHECKPOINT_DIR
+
+        remote = answers.get("cluster.remote_dir") or str(project)
+        folder = os.environ.get(ENV_CHECKPOINT_DIR) or f"{remote.rstrip('/')}/checkpoints"
+        return (
+            f"--fresh: the ssh engine's ranks keep their checkpoints on every host, in {folder}, which npu-wizard "
+            "cannot set aside from here; move that folder's step-N.pt files aside on every host, then run again "
+            "without --fresh (nothing was changed)"
+        )
+
+    def remote_run_dir(self, launch: Launch) -> str:
+        """The run folder on the hosts, at the same place inside the project."""
+        return str(Path(self.remote_dir(launch)) / launch.run_dir.relative_to(launch.project))
+
+    def node_log(self, launch: Launch, node: int) -> str:
+        """Node's launch script log: on its host, in the run folder there (HOST:PATH)."""
+        return f"{self.hosts(launch)[node]}:{self.remote_run_dir(launch)}/logs/node-{node}.log"
+
+    def node_env(self, launch: Launch) -> dict[str, str]:
+        """What each node's launch script gets on top of its host's environment."""
+        passed = {
+            key: value
+            for key, value in os.environ.items()
+            if (key.startswith(PASSED_PREFIXES) or key in PASSED_NAMES) and key not in NOT_PASSED
+        }
+        env = node_environment({**passed, **launch.env})
+        env["NPU_WIZARD_RUN_DIR"] = self.remote_run_dir(launch)
+        return env
+
+    # ---- commands ------------------------------------------------------------------
+
+    def rsync_command(self, launch: Launch, node: int) -> list[str]:
+        """rsync of the project to node's host over the same ssh (only what changed; runs/ stays)."""
+        remote = self.remote_dir(launch)
+        return [
+            "rsync",
+            "-a",
+            "--exclude=/runs/",
+            "--exclude=__pycache__/",
+            "-e",
+            shlex.join(ssh_command()),
+            f"--rsync-path=mkdir -p {shlex.quote(remote)} && rsync",
+            f"{launch.project}/",
+            f"{rsync_host(self.hosts(launch)[node])}:{remote}/",
+        ]
+
+    def start_command(self, launch: Launch, node: int) -> list[str]:
+        """ssh running node's launch script in a session of its own, printing that session's id first.
+
+        The status token is not on it: the remote shell reads it from ssh's standard input
+        (see `submit`), so no command line on either host holds it for another user's `ps`.
+        """
+        env = self.node_env(launch)
+        token = env.pop(ENV_STATUS_TOKEN, None)
+        python_dir = os.path.dirname(env["PYTHON"])
+        assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(env.items()))
+        inner = f'echo "{PGID_MARK}$$"; exec bash launch/node{node}.sh "$@"'
+        read_token = (
+            f"IFS= read -r {ENV_STATUS_TOKEN} || {{ echo 'npu-wizard: no status token on standard input "
+            f"(the ssh command must pass it on: no -n)' >&2; exit 2; }}; export {ENV_STATUS_TOKEN}; "
+        )
+        remote = (
+            (read_token if token is not None else "") + f"cd {shlex.quote(self.remote_dir(launch))} && "
+            f'exec env {assignments} PATH={shlex.quote(python_dir)}:"$PATH" '
+            f"setsid -w bash -c {shlex.quote(inner)} npu-wizard-node {shlex.join(launch.train_args)}"
+        ).rstrip()
+        return [*ssh_command(), self.hosts(launch)[node], remote]
+
+    def stop_command(self, launch: Launch, node: int, pgid: int | None, signal_name: str) -> list[str]:
+        """ssh signalling node's session and, with KILL, every process of the run left on the host."""
+        parts = [f"kill -{signal_name} -- -{pgid} 2>/dev/null" if pgid else "true"]
+        if signal_name == "KILL":
+            # one grep over every process's environment (NUL-separated lines) finds what is left of the run;
+            # one over command lines finds a node's login shell that has not yet started its launch script
+            # (the needle is put together in the shell, so that this shell's own command line holds none)
+            run_dir = shlex.quote(self.remote_run_dir(launch))
+            started = shlex.quote(f"={run_dir} ")
+            parts.append(
+                f'n=NPU_WIZARD_RUN_DIR; for f in $(grep -lzxF "$n"={run_dir} /proc/[0-9]*/environ 2>/dev/null) '
+                f'$(grep -lzF "$n"{started} /proc/[0-9]*/cmdline 2>/dev/null); do '
+                'p="${f#/proc/}"; p="${p%/*}"; [ "$p" = "$$" ] || kill -KILL "$p" 2>/dev/null; done'
+            )
+        return [*ssh_command(), self.hosts(launch)[node], "; ".join(parts) + "; true"]
+
+    def dry_run(self, launch: Launch) -> str:
+        """The rsync and ssh commands, node by node."""
+        lines = [f"# ssh engine: {len(launch.nodes)} node(s); ssh command: {shlex.join(ssh_command())}"]
+        if ENV_STATUS_TOKEN in launch.env:
+            lines.append(f"# each node's ssh gets {ENV_STATUS_TOKEN} on its standard input, never on a command line")
+        for node in launch.nodes:
+            lines.append(f"# node {node} on {self.hosts(launch)[node]}")
+            lines.append(shlex.join(self.rsync_command(launch, node)))
+            lines.append(shlex.join(self.start_command(launch, node)))
+        return "\n".join(lines) + "\n"
+
+    # ---- the job -------------------------------------------------------------------
+
+    def status_plan(self, launch: Launch, port: int | None) -> StatusPlan:
+        """Listen on every address; advertise the one this host reaches node 0 from."""
+        override = launch.env.get(ENV_STATUS_HOST) or os.environ.get(ENV_STATUS_HOST)
+        target = (launch.answers.get("network.host_ips") or self.hosts(launch))[0]
+        host = override or route_source(target) or os.uname().nodename
+        return StatusPlan("::" if ":" in host else "0.0.0.0", port or 0, host)
+
+    def check(self, launch: Launch) -> None:
+        """Every host answers over ssh (in parallel) and its folder for the project is free or this project's.
+
+        Refuse, naming each host, one that does not answer or holds other files in that folder.
+        """
+        hosts, remote = self.hosts(launch), self.remote_dir(launch)
+        refuse_system_folder(remote)
+        check = folder_check(remote, project_line(launch.project, launch.answers["project_name"])) + "; true"
+        started = time.monotonic()
+        results = run_all([[*ssh_command(), host, check] for host in hosts], CHECK_S)
+        failed = [(node, result) for node, result in enumerate(results) if result.returncode != 0]
+        if failed:
+            lines = [
+                f"node {node} ({hosts[node]}): {(result.stderr.strip().splitlines() or ['ssh failed'])[-1]}"
+                for node, result in failed
+            ]
+            raise EngineError(
+                "cannot reach every host over ssh; nothing was started:\n  "
+                + "\n  ".join(lines)
+                + f"\n(the ssh command is `{shlex.join(ssh_command())}`; set {ENV_SSH_COMMAND} to change it)"
+            )
+        refuse_foreign(remote, hosts, [result.stdout for result in results], launch.answers["project_name"])
+        self._lines.append(f"ssh: {len(hosts)} host(s) answered in {time.monotonic() - started:.1f}s")
+
+    def submit(self, launch: Launch) -> str:
+        """Copy the project to every host, then start every node's launch script there."""
+        self.launch = launch
+        logs = launch.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        copies = run_all([self.rsync_command(launch, node) for node in launch.nodes], COPY_S)
+        failed = [(node, result) for node, result in zip(launch.nodes, copies, strict=True) if result.returncode]
+        if failed:
+            raise EngineError(
+                "copying the project failed; nothing was started:\n  "
+                + "\n  ".join(f"node {node} ({self.hosts(launch)[node]}): {r.stderr.strip()}" for node, r in failed)
+            )
+        self._lines.append(f"ssh: project copied to {len(launch.nodes)} host(s) in {time.monotonic() - started:.1f}s")
+        token = launch.env.get(ENV_STATUS_TOKEN)
+        for node in launch.nodes:
+            with (logs / f"ssh-node-{node}.log").open("wb") as log:
+                session = subprocess.Popen(
+                    self.start_command(launch, node),
+                    stdin=subprocess.DEVNULL if token is None else subprocess.PIPE,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            self.sessions[node] = session
+            if session.stdin is not None:
+                with contextlib.suppress(OSError):  # an ssh that ended at once says why in its log
+                    session.stdin.write(f"{token}\n".encode())
+                    session.stdin.close()
+            self._lines.append(f"ssh: node {node} started on {self.hosts(launch)[node]}")
+        return ",".join(self.hosts(launch)[node] for node in launch.nodes)
+
+    def describe(self) -> Description:
+        """Each node's exit code as its ssh session reports it (255: the connection failed)."""
+        codes = {node: session.poll() for node, session in self.sessions.items()}
+        lost = [node for node, code in codes.items() if code == 255]
+        reason = None
+        if lost and self.launch is not None:
+            reason = (
+                "ssh to "
+                + ", ".join(self.hosts(self.launch)[n] for n in lost)
+                + " failed (exit 255); see logs/ssh-node-K.log"
+            )
+        state = ENDED if codes and all(code is not None for code in codes.values()) else RUNNING
+        return Description(state, codes, reason)
+
+    def stream(self) -> list[str]:
+        """Nodes started, since the last call."""
+        lines, self._lines = self._lines, []
+        return lines
+
+    def pgid(self, node: int) -> int | None:
+        """The session id node's launch script runs in on its host, once it said so."""
+        assert self.launch is not None
+        try:
+            text = (self.launch.run_dir / "logs" / f"ssh-node-{node}.log").read_text(errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(PGID_MARK) and line[len(PGID_MARK) :].strip().isdigit():
+                return int(line[len(PGID_MARK) :])
+        return None
+
+    def cancel(self) -> None:
+        """TERM every node's session on its host, wait the grace, then KILL what is left of the run.
+
+        Each round waits ROUND_S at most for a host (a hung host cannot hold the runner); a
+        node that had not yet said its session id when stopped is swept once more after its
+        ssh is gone, in case its launch started after the first sweep.
+        """
+        launch = self.launch
+        if launch is None:
+            return
+        nodes = list(self.sessions)
+        pgids = {node: self.pgid(node) for node in nodes}
+        term = run_all([self.stop_command(launch, node, pgids[node], "TERM") for node in nodes], ROUND_S)
+        deadline = time.monotonic() + launch.grace
+        for node, result in zip(nodes, term, strict=True):
+            if result.returncode in (0, 1):  # a host that did not answer is not waited for
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.sessions[node].wait(timeout=max(0.1, deadline - time.monotonic()))
+        pgids = {node: pgids[node] or self.pgid(node) for node in nodes}
+        kill = run_all([self.stop_command(launch, node, pgids[node], "KILL") for node in nodes], ROUND_S)
+        for session in self.sessions.values():
+            if session.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(session.pid, signal.SIGKILL)
+            session.wait()
+        reached = {node for node, result in zip(nodes, kill, strict=True) if result.returncode in (0, 1)}
+        late = [node for node in nodes if node in reached and pgids[node] is None]
+        if late:
+            swept = run_all([self.stop_command(launch, node, None, "KILL") for node in late], ROUND_S)
+            reached -= {node for node, result in zip(late, swept, strict=True) if result.returncode not in (0, 1)}
+        for node in nodes:
+            if node not in reached:
+                self._lines.append(
+                    f"ssh: could not reach {self.hosts(launch)[node]} within {ROUND_S:.0f}s to stop node {node}: "
+                    "processes of the run may be left there"
+                )

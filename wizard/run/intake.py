@@ -1,0 +1,68 @@
+"""Hearing the ranks: every rank's events, from this node's event files and node 0's status stream, into a JobState."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runtime.events import EventFollower
+from runtime.status import LOST
+from wizard.monitor import procs
+from wizard.monitor.attach import REMOTE_DIR, catch_up
+from wizard.monitor.ranks import Failure
+from wizard.monitor.state import JobState
+from wizard.monitor.status_server import StatusServer
+
+
+class Intake:
+    """Folds what the ranks said since the last look into the job's state; `server`: node 0's status stream."""
+
+    def __init__(self, state: JobState, run_dir: Path) -> None:
+        self.state = state
+        self.run_dir = run_dir
+        self.server: StatusServer | None = None
+        self.local_ranks: set[int] = set()  # the engine says which nodes run here, once started
+        self._followers = [EventFollower(run_dir), EventFollower(run_dir / REMOTE_DIR)]
+
+    def ingest(self) -> None:
+        """Read every new event into the state; a remote rank's are kept in the run folder too."""
+        for follower in self._followers:
+            catch_up(self.state, follower)
+        if self.server is None:
+            return
+        for event in self.server.drain():
+            if event["event"] == LOST and self._still_running_here(event):
+                continue  # its connection did not come back, but the process is alive: the hang check watches it
+            self.state.ingest(event)
+            if event["rank"] not in self.local_ranks:
+                self._record_remote(event)
+
+    def settled_root_cause(self) -> Failure | None:
+        """The root cause once the job is known to fail: a rank whose connection dropped counts as lost now."""
+        if self.server is not None:
+            self.server.settle_losses()
+            self.ingest()
+        return self.state.root_cause()
+
+    def gone_ranks(self) -> list[int]:
+        """This host's ranks whose process is gone without their saying how they ended."""
+        return [rank for rank in self.local_ranks if self._pid_gone(rank)]
+
+    def close(self) -> None:
+        """Stop listening on the status stream."""
+        if self.server is not None:
+            self.server.close()
+
+    def _record_remote(self, event: dict) -> None:
+        path = self.run_dir / REMOTE_DIR / "events" / f"rank-{event['rank']}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as handle:
+            handle.write(json.dumps(event, default=str) + "\n")
+
+    def _still_running_here(self, event: dict) -> bool:
+        pid = event.get("pid")
+        return event["rank"] in self.local_ranks and isinstance(pid, int) and procs.is_alive(pid)
+
+    def _pid_gone(self, rank: int) -> bool:
+        view = self.state.ranks.get(rank)
+        return view is not None and view.pid is not None and view.outcome is None and not procs.is_alive(view.pid)

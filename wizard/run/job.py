@@ -1,0 +1,292 @@
+"""`npu-wizard run`: supervise a rendered project's job from its start to its end.
+
+A `Job` has the engine start this node's launch script (or every node's, when
+all of them are simulated on this host) in a run folder of its own (launch.py),
+hosts the status stream that every rank of every node reports to, and on each
+`tick` folds the ranks' events into a `JobState` (intake.py). The first failure
+(a launcher exiting non-zero, a rank's error, a rank whose process vanished, or
+a hang with --abort-on-hang) stops every process of the job and names the root
+cause (verdict.py). The plain view (wizard.monitor.plain) and the live view
+(wizard.monitor.app) both drive the same `Job`, through the `RunningJob`
+protocol wizard.monitor defines.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
+from wizard.monitor.attach import RUN_FILE
+from wizard.monitor.ranks import Failure
+from wizard.monitor.report import summarize, write_json
+from wizard.monitor.state import START_MARGIN_S, JobState
+from wizard.monitor.status_server import StatusServer
+from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
+from wizard.run.engines import Engine, Launch, engine_for
+from wizard.run.engines.base import ENDED
+from wizard.run.intake import Intake
+from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
+from wizard.run.smoke import print_smoke_report
+from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
+from wizard.stopping import STOP_SIGNALS, main_thread
+
+
+class Job:
+    """One run of a project on this host: its node processes, its state and its end."""
+
+    def __init__(self, project: Path, options: RunOptions, *, clock: Callable[[], float] = time.time) -> None:
+        self.project = project.resolve()
+        self.options = options
+        self.answers = load_project(self.project)
+        self.engine: Engine = engine_for(self.answers)
+        self.nodes = list(self.engine.nodes_to_start(self.answers, options.node, options.all_nodes))
+        self.clock = clock
+        start_deadline = options.start_timeout or self.answers["network.connect_timeout"] + START_MARGIN_S
+        self.state = JobState(
+            self.answers.world_size,
+            hang_after=options.hang_after,
+            clock=clock,
+            nodes=self.answers["nodes"],
+            start_deadline=start_deadline,
+        )
+        # the ranks present it to node 0's status stream; every node's runner must hand its ranks the same one
+        self.status_token = {**os.environ, **options.env}.get(ENV_STATUS_TOKEN) or secrets.token_hex(16)
+        self.run_dir = new_run_dir(self.project)
+        self.notes: list[str] = []
+        self.engine_lines: list[str] = []
+        self.job_id: str | None = None
+        self.engine_reason: str | None = None
+        self.submitted = False
+        self.started_at = clock()
+        self.ended_at: float | None = None
+        self.outcome: str | None = None  # finished, failed, hung, interrupted
+        self.stop_signal: int = signal.SIGINT  # what interrupted the job, for the exit code
+        self.failure: Failure | None = None
+        self.summary: dict | None = None
+        self.intake = Intake(self.state, self.run_dir)
+        if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
+            self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
+        note = restart_note(self.answers["launcher"], options.max_restarts)
+        if note:
+            self.notes.append(note)
+        if ENV_STATUS_TOKEN not in {**os.environ, **options.env} and len(self.nodes) < self.answers["nodes"]:
+            self.notes.append(
+                f"note: the other nodes' ranks may report here only with this run's token: on each, "
+                f"export {ENV_STATUS_TOKEN}={self.status_token} before npu-wizard run --node N"
+                if 0 in self.nodes
+                else f"warning: {ENV_STATUS_TOKEN} is not set, so node 0's monitor will refuse this node's ranks: "
+                "export the token node 0's runner printed"
+            )
+
+    # ---- start ---------------------------------------------------------------------
+
+    def launch(self) -> Launch:
+        """What the engine is asked to start: the nodes, the run folder, the ranks' extra environment."""
+        return launch_for(self.project, self.answers, self.nodes, self.run_dir, self.options)
+
+    def start(self) -> None:
+        """Check the engine can start the job, open the status stream, and have the engine start every node."""
+        launch = self.launch()
+        self.engine.check(launch)
+        status_addr = self._open_status_stream(launch)
+        if status_addr:
+            launch = replace(
+                launch, env={**launch.env, ENV_STATUS_ADDR: status_addr, ENV_STATUS_TOKEN: self.status_token}
+            )
+        info = {
+            "project": str(self.project),
+            "runner_pid": os.getpid(),
+            "engine": self.engine.name,
+            "nodes": self.nodes,
+            "world_size": self.answers.world_size,
+            "node_count": self.answers["nodes"],
+            "launcher": self.answers["launcher"],
+            "started_at": self.started_at,
+            "hang_after": self.options.hang_after,
+            "status_addr": status_addr,
+        }
+        write_json(self.run_dir / RUN_FILE, info)
+        self.job_id = self.engine.submit(launch)
+        self.submitted = True  # from here on the job's processes exist: whatever ends the runner must stop them
+        write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id})
+        self.intake.local_ranks = {r for n in self.engine.local_nodes() for r in self._ranks_of(n)}
+
+    def _open_status_stream(self, launch: Launch) -> str | None:
+        plan = self.engine.status_plan(launch, self.options.status_port)
+        if plan.listen is None:
+            return address(plan.advertise, plan.port) if plan.advertise else None
+        try:
+            buffer = test_buffer_size({**os.environ, **self.options.env})
+            self.intake.server = StatusServer(
+                plan.listen, plan.port, self.status_token, clock=self.clock, receive_buffer=buffer
+            )
+        except OSError as error:
+            self.notes.append(
+                f"warning: cannot listen on {plan.listen}:{plan.port} for the ranks' status ({error}); "
+                "this monitor sees only this node's ranks (choose another --status-port)"
+            )
+            return None
+        return address(plan.advertise, self.intake.server.bound_port)
+
+    def _ranks_of(self, node: int) -> range:
+        per_node = self.answers["devices_per_node"]
+        return range(node * per_node, (node + 1) * per_node)
+
+    # ---- supervise -----------------------------------------------------------------
+
+    def tick(self) -> str | None:
+        """Read what happened since the last tick; return the outcome once the job ended."""
+        if self.outcome is not None:
+            return self.outcome
+        now = self.clock()
+        gone = self.intake.gone_ranks()
+        self.intake.ingest()
+        for rank in gone:
+            self.state.vanished(rank, now)
+        description = self.engine.describe()
+        self._note_launchers(description.exit_codes)
+        self.engine_lines.extend(self.engine.stream())
+        self.engine_reason = description.reason or self.engine_reason
+        codes = description.exit_codes
+        failed_node = next((node for node, code in sorted(codes.items()) if code not in (None, 0)), None)
+        if failed_node is not None:
+            return self._fail(
+                self.intake.settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node])
+            )
+        if self.options.max_restarts == 0 and self.state.root_cause() is not None:
+            return self._fail(self.intake.settled_root_cause())
+        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
+            return self._end("hung", hang_failure(self.state, self.clock()))
+        if description.state == ENDED:
+            self.intake.ingest()
+            if codes and all(code == 0 for code in codes.values()):
+                return self._end("finished", None)
+            return self._fail(
+                self.intake.settled_root_cause() or engine_failure(self.engine.name, self.engine_reason, self.clock())
+            )
+        return None
+
+    def _note_launchers(self, codes: Mapping[int, int | None]) -> None:
+        """Tell the state what became of each node's launch script this runner started or submitted, with its log."""
+        if self.job_id is None:
+            return
+        launch = self.launch()
+        for node, code in codes.items():
+            log = self.engine.node_log(launch, node)
+            if code is None:
+                said = f"its launch script is running but its ranks never connected to this runner; see {log}"
+            else:
+                said = f"its launch script exited (code {code}); see {log}"
+            self.state.launchers[node] = said
+
+    def _launcher_failure(self, node: int, code: int | None) -> Failure:
+        # on another host (ssh) the log is there, not in this run folder: HOST:PATH
+        return launcher_failure(self.run_dir, self.engine.node_log(self.launch(), node), node, code, self.clock())
+
+    def _fail(self, failure: Failure | None) -> str:
+        return self._end("failed", failure)
+
+    # ---- stop ----------------------------------------------------------------------
+
+    def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
+        """Stop every process of the job now (the user or a signal asked); return the outcome."""
+        if self.outcome is None:
+            self.stop_signal = signum
+        return self._end(outcome, None)
+
+    def interrupted(self, signum: int) -> None:
+        """A signal reached the runner: stop the job if it was submitted; before that there is nothing to stop."""
+        if self.submitted:
+            self.stop("interrupted", signum)
+            return
+        self.intake.close()
+        self.outcome, self.stop_signal = self.outcome or "interrupted", signum
+
+    def abandon(self, error: BaseException) -> None:
+        """The runner itself failed (`error`): stop every process of the job rather than leave it unsupervised.
+
+        Only a job this runner submitted is stopped: a refused start (a check,
+        an apply the cluster refused) has nothing of its own to stop, and
+        cancelling could reach a job of the same name it never started.
+        """
+        if self.outcome is not None:
+            return
+        self.intake.close()  # first: its connections' descriptors are what stopping needs
+        if not self.submitted:
+            return
+        summary = f"npu-wizard run itself failed ({type(error).__name__}: {error}); the job was stopped"
+        try:
+            self._end("failed", Failure(None, None, self.clock(), "runner", summary))
+        except BaseException:
+            self.engine.cancel()  # the summary could not be written; the processes must still go
+            raise
+
+    def _end(self, outcome: str, failure: Failure | None) -> str:
+        if self.outcome is not None:
+            return self.outcome
+        if outcome != "finished":
+            self.state.stopping()
+            self._stop_processes()
+            self.intake.ingest()
+            self.engine_reason = self.engine.describe().reason or self.engine_reason
+        self.engine_lines.extend(self.engine.stream())
+        self.outcome, self.failure, self.ended_at = outcome, failure, self.clock()
+        self.intake.close()
+        self.summary = summarize(
+            self.state, started_at=self.started_at, ended_at=self.ended_at, outcome=outcome, failure=failure
+        )
+        server = self.intake.server
+        visible = self.state.ranks if server is not None else self.intake.local_ranks
+        self.summary["never_reported"] = sorted(r for r in visible if self.state.ranks[r].last_seen is None)
+        if server is not None:
+            self.summary["status_stream"] = dict(vars(server.counts))
+        write_json(self.run_dir / "summary.json", self.summary)
+        return outcome
+
+    def _stop_processes(self) -> None:
+        """Have the engine stop every process of the job on every node."""
+        # a second Ctrl-C, TERM or HUP must not cut the stopping short and orphan what is left
+        stoppers = (signal.SIGINT, *STOP_SIGNALS)
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if main_thread() else {}
+        try:
+            self.engine.cancel()
+        finally:
+            for sig, action in previous.items():
+                signal.signal(sig, action)
+
+    # ---- words ---------------------------------------------------------------------
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two progress lines of the plain view."""
+        return self.options.interval
+
+    def report(self) -> str:
+        """The failure report, or the hang report, for the end of a failed run."""
+        return failure_words(self.failure, self.run_dir, self.engine.name, self.engine_reason)
+
+    def raise_for_outcome(self) -> None:
+        """Raise RunFailed or RunInterrupted unless the job finished."""
+        error = outcome_error(self.outcome, self.report(), self.run_dir, self.stop_signal, self.submitted)
+        if error is not None:
+            raise error
+
+    def finished_note(self) -> str | None:
+        """The words for a finished job that trained nothing (its checkpoint already completed the epochs)."""
+        if self.outcome != "finished":
+            return None
+        epochs = epochs_asked(self.options.train_args, self.answers["training.epochs"])
+        folder = checkpoint_dir(self.project, {**os.environ, **self.options.env})
+        return nothing_to_train(self.state, epochs, folder)
+
+    def print_smoke_report(self, out: TextIO) -> None:
+        """The per-rank smoke report of a --smoke run (wizard/run/smoke.py); nothing for a training run."""
+        if "--smoke" in self.options.train_args:
+            print_smoke_report(self.run_dir, self.answers.world_size, out)

@@ -1,0 +1,87 @@
+"""Reporting a run's end: the failure that names the root cause, and the error the command exits with."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from wizard.errors import WizardError
+from wizard.monitor.ranks import Failure
+from wizard.monitor.report import failure_report, node_log_reason
+from wizard.monitor.state import JobState
+
+
+class RunFailed(WizardError):
+    """The training job failed; the message names the root cause."""
+
+    exit_code = 3
+
+
+class RunInterrupted(WizardError):
+    """The user stopped the job (Ctrl-C, the stop key, SIGTERM or SIGHUP); every process is gone."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+def launcher_failure(run_dir: Path, log: str, node: int, code: int | None, now: float) -> Failure:
+    """A node's launch script exited non-zero before any rank reported an error; `log`: where its log is."""
+    said = node_log_reason(run_dir, node)
+    stopped = "stopped in its preflight" if any("preflight FAIL:" in line for line in said) else "exited"
+    summary = f"its launch script {stopped} (exit code {code}) before any rank reported an error"
+    if said:
+        summary += f"; from {log}:\n" + "\n".join(f"  | {line}" for line in said)
+    else:
+        summary += f"; see {log}"
+    return Failure(None, node, now, "launcher", summary)
+
+
+def engine_failure(engine: str, reason: str | None, now: float) -> Failure:
+    """The engine's job ended early without a rank's error."""
+    return Failure(None, None, now, "engine", f"the {engine} job ended early: {reason or 'no reason given'}")
+
+
+def hang_failure(state: JobState, now: float) -> Failure:
+    """The first hung rank (or the start-up deadline, or the stall) as the failure of an --abort-on-hang run."""
+    hung = state.hung(now)
+    if not hung and state.late(now):
+        return Failure(None, None, now, "missing", f"start-up deadline passed: {state.late_report(now)}")
+    if not hung:
+        return Failure(None, None, now, "hung", f"the job stalled: {state.hang_report(now)}")
+    view = state.ranks[hung[0]]
+    silent = now - (view.last_seen or now)
+    others = f"; also hung: ranks {', '.join(map(str, hung[1:]))}" if hung[1:] else ""
+    summary = (
+        f"hung: no heartbeat or step for {silent:.0f}s at step {view.step} "
+        f"(process {view.pid} stopped, frozen or unreachable?){others}"
+    )
+    return Failure(view.rank, view.node, now, "hung", summary, device=view.device, pid=view.pid)
+
+
+def failure_words(failure: Failure | None, run_dir: Path, engine: str, engine_reason: str | None) -> str:
+    """The failure report, or the hang report, for the end of a failed run."""
+    if failure is None:
+        return "the job was stopped"
+    report = failure_report(failure, run_dir)
+    if engine_reason and engine_reason not in report:
+        report += f"\n{engine}: {engine_reason}"
+    return report
+
+
+def outcome_error(
+    outcome: str | None, report: str, run_dir: Path, stop_signal: int, submitted: bool
+) -> WizardError | None:
+    """RunFailed or RunInterrupted for a job that did not finish; None where it did."""
+    if outcome in ("failed", "hung"):
+        return RunFailed(f"the training run failed; {report}\nevents, logs and summary in {run_dir}")
+    if outcome == "interrupted":
+        name = signal.Signals(stop_signal).name
+        how = "interrupted" if stop_signal == signal.SIGINT else f"stopped by {name}"
+        message = f"{how}: every process of the job was stopped; logs in {run_dir}"
+        if not submitted:
+            message = f"{how} before the job started: nothing of it is running"
+        return RunInterrupted(message, stop_signal)
+    return None
