@@ -179,11 +179,11 @@ class StatusServer:
                 return
             full = self._open >= self._max_connections  # the runner's own descriptors come first
             if (full or len(self._pending) >= self.max_pending) and self._pending:
+                self.counts.turned_away += 1
                 self._drop(next(iter(self._pending)))  # the oldest connection still silent gives way
-                self.counts.turned_away += 1
             elif full:
-                connection.close()
                 self.counts.turned_away += 1
+                connection.close()
                 continue
             connection.setblocking(False)
             peer = _Peer(since=self.clock())
@@ -197,8 +197,8 @@ class StatusServer:
         for connection, peer in list(self._pending.items()):
             if now - peer.since < self.auth_deadline:
                 break  # oldest first: the rest are younger
+            self.counts.timed_out += 1  # counted before the close a peer may already be waiting on
             self._drop(connection)
-            self.counts.timed_out += 1
         with self._losses_lock:
             for key, ended in list(self._losses.items()):
                 if now - ended >= self.loss_grace:
