@@ -2,5 +2,5 @@
 
 Takes a project folder (its answers.yaml) and gives a running job: an engine (run/engines/) launches the
 ranks, job.py supervises them through the status stream, stops them on Ctrl-C or failure and writes the
-run's summary; it hands the monitor (wizard.monitor) a `JobSource` to show.
+run's summary; it hands the monitor (wizard.monitor) itself as a `RunningJob` (monitor/source.py) to show.
 """
