@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import resource
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,7 @@ from tests.runs import wait_for
 from wizard.monitor.ranks import LOSS_HISTORY
 from wizard.monitor.state import JobState
 from wizard.monitor.status_server import MAX_LINE_BYTES, StatusServer
+from wizard.run.intake import Intake
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -334,3 +338,30 @@ def test_a_stranger_cannot_make_the_runner_hold_more_than_a_token_line(server: S
     rank = connect(server, AUTH, event(0, "started"))
     assert [e["event"] for e in drained(server, 1, "a rank's event after the stranger")] == ["started"]
     rank.close()
+
+
+def test_of_ranks_found_gone_in_one_look_the_first_to_die_is_the_root_cause(tmp_path: Path) -> None:
+    # torchrun stops rank 2 after rank 3 was killed; the runner may see both gone in the same look
+    listening = StatusServer("127.0.0.1", 0, TOKEN, loss_grace=600.0)
+    processes = {rank: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for rank in (2, 3)}
+    try:
+        state = JobState(4)
+        intake = Intake(state, tmp_path)
+        intake.server, intake.local_ranks = listening, {2, 3}
+        pids = {rank: processes[rank].pid for rank in (2, 3)}
+        started = {rank: event(rank, "started", pid=pids[rank], node=1, local_rank=rank - 2) for rank in (2, 3)}
+        clients = {rank: connect(listening, AUTH, started[rank]) for rank in (2, 3)}
+        wait_for(lambda: intake.ingest() or all(state.view(rank).pid for rank in (2, 3)), 60, "both ranks started")
+        for rank in (3, 2):  # rank 3 dies first, then rank 2
+            processes[rank].kill()
+            processes[rank].wait()
+            clients[rank].close()
+            wait_for(lambda rank=rank: (rank, processes[rank].pid) in listening.ended(), 60, f"rank {rank}'s end")
+        intake.look(time.time())
+        assert [failure.rank for failure in state.failures()] == [3, 2]
+        assert state.root_cause().rank == 3
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait()
+        listening.close()

@@ -142,6 +142,18 @@ class StatusServer:
                 self._events.put({"event": LOST, "rank": rank, "time": ended, "pid": pid, RECEIVED: ended})
             self._losses.clear()
 
+    def ended(self) -> dict[tuple[int, int | None], float]:
+        """When each (rank, pid) connection that ended without `bye` and has not come back ended.
+
+        Read after a whole serving round, so that a connection closed by now is counted: among
+        ranks found dead in one look, this tells the first to die from those a launcher
+        stopped because of it.
+        """
+        with self._losses_lock:
+            target = self._rounds + 2
+            self._losses_lock.wait_for(lambda: self._rounds >= target or not self._thread.is_alive(), timeout=2.0)
+            return dict(self._losses)
+
     def close(self) -> None:
         """Stop listening and drop every connection (the serving thread closes them as it ends)."""
         self._stop.set()

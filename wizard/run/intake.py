@@ -48,6 +48,26 @@ class Intake:
         """This host's ranks whose process is gone without their saying how they ended."""
         return [rank for rank in self.local_ranks if self._pid_gone(rank)]
 
+    def look(self, now: float) -> None:
+        """Read every new event; this host's ranks whose process is gone without a word vanished.
+
+        Several found gone in one look: each is stamped with when its status connection ended,
+        so the first to die (a kill -9, say) is told from those its launcher stopped after it.
+        """
+        gone = self.gone_ranks()
+        self.ingest()
+        for rank, died in self.death_times(gone, now).items():
+            self.state.vanished(rank, died)
+
+    def death_times(self, ranks: list[int], default: float) -> dict[int, float]:
+        """When each of this host's `ranks` died, as its status connection's end tells; else `default`."""
+        ended = self.server.ended() if self.server is not None and ranks else {}
+        times = {}
+        for rank in ranks:
+            view = self.state.ranks.get(rank)
+            times[rank] = ended.get((rank, view.pid if view else None), default)
+        return times
+
     def close(self) -> None:
         """Stop listening on the status stream."""
         if self.server is not None:

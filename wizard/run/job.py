@@ -145,11 +145,7 @@ class Job:
         """Read what happened since the last tick; return the outcome once the job ended."""
         if self.outcome is not None:
             return self.outcome
-        now = self.clock()
-        gone = self.intake.gone_ranks()
-        self.intake.ingest()
-        for rank in gone:
-            self.state.vanished(rank, now)
+        self.intake.look(self.clock())
         description = self.engine.describe()
         self._note_launchers(description.exit_codes)
         self.engine_lines.extend(self.engine.stream())
