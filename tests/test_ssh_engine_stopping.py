@@ -187,3 +187,37 @@ def test_sigterm_during_a_hung_host_check_ends_the_live_view_runner_at_once(tmp_
     assert runner.returncode == 128 + signal.SIGTERM, output
     assert took < 5, (took, output)
     assert not [pid for pid in map(int, os.listdir(pids)) if is_alive(pid)]  # no ssh left behind
+
+
+# Makes the worst moment happen every time: the runner's SIGTERM lands right after the fork of a
+# host's ssh, before Popen returns it. The stand-in wraps the real fork (test-only instrumentation).
+SIGNAL_AFTER_FORK = """
+import os, signal, subprocess, sys
+from wizard.run.engines.ssh_run import run_all
+from wizard.stopping import StopSignal, stop_signals_raise
+real_fork_exec = subprocess._fork_exec
+def fork_exec_then_signal(*args, **kwargs):
+    pid = real_fork_exec(*args, **kwargs)
+    print(pid, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return pid
+subprocess._fork_exec = fork_exec_then_signal
+with stop_signals_raise():
+    try:
+        run_all([["sleep", "300"]], 60)
+    except StopSignal:
+        sys.exit(143)
+"""
+
+
+def test_a_signal_right_after_an_ssh_is_forked_leaves_no_ssh_behind() -> None:
+    import sys
+
+    harness = subprocess.run([sys.executable, "-c", SIGNAL_AFTER_FORK], capture_output=True, text=True, timeout=60)
+    forked = int(harness.stdout.split()[0])
+    try:
+        assert harness.returncode == 143, harness.stderr
+        assert not is_alive(forked)
+    finally:
+        if is_alive(forked):
+            os.kill(forked, signal.SIGKILL)

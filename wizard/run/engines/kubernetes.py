@@ -29,6 +29,7 @@ from wizard.render import k8s
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import run_command
 from wizard.run.engines.k8s_pods import failed_codes, job_condition, node_of, pod_phase
+from wizard.stopping import deferred_signals
 
 KUBECTL = "kubectl"
 POLL_S = 1.0
@@ -298,13 +299,14 @@ class KubernetesEngine(Engine):
         if self._follower is not None or pod is None or self.launch is None:
             return
         log = self.launch.run_dir / "logs" / "node-0.log"
-        self._follower = subprocess.Popen(
-            [KUBECTL, "logs", "-f", "-n", self.namespace, pod["metadata"]["name"]],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
+        with deferred_signals():  # a signal between the fork and Popen's return would lose the follower
+            self._follower = subprocess.Popen(
+                [KUBECTL, "logs", "-f", "-n", self.namespace, pod["metadata"]["name"]],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+            )
         threading.Thread(target=self._read_log, args=(self._follower, log), daemon=True).start()
 
     def _read_log(self, process: subprocess.Popen[str], log: Path) -> None:

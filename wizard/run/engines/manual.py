@@ -14,6 +14,7 @@ from wizard.answers.model import Answers
 from wizard.errors import TargetError
 from wizard.monitor import procs
 from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, Launch, StatusPlan
+from wizard.stopping import deferred_signals
 
 
 @dataclass
@@ -78,14 +79,15 @@ class ManualEngine(Engine):
         self.launch = launch
         env = {**os.environ, **launch.env}
         for node in launch.nodes:
-            process = subprocess.Popen(
-                self._command(launch, node),
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            self.processes.append(NodeProcess(node, process))
+            with deferred_signals():  # a signal between the fork and Popen's return would lose the node's launch
+                process = subprocess.Popen(
+                    self._command(launch, node),
+                    env=env,
+                    start_new_session=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                self.processes.append(NodeProcess(node, process))
         return ",".join(str(node.process.pid) for node in self.processes)
 
     def describe(self) -> Description:

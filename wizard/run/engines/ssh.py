@@ -25,6 +25,7 @@ from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineE
 from wizard.run.engines.common import ENV_STATUS_HOST, node_environment, route_source
 from wizard.run.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
 from wizard.run.engines.ssh_run import run_all
+from wizard.stopping import deferred_signals
 
 ENV_SSH_COMMAND = "NPU_WIZARD_SSH_COMMAND"
 # a host that stops answering ends its session within about a minute (exit 255) instead of never
@@ -224,7 +225,8 @@ class SshEngine(Engine):
         self._lines.append(f"ssh: project copied to {len(launch.nodes)} host(s) in {time.monotonic() - started:.1f}s")
         token = launch.env.get(ENV_STATUS_TOKEN)
         for node in launch.nodes:
-            with (logs / f"ssh-node-{node}.log").open("wb") as log:
+            # a signal between the fork and Popen's return would lose the session: it waits until it is kept
+            with (logs / f"ssh-node-{node}.log").open("wb") as log, deferred_signals():
                 session = subprocess.Popen(
                     self.start_command(launch, node),
                     stdin=subprocess.DEVNULL if token is None else subprocess.PIPE,
@@ -232,7 +234,7 @@ class SshEngine(Engine):
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-            self.sessions[node] = session
+                self.sessions[node] = session
             if session.stdin is not None:
                 with contextlib.suppress(OSError):  # an ssh that ended at once says why in its log
                     session.stdin.write(f"{token}\n".encode())

@@ -19,6 +19,8 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+from wizard.stopping import deferred_signals
+
 
 def run_all(commands: Sequence[Sequence[str]], timeout: float) -> list[subprocess.CompletedProcess[str]]:
     """Run every command at once; each one still running after `timeout` seconds is killed (exit code 124)."""
@@ -28,14 +30,16 @@ def run_all(commands: Sequence[Sequence[str]], timeout: float) -> list[subproces
         try:
             for command in commands:
                 out, err = files.enter_context(tempfile.TemporaryFile()), files.enter_context(tempfile.TemporaryFile())
-                try:
-                    process: subprocess.Popen[bytes] | None = subprocess.Popen(
-                        list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
-                    )
-                except OSError as error:
-                    err.write(f"{command[0]}: cannot run it ({error.strerror or error})".encode())
-                    process = None
-                started.append((process, out, err))
+                # a signal between the fork and Popen's return would lose the child: it waits until it is listed
+                with deferred_signals():
+                    try:
+                        process: subprocess.Popen[bytes] | None = subprocess.Popen(
+                            list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+                        )
+                    except OSError as error:
+                        err.write(f"{command[0]}: cannot run it ({error.strerror or error})".encode())
+                        process = None
+                    started.append((process, out, err))
             deadline = time.monotonic() + timeout
             for process, _out, err in started:
                 if process is None:
