@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,55 @@ def test_a_second_render_into_the_folder_is_refused_pointing_at_update_and_force
     assert tree_hash(repo) == before
 
 
+def test_update_with_changed_answers_changes_npu_wizards_files_only(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "npu-wizard's files")
+    (repo / "launch" / "mine.sh").write_text("echo my own helper\n")  # the user's file in npu-wizard's folder
+    (repo / "answers.yaml").write_text(answers_file(tmp_path, nodes=3).read_text())
+    result = npu_wizard("update", str(repo))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "added    launch/node2.sh" in result.stdout
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+    assert (repo / "launch" / "mine.sh").read_text() == "echo my own helper\n"
+    lines = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
+    touched = {line[3:] for line in lines} - {"launch/mine.sh"}
+    assert "launch/node2.sh" in touched and "NPU-WIZARD.md" in touched
+    assert touched <= generated(repo)
+
+
+def test_update_merges_a_user_edit_to_the_launch_script(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo)).returncode == 0
+    script = repo / "launch" / "run-node.sh"
+    mine = script.read_text().replace("\nset -", "\n# my own note on this script\nset -", 1)
+    assert "# my own note" in mine
+    script.write_text(mine)
+    answers = yaml.safe_load((repo / "answers.yaml").read_text())
+    answers["network"]["master_port"] += 2
+    (repo / "answers.yaml").write_text(yaml.safe_dump(answers, sort_keys=False))
+    result = npu_wizard("update", str(repo))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "merged   launch/run-node.sh (your edits kept)" in result.stdout
+    text = script.read_text()
+    assert "# my own note on this script" in text
+    assert f'MASTER_PORT="${{MASTER_PORT:-{answers["network"]["master_port"]}}}"' in text
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+
+
+def test_update_refuses_a_new_file_that_lands_on_a_users_file(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    (repo / "launch" / "node2.sh").write_text("my own node 2\n")
+    (repo / "answers.yaml").write_text(answers_file(tmp_path, nodes=3).read_text())
+    before = tree_hash(repo, lock_taken=True)
+    result = npu_wizard("update", str(repo))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "\n  launch/node2.sh\n" in result.stderr
+    assert tree_hash(repo, lock_taken=True) == before
+
+
 def test_force_replaces_npu_wizards_files_and_keeps_the_users(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=3)), "--into", str(repo)).returncode == 0
@@ -251,4 +301,18 @@ def test_run_and_monitor_work_on_the_folder(tmp_path: Path) -> None:
     assert watched.returncode == 0, watched.stderr
     assert "outcome: finished" in watched.stdout
     assert sorted(p.name for p in (run_dir / "events").iterdir()) == ["rank-0.jsonl", "rank-1.jsonl"]
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+
+
+def test_update_rebase_after_the_state_is_lost_still_leaves_the_users_files_alone(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    shutil.rmtree(repo / ".npu-wizard")
+    (repo / "answers.yaml").write_text(answers_file(tmp_path, nodes=3).read_text())
+    result = npu_wizard("update", str(repo), "--rebase")
+    assert result.returncode == 1, result.stdout + result.stderr  # markers written for the user to resolve
+    assert "conflict NPU-WIZARD.md" in result.stdout and "added    launch/node2.sh" in result.stdout
+    assert "README.md" not in result.stdout.replace("sysctl/README.md", "")
+    assert "requirements.txt" not in result.stdout
+    assert (repo / ".npu-wizard" / "into").is_file()
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}

@@ -31,7 +31,7 @@ from wizard.stopping import stop_signals_raise
 README = "NPU-WIZARD.md"
 # The generated files whose usual names a user's repository has already: renamed when rendering --into.
 RENAMED = {"README.md": README, "requirements.txt": "requirements-npu-wizard.txt"}
-_MARKER_TEXT = (
+MARKER_TEXT = (
     "This folder is the user's; npu-wizard rendered its files into it (npu-wizard --into).\n"
     "npu-wizard update and --force change only the files npu-wizard generated (pristine.json.gz names them).\n"
 )
@@ -136,7 +136,7 @@ def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run:
         if alive:
             raise TargetError(f"a run of {folder} is alive ({'; '.join(alive)}): stop it first, then render again")
     removes = sorted(name for name in ours - set(new.files) if os.path.lexists(folder / name))
-    writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: _MARKER_TEXT}
+    writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
     _write(folder, writes, removes, new.executable, made_state=not earlier)
     return RenderResult(folder, tuple(files), warnings, earlier, README)
 
