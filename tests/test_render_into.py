@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import yaml
 
 from tests.factories import answers_yaml
 from tests.runs import free_port, node_env
+from wizard.render.journal import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from wizard.render.pristine import PRISTINE, load
 
 # A repository as a user brings it: their own training script, package, data, README and requirements.
@@ -86,6 +89,14 @@ def tree_hash(root: Path, *, lock_taken: bool = False) -> str:
             content = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
             digest.update(f"{path} {info.st_mode:o} {hashlib.sha256(content).hexdigest()}\n".encode())
     return digest.hexdigest()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
 
 
 def contents(repo: Path, names: list[str]) -> dict[str, bytes]:
@@ -315,4 +326,26 @@ def test_update_rebase_after_the_state_is_lost_still_leaves_the_users_files_alon
     assert "README.md" not in result.stdout.replace("sysctl/README.md", "")
     assert "requirements.txt" not in result.stdout
     assert (repo / ".npu-wizard" / "into").is_file()
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+
+
+def test_force_is_refused_while_an_update_of_the_folder_is_at_work(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    (repo / "answers.yaml").write_text(answers_file(tmp_path, nodes=3).read_text())
+    flag = tmp_path / "paused"
+    env = {**os.environ, PAUSE_AT_ENV: "before-commit", PAUSE_FILE_ENV: str(flag)}
+    update = subprocess.Popen([sys.executable, "-m", "wizard", "update", str(repo)], env=env)
+    try:
+        wait_for(lambda: flag.exists() or update.poll() is not None)
+        assert update.poll() is None
+        result = npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--force")
+    finally:
+        update.kill()
+        update.wait(timeout=30)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"another npu-wizard update of {repo} is running (held by pid {update.pid}: npu-wizard update" in (
+        result.stderr
+    )
+    assert not (repo / "launch" / "node2.sh").exists()
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}

@@ -26,6 +26,7 @@ from wizard.render import journal, pristine
 from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR
 from wizard.render.render import RenderResult, render
 from wizard.render.replace import live_runs
+from wizard.render.update_lock import LOCK, update_lock
 from wizard.stopping import stop_signals_raise
 
 README = "NPU-WIZARD.md"
@@ -115,8 +116,29 @@ def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run:
     """
     folder = Path(folder)
     check_folder(folder)
-    state = folder / STATE_DIR
-    earlier = os.path.lexists(state)
+    new = rendered_files(answers, into=True)
+    names = sorted([*new.files, PRISTINE, INTO_MARKER])
+    earlier, ours, note = _check(folder, names, force)
+    warnings = (*answers.warnings, *([Problem(FILE, NO_VALUE, note, "warning")] if note else []))
+    if dry_run:
+        return RenderResult(folder, tuple(names), warnings, earlier, README)
+    # One render or update of the folder at a time; what it holds is checked again under the lock.
+    with update_lock(folder, f"npu-wizard --into {folder}{' --force' if force else ''}"):
+        earlier, ours, note = _check(folder, names, force)
+        if earlier:
+            alive = live_runs(folder)
+            if alive:
+                raise TargetError(f"a run of {folder} is alive ({'; '.join(alive)}): stop it first, then render again")
+        removes = sorted(name for name in ours - set(new.files) if os.path.lexists(folder / name))
+        writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
+        _write(folder, writes, removes, new.executable, made_state=not earlier)
+    return RenderResult(folder, tuple(names), warnings, earlier, README)
+
+
+def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, set[str], str]:
+    """Whether `folder` holds an earlier render, the files it wrote, a note when they cannot be told; TargetError
+    for an earlier render without `force` and for every clash."""
+    earlier = _has_state(folder)
     if earlier and not force:
         raise TargetError(
             f"{folder} already holds npu-wizard's files ({STATE_DIR}/ is there): change them with "
@@ -124,21 +146,19 @@ def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run:
             "replaced, yours kept)"
         )
     ours, note = _earlier_files(folder) if earlier else (set(), "")
-    new = rendered_files(answers, into=True)
-    names = [*new.files, PRISTINE, INTO_MARKER]
     refuse_clashes(folder, clashes(folder, names, ours | {PRISTINE, INTO_MARKER}), "write")
-    warnings = (*answers.warnings, *([Problem(FILE, NO_VALUE, note, "warning")] if note else []))
-    files = sorted(names)
-    if dry_run:
-        return RenderResult(folder, tuple(files), warnings, earlier, README)
-    if earlier:
-        alive = live_runs(folder)
-        if alive:
-            raise TargetError(f"a run of {folder} is alive ({'; '.join(alive)}): stop it first, then render again")
-    removes = sorted(name for name in ours - set(new.files) if os.path.lexists(folder / name))
-    writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
-    _write(folder, writes, removes, new.executable, made_state=not earlier)
-    return RenderResult(folder, tuple(files), warnings, earlier, README)
+    return earlier, ours, note
+
+
+def _has_state(folder: Path) -> bool:
+    """Whether `folder` holds npu-wizard's state folder with more than a lock in it (a link or file: a clash)."""
+    state = folder / STATE_DIR
+    if state.is_symlink() or not state.is_dir():
+        return False
+    try:
+        return bool(set(os.listdir(state)) - {os.path.basename(LOCK)})
+    except OSError:
+        return True
 
 
 def _earlier_files(folder: Path) -> tuple[set[str], str]:
