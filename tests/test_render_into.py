@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -349,3 +350,23 @@ def test_force_is_refused_while_an_update_of_the_folder_is_at_work(tmp_path: Pat
     )
     assert not (repo / "launch" / "node2.sh").exists()
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+
+
+def test_doctor_checks_the_folder_and_names_its_requirements_file(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo)).returncode == 0
+    bare = tmp_path / "bare"  # a Python without torch, as on a node not yet set up
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "doctor", str(repo), "--json"],
+        env={**os.environ, "PYTHON": str(bare / "bin" / "python")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert (report["project"], report["device"]) == ("repo", "cpu")
+    torch = next(check for check in report["checks"] if check["name"] == "torch")
+    assert torch["status"] == "FAIL"
+    assert "pip install -r requirements-npu-wizard.txt," in torch["fix"]

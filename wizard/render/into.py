@@ -43,6 +43,11 @@ def is_into(folder: Path) -> bool:
     return os.path.lexists(folder / INTO_MARKER) or (folder / README).is_file()
 
 
+def requirements_file(project: Path | None) -> str:
+    """The name of the project's requirements file: renamed in a folder rendered --into."""
+    return RENAMED["requirements.txt"] if project is not None and is_into(project) else "requirements.txt"
+
+
 def rendered_files(answers: Answers, *, into: bool) -> pristine.Pristine:
     """The files a render of `answers` gives (npu-wizard's state excluded), named as `into` writes them."""
     with tempfile.TemporaryDirectory(prefix="npu-wizard-render-") as scratch:
