@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -73,16 +74,18 @@ def answers_file(root: Path, nodes: int = 2, **training: Any) -> Path:
     return path
 
 
-def tree_hash(root: Path, *, lock_taken: bool = False) -> str:
+def tree_hash(root: Path, *, lock_taken: bool = False, mtimes: bool = True) -> str:
     """Every entry under `root` (.git included): its path, type, mode, content, and each folder's mtime.
 
-    `lock_taken`: but the mtime of .npu-wizard/, where update takes and drops its lock file.
+    `lock_taken`: but the mtime of .npu-wizard/, where update takes and drops its lock file; `mtimes`: no
+    folder's mtime (a folder made and removed again changes its parent's).
     """
     digest = hashlib.sha256()
     for folder, dirs, files in sorted(os.walk(root)):
         dirs.sort()
         info = os.lstat(folder)
-        mtime = "-" if lock_taken and Path(folder) == root / ".npu-wizard" else info.st_mtime_ns
+        skip = not mtimes or (lock_taken and Path(folder) == root / ".npu-wizard")
+        mtime = "-" if skip else info.st_mtime_ns
         digest.update(f"{folder} {info.st_mode:o} {mtime}\n".encode())
         for name in sorted(files):
             path = Path(folder) / name
@@ -370,3 +373,50 @@ def test_doctor_checks_the_folder_and_names_its_requirements_file(tmp_path: Path
     torch = next(check for check in report["checks"] if check["name"] == "torch")
     assert torch["status"] == "FAIL"
     assert "pip install -r requirements-npu-wizard.txt," in torch["fix"]
+
+
+def start_paused_render(repo: Path, answers: Path, flag: Path, point: str = "before-commit") -> subprocess.Popen[bytes]:
+    """A render into `repo` stopped at `point` of its journal (the test hook), once it is there."""
+    env = {**os.environ, PAUSE_AT_ENV: point, PAUSE_FILE_ENV: str(flag)}
+    render = subprocess.Popen([sys.executable, "-m", "wizard", "--answers", str(answers), "--into", str(repo)], env=env)
+    wait_for(lambda: flag.exists() or render.poll() is not None)
+    assert render.poll() is None
+    return render
+
+
+def test_a_render_stopped_by_sigterm_before_its_commit_leaves_the_folder_as_it_was(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    before = tree_hash(repo, mtimes=False)
+    render = start_paused_render(repo, answers_file(tmp_path), tmp_path / "paused")
+    render.send_signal(signal.SIGTERM)
+    assert render.wait(timeout=60) == 143
+    assert tree_hash(repo, mtimes=False) == before
+
+
+def test_a_render_killed_before_its_commit_can_be_run_again(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    answers = answers_file(tmp_path)
+    render = start_paused_render(repo, answers, tmp_path / "paused")
+    render.kill()
+    render.wait(timeout=60)
+    assert (repo / ".npu-wizard" / "update").is_dir()  # its staging is left, nothing else
+    assert all(name.startswith(".npu-wizard/update") for name in new_files(repo))
+    result = npu_wizard("--answers", str(answers), "--into", str(repo))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(new_files(repo)) == generated(repo)
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+
+
+def test_a_render_killed_after_its_commit_is_finished_by_the_next_one(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    answers = answers_file(tmp_path)
+    render = start_paused_render(repo, answers, tmp_path / "paused", "after-first-move")
+    render.kill()
+    render.wait(timeout=60)
+    result = npu_wizard("--answers", str(answers), "--into", str(repo))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"finished the interrupted render or update of {repo} first; {repo} already holds npu-wizard's" in (
+        result.stderr
+    )
+    assert set(new_files(repo)) == generated(repo)
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}

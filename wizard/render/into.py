@@ -121,10 +121,15 @@ def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run:
     """
     folder = Path(folder)
     check_folder(folder)
+    finished = _finish_interrupted(folder) if not dry_run else ""
     new = rendered_files(answers, into=True)
     names = sorted([*new.files, PRISTINE, INTO_MARKER])
-    earlier, ours, note = _check(folder, names, force)
-    warnings = (*answers.warnings, *([Problem(FILE, NO_VALUE, note, "warning")] if note else []))
+    try:
+        earlier, ours, note = _check(folder, names, force)
+    except TargetError as error:
+        raise TargetError("; ".join([*filter(None, [finished]), str(error)])) from None
+    notes = [text for text in (finished, note) if text]
+    warnings = (*answers.warnings, *(Problem(FILE, NO_VALUE, text, "warning") for text in notes))
     if dry_run:
         return RenderResult(folder, tuple(names), warnings, earlier, README)
     # One render or update of the folder at a time; what it holds is checked again under the lock.
@@ -138,6 +143,17 @@ def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run:
         writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
         _write(folder, writes, removes, new.executable, made_state=not earlier)
     return RenderResult(folder, tuple(names), warnings, earlier, README)
+
+
+def _finish_interrupted(folder: Path) -> str:
+    """Finish a render or update of `folder` killed after its commit (its files are npu-wizard's); a note if so."""
+    if not journal.pending(folder):
+        return ""
+    with update_lock(folder, f"npu-wizard --into {folder}"):
+        if not journal.pending(folder):
+            return ""
+        journal.roll_forward(folder)
+    return f"finished the interrupted render or update of {folder} first"
 
 
 def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, set[str], str]:
@@ -156,12 +172,15 @@ def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, set[str],
 
 
 def _has_state(folder: Path) -> bool:
-    """Whether `folder` holds npu-wizard's state folder with more than a lock in it (a link or file: a clash)."""
+    """Whether `folder` holds npu-wizard's state from a render (a link or a file there is a clash).
+
+    A lock and an uncommitted staging folder alone are what a render killed before its commit leaves.
+    """
     state = folder / STATE_DIR
     if state.is_symlink() or not state.is_dir():
         return False
     try:
-        return bool(set(os.listdir(state)) - {os.path.basename(LOCK)})
+        return bool(set(os.listdir(state)) - {os.path.basename(LOCK), os.path.basename(journal.STAGING)})
     except OSError:
         return True
 
