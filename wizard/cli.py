@@ -175,7 +175,9 @@ def build_update_parser() -> argparse.ArgumentParser:
         prog="npu-wizard update",
         description="Render a project again from changed answers and keep your edits: every file is merged "
         "three ways (the project as generated, your copy, the new render). Edit answers.yaml and run it, "
-        "or give another answers file.",
+        "or give another answers file. In a folder rendered with --into, only npu-wizard's own files are "
+        "merged; yours are never read, moved or deleted, and a new file that would land on one of yours is "
+        "refused, naming it.",
         epilog="Exit codes: 0 updated (or nothing to do), 1 conflicts (each file and its lines named; nothing "
         "changed unless --write-conflicts), bad answers or project, or another update of it at work (named).",
     )
