@@ -30,12 +30,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--answers", metavar="FILE", help="answers file (YAML) to render from without questions; '-' reads stdin"
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "-o",
         "--output",
         metavar="DIR",
-        default=".",
-        help="folder to create the project in (default: the current folder)",
+        help="folder to create the project in, as DIR/<project_name> (default: the current folder)",
+    )
+    where.add_argument(
+        "--into",
+        metavar="DIR",
+        help="add the project's files to your own folder DIR (your repository, which must exist) instead: "
+        "launch/, sysctl/, slurm/ or k8s/, runtime/, answers.yaml, the README as NPU-WIZARD.md, the "
+        "requirements as requirements-npu-wizard.txt, .npu-wizard/. A file of yours in the way is never "
+        "overwritten: each is named and nothing is written. With --force, only npu-wizard's own files of an "
+        "earlier --into are replaced. Needs --answers; not with --clean or --edit",
     )
     parser.add_argument(
         "--force",
@@ -43,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace an existing project folder; its checkpoints/ (and those --fresh set aside), runs/ "
         "and a data folder inside it (training.data_dir, relative or absolute) move into the new one (see --clean); "
         "Ctrl-C or SIGTERM on the way puts the old project back. Refused while a run of the project is alive, "
-        "a mount point is inside it, or its data folder is the project folder, holds it or is one the render makes",
+        "a mount point is inside it, or its data folder is the project folder, holds it or is one the render makes. "
+        "With --into: only npu-wizard's own files of an earlier --into are replaced, never yours",
     )
     parser.add_argument(
         "--clean", action="store_true", help="with --force: drop the old checkpoints/, runs/ and data folder too"
@@ -165,7 +175,9 @@ def build_update_parser() -> argparse.ArgumentParser:
         prog="npu-wizard update",
         description="Render a project again from changed answers and keep your edits: every file is merged "
         "three ways (the project as generated, your copy, the new render). Edit answers.yaml and run it, "
-        "or give another answers file.",
+        "or give another answers file. In a folder rendered with --into, only npu-wizard's own files are "
+        "merged; yours are never read, moved or deleted, and a new file that would land on one of yours is "
+        "refused, naming it.",
         epilog="Exit codes: 0 updated (or nothing to do), 1 conflicts (each file and its lines named; nothing "
         "changed unless --write-conflicts), bad answers or project, or another update of it at work (named).",
     )
@@ -218,6 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.clean and not args.force:
         parser.error("--clean only goes with --force (it drops the old project's checkpoints/, runs/ and data folder)")
+    if args.into is not None and args.clean:
+        parser.error("--clean does not go with --into: npu-wizard never deletes anything of yours in your folder")
+    if args.into is not None and (args.answers is None or args.edit):
+        parser.error("--into needs --answers FILE (without --edit): the interactive wizard renders with -o")
     return _guarded(
         lambda: _render_from_file(args) if args.answers is not None and not args.edit else _interactive(args)
     )
@@ -276,7 +292,14 @@ def _live(args: argparse.Namespace) -> bool:
 def _render_from_file(args: argparse.Namespace) -> int:
     from wizard.render.command import render_from_file
 
-    render_from_file(args.answers, Path(args.output), force=args.force, dry_run=args.dry_run, clean=args.clean)
+    render_from_file(
+        args.answers,
+        Path(args.output or "."),
+        force=args.force,
+        dry_run=args.dry_run,
+        clean=args.clean,
+        into=None if args.into is None else Path(args.into),
+    )
     return EXIT_OK
 
 
@@ -285,6 +308,6 @@ def _interactive(args: argparse.Namespace) -> int:
     from wizard.tui import create_app
 
     raw, problems, path = answers_to_edit(args.answers) if args.edit else ({}, [], None)
-    app = create_app(raw, Path(args.output), file_problems=problems, answers_path=path)
+    app = create_app(raw, Path(args.output or "."), file_problems=problems, answers_path=path)
     app.run()
     return EXIT_OK

@@ -24,6 +24,7 @@ from wizard.doctor import device_network, network, project_files, software
 from wizard.doctor.probe import Software, probe_software
 from wizard.errors import TargetError
 from wizard.render import conflict_markers
+from wizard.render.into import requirements_file
 
 STATUSES = (PASS, WARN, FAIL, SKIP)
 ENV_RESERVED_FILE = "NPU_WIZARD_RESERVED_PORTS_FILE"  # the same override as sysctl/reserve-ports.sh
@@ -82,7 +83,7 @@ def examine(
     script = project_dir / "launch" / "run-node.sh" if project_dir else None
     results = (
         software.check_python(found),
-        software.check_torch(found, answers),
+        software.check_torch(found, answers, requirements_file(project_dir)),
         software.check_torch_npu(found, answers),
         software.check_cann_files(answers, system.env),
         software.check_devices(found, answers, system.env),

@@ -33,8 +33,8 @@ def check_python(software: Software) -> Result:
     return Result("python", PASS, where)
 
 
-def check_torch(software: Software, answers: Answers) -> Result:
-    """torch imports, and is the release the project pins (any 2.1+ for CPU simulation)."""
+def check_torch(software: Software, answers: Answers, requirements: str = "requirements.txt") -> Result:
+    """torch imports, and is the release the project pins (any 2.1+ for CPU simulation); `requirements` pins it."""
     if software.python is None:
         return Result("torch", SKIP, "no interpreter to ask")
     if software.torch is None:
@@ -43,14 +43,14 @@ def check_torch(software: Software, answers: Answers) -> Result:
             "torch",
             FAIL,
             f"import torch: {error}",
-            f"{software.executable} -m pip install -r requirements.txt, or set PYTHON to the Python that has torch",
+            f"{software.executable} -m pip install -r {requirements}, or set PYTHON to the Python that has torch",
         )
     installed = software.torch.split("+")[0]
     note = " (import torch alone fails: see torch_npu)" if software.autoload_error else ""
     if answers["device"] == "cpu":
         parsed = hardware.parse_version(installed)
         if parsed is not None and parsed[:2] < MIN_CPU_TORCH:
-            return Result("torch", WARN, f"{installed}: older than 2.1", "pip install -r requirements.txt")
+            return Result("torch", WARN, f"{installed}: older than 2.1", f"pip install -r {requirements}")
         return Result("torch", PASS, f"{software.torch} (CPU simulation runs on any torch 2.1+){note}")
     pinned = answers["environment.torch_version"]
     if hardware.base_version(installed) != hardware.base_version(pinned):

@@ -6,20 +6,47 @@ from pathlib import Path
 
 from wizard.answers.model import load_text
 from wizard.answers.source import answers_base, print_warnings, read_answers_text
-from wizard.render.render import render
+from wizard.render.render import RenderResult, render
 
 
-def render_from_file(source: str, output: Path, *, force: bool, dry_run: bool, clean: bool) -> None:
-    """Render the answers in `source` ('-': stdin) into `output`; list the files instead with `dry_run`."""
+def render_from_file(
+    source: str, output: Path | None, *, force: bool, dry_run: bool, clean: bool, into: Path | None = None
+) -> None:
+    """Render the answers in `source` ('-': stdin) into `output` (or add them to the folder `into`).
+
+    With `dry_run`, list the files instead.
+    """
     answers = load_text(read_answers_text(source), answers_base(source))
-    result = render(answers, output, force=force, dry_run=dry_run, clean=clean)
+    if into is not None:
+        from wizard.render.into import render_into
+
+        result = render_into(answers, into, force=force, dry_run=dry_run)
+        _report(
+            result,
+            dry_run,
+            ("would add {n} files to {dir}:", "would replace npu-wizard's files in {dir} with {n} files:"),
+            (
+                "added {n} files to {dir} (yours untouched)",
+                "replaced npu-wizard's files in {dir} ({n} files; yours untouched)",
+            ),
+        )
+        return
+    result = render(answers, output or Path("."), force=force, dry_run=dry_run, clean=clean)
+    _report(
+        result,
+        dry_run,
+        ("would create {dir} with {n} files:", "would replace {dir} with {n} files:"),
+        ("created {dir} ({n} files)", "replaced {dir} ({n} files)"),
+    )
+
+
+def _report(result: RenderResult, dry_run: bool, dry: tuple[str, str], done: tuple[str, str]) -> None:
+    """Print the warnings and what was (or would be) written: (line when new, line when replaced), {n} {dir}."""
     print_warnings(result.warnings)
     if dry_run:
-        verb = "would replace" if result.replaced else "would create"
-        print(f"{verb} {result.project_dir} with {len(result.files)} files:")
+        print(dry[result.replaced].format(n=len(result.files), dir=result.project_dir))
         for name in result.files:
             print(f"  {name}")
         return
-    action = "replaced" if result.replaced else "created"
-    print(f"{action} {result.project_dir} ({len(result.files)} files)")
-    print(f"next: read {result.project_dir / 'README.md'} for what to run on each node")
+    print(done[result.replaced].format(n=len(result.files), dir=result.project_dir))
+    print(f"next: read {result.project_dir / result.readme} for what to run on each node")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from wizard import errors
 from wizard.errors import TargetError
-from wizard.render.pristine import PRISTINE, STATE_DIR
+from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR
 
 STAGING = f"{STATE_DIR}/update"
 JOURNAL = "journal.json"
@@ -174,7 +174,9 @@ def _name_problem(name: str, action: str) -> str:
         return "is an absolute path, outside the project"
     if any(part in ("", ".", "..") for part in name.split("/")):
         return "is not a plain relative path inside the project"
-    if (name == STATE_DIR or name.startswith(STATE_DIR + "/")) and not (action == "write" and name == PRISTINE):
+    if (name == STATE_DIR or name.startswith(STATE_DIR + "/")) and not (
+        action == "write" and name in (PRISTINE, INTO_MARKER)
+    ):
         return "is npu-wizard's own state, which no update writes or removes"
     return ""
 

@@ -22,6 +22,7 @@ from wizard import __version__
 
 STATE_DIR = ".npu-wizard"
 PRISTINE = f"{STATE_DIR}/pristine.json.gz"
+INTO_MARKER = f"{STATE_DIR}/into"  # a folder of the user's that npu-wizard rendered into (wizard.render.into)
 # The most a pristine copy may unpack to: a 4096-node project's unpacks to about 2 MiB, a gzip bomb to gigabytes.
 MAX_UNPACKED = 64 * 1024 * 1024
 UNPACK_STEP = 1024 * 1024  # unpacked a MiB at a time: never a second copy of the whole

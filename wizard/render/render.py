@@ -28,6 +28,7 @@ class RenderResult:
     files: tuple[str, ...]
     warnings: tuple[Problem, ...]
     replaced: bool
+    readme: str = "README.md"  # what to read next, relative to project_dir
 
 
 def render(

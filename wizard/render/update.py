@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wizard.answers.model import Answers, dump, load_text
 from wizard.errors import Problem, TargetError, WizardError, shown
 from wizard.render import journal, pristine
+from wizard.render.into import MARKER_TEXT, clashes, is_into, refuse_clashes, rendered_files
 from wizard.render.merge import Conflict, merge, merge_two_way
 from wizard.render.project import walk_files
-from wizard.render.render import render
 
 ANSWERS_FILE = "answers.yaml"
 
@@ -66,9 +65,16 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool, reb
 
     `rebase` merges without the pristine copy (missing or damaged): see `_no_base`.
     """
-    base = _no_base(project) if rebase else _load_base(project)
-    theirs = _render_texts(answers)
-    yours_names = set(walk_files(project))
+    into = is_into(project)
+    base, generated = _no_base(project, into) if rebase else (_load_base(project), set())
+    theirs = rendered_files(answers, into=into)
+    if into:  # the user's folder: only npu-wizard's files are looked at, and a new one may not land on one of theirs
+        ours = {*base.files, *generated, ANSWERS_FILE}
+        refuse_clashes(project, clashes(project, set(theirs.files) - ours, ours), "add")
+        wanted = {*base.files, *theirs.files, ANSWERS_FILE}
+        yours_names = {name for name in wanted if os.path.lexists(project / name)}
+    else:
+        yours_names = set(walk_files(project))
     # Read never through a link, anywhere in the path: every file to read that is one is named at once.
     journal.check_targets(project, yours_names & (set(base.files) | set(theirs.files) | {ANSWERS_FILE}), ())
     if keep_answers_file:
@@ -89,6 +95,8 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool, reb
             removes.append(name)
         elif text is not None and text != mine:
             writes[name] = _as_written(text)
+    if into and not os.path.lexists(project / pristine.INTO_MARKER):  # lost with .npu-wizard: --rebase puts it back
+        writes[pristine.INTO_MARKER] = MARKER_TEXT
     return UpdatePlan(
         project=project,
         changes=tuple(changes),
@@ -172,8 +180,9 @@ def _load_base(project: Path) -> pristine.Pristine:
     )
 
 
-def _no_base(project: Path) -> pristine.Pristine:
-    """The base of `update --rebase`, for a project whose pristine copy is lost: almost no file has one.
+def _no_base(project: Path, into: bool) -> tuple[pristine.Pristine, set[str]]:
+    """The base of `update --rebase`, for a project whose pristine copy is lost (almost no file has one), and
+    the names a render of its answers.yaml writes (npu-wizard's files, in a folder rendered --into).
 
     A file without a base merges two ways with the new render. answers.yaml is
     its own base (it takes the new answers outright), and a file byte for byte
@@ -183,23 +192,16 @@ def _no_base(project: Path) -> pristine.Pristine:
     recorded = read_yours(project, ANSWERS_FILE)
     files = {ANSWERS_FILE: recorded}
     try:
-        rendered = _render_texts(load_text(recorded, project.absolute()))
+        rendered = rendered_files(load_text(recorded, project.absolute()), into=into)
     except (WizardError, UnicodeError):  # answers that no longer load: every file merges two ways
         rendered = pristine.Pristine("", {}, frozenset())
     for name, text in rendered.files.items():
         plain = os.path.lexists(project / name) and not journal.target_problem(project, name)
         if name != ANSWERS_FILE and plain and read_yours(project, name) == text:
             files[name] = text
-    return pristine.Pristine("", files, frozenset())
+    return pristine.Pristine("", files, frozenset()), set(rendered.files)
 
 
 def _require_answers_file(project: Path) -> None:
     if not (project / ANSWERS_FILE).is_file():
         raise TargetError(f"{project} is not an npu-wizard project (no {ANSWERS_FILE}); name the project folder")
-
-
-def _render_texts(answers: Answers) -> pristine.Pristine:
-    """The files a render of `answers` gives, read back from a scratch folder."""
-    with tempfile.TemporaryDirectory(prefix="npu-wizard-update-") as scratch:
-        result = render(answers, Path(scratch))
-        return pristine.snapshot(result.project_dir, list(result.files))

@@ -1,0 +1,211 @@
+"""Rendering into the user's own folder (`npu-wizard --answers A --into DIR`): npu-wizard's files beside theirs.
+
+The project's files go straight into DIR (not DIR/<project_name>), its README
+as NPU-WIZARD.md and its requirements as requirements-npu-wizard.txt, so the
+user's README.md and requirements.txt stay theirs. A file of the user's is
+never written, moved or deleted: every path the render would write that DIR
+already holds, and npu-wizard did not generate there (the pristine copy names
+what it did), is a clash, and a clash refuses the whole render before anything
+is written. The files are written through the update journal (all or nothing).
+`.npu-wizard/into` marks the folder, so `update` and `--force` know to touch
+npu-wizard's own files only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+from wizard.answers.model import Answers
+from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
+from wizard.render import journal, pristine
+from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR
+from wizard.render.render import RenderResult, render
+from wizard.render.replace import live_runs
+from wizard.render.update_lock import LOCK, update_lock
+from wizard.stopping import stop_signals_raise
+
+README = "NPU-WIZARD.md"
+# The generated files whose usual names a user's repository has already: renamed when rendering --into.
+RENAMED = {"README.md": README, "requirements.txt": "requirements-npu-wizard.txt"}
+MARKER_TEXT = (
+    "This folder is the user's; npu-wizard rendered its files into it (npu-wizard --into).\n"
+    "npu-wizard update and --force change only the files npu-wizard generated (pristine.json.gz names them).\n"
+)
+
+
+def is_into(folder: Path) -> bool:
+    """Whether `folder` was rendered --into: its marker, or (the state lost) NPU-WIZARD.md in place of README.md."""
+    return os.path.lexists(folder / INTO_MARKER) or (folder / README).is_file()
+
+
+def requirements_file(project: Path | None) -> str:
+    """The name of the project's requirements file: renamed in a folder rendered --into."""
+    return RENAMED["requirements.txt"] if project is not None and is_into(project) else "requirements.txt"
+
+
+def rendered_files(answers: Answers, *, into: bool) -> pristine.Pristine:
+    """The files a render of `answers` gives (npu-wizard's state excluded), named as `into` writes them."""
+    with tempfile.TemporaryDirectory(prefix="npu-wizard-render-") as scratch:
+        result = render(answers, Path(scratch))
+        texts = pristine.snapshot(result.project_dir, list(result.files))
+    if not into:
+        return texts
+    files = {RENAMED.get(name, name): text for name, text in texts.files.items()}
+    # The README names the requirements file by its usual name; here it has another.
+    requirements = RENAMED["requirements.txt"]
+    files[README] = files[README].replace("`requirements.txt`", f"`{requirements}`")
+    return pristine.Pristine(
+        texts.generator,
+        files,
+        frozenset(RENAMED.get(name, name) for name in texts.executable),
+    )
+
+
+def clashes(folder: Path, names: Iterable[str], ours: Collection[str]) -> list[str]:
+    """Each path of `names` that `folder` holds as the user's (not in `ours`), one line each: what is in the way."""
+    found: dict[str, str] = {}
+    for name in sorted(names):
+        parts = name.split("/")
+        for depth in range(1, len(parts) + 1):
+            path = "/".join(parts[:depth])
+            try:
+                mode = os.lstat(folder / path).st_mode
+            except FileNotFoundError:
+                break
+            last = depth == len(parts)
+            if stat.S_ISLNK(mode):
+                found[path] = f"{shown(path)} (a symbolic link: npu-wizard never writes through one)"
+            elif not last and not stat.S_ISDIR(mode):
+                found[path] = f"{shown(path)} (a file where npu-wizard needs the folder {shown(path)}/)"
+            elif last and path not in ours:
+                found[path] = f"{shown(path)}" + (" (a folder)" if stat.S_ISDIR(mode) else "")
+            else:
+                continue
+            break
+    return [found[path] for path in sorted(found)]
+
+
+def refuse_clashes(folder: Path, lines: list[str], doing: str) -> None:
+    """TargetError naming each clash, one per line, when there is any."""
+    if not lines:
+        return
+    listed = "\n".join(f"  {line}" for line in lines)
+    raise TargetError(
+        f"{folder} already has {len(lines)} path(s) npu-wizard would {doing}, and they are not npu-wizard's, "
+        f"so nothing was written:\n{listed}\nnpu-wizard never overwrites a file it did not generate: move or "
+        "rename those, then run it again"
+    )
+
+
+def check_folder(folder: Path) -> None:
+    """TargetError unless `folder` (the --into folder) exists and is a folder."""
+    if folder.is_symlink() and not folder.exists():
+        raise TargetError(f"{folder} is a symlink to {os.readlink(folder)}, which does not exist; name a folder")
+    if not folder.exists():
+        raise TargetError(
+            f"{folder} does not exist; --into adds npu-wizard's files to a folder you have (-o makes one)"
+        )
+    if not folder.is_dir():
+        raise TargetError(f"{folder} is not a folder; --into names the folder of your repository")
+
+
+def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run: bool = False) -> RenderResult:
+    """Add the project of `answers` to `folder`; TargetError naming every clash, with nothing written.
+
+    With `force`, the files an earlier render wrote there are replaced (edits to them dropped); the user's stay.
+    """
+    folder = Path(folder)
+    check_folder(folder)
+    finished = _finish_interrupted(folder) if not dry_run else ""
+    new = rendered_files(answers, into=True)
+    names = sorted([*new.files, PRISTINE, INTO_MARKER])
+    try:
+        earlier, ours, note = _check(folder, names, force)
+    except TargetError as error:
+        raise TargetError("; ".join([*filter(None, [finished]), str(error)])) from None
+    notes = [text for text in (finished, note) if text]
+    warnings = (*answers.warnings, *(Problem(FILE, NO_VALUE, text, "warning") for text in notes))
+    if dry_run:
+        return RenderResult(folder, tuple(names), warnings, earlier, README)
+    # One render or update of the folder at a time; what it holds is checked again under the lock.
+    with update_lock(folder, f"npu-wizard --into {folder}{' --force' if force else ''}"):
+        earlier, ours, note = _check(folder, names, force)
+        if earlier:
+            alive = live_runs(folder)
+            if alive:
+                raise TargetError(f"a run of {folder} is alive ({'; '.join(alive)}): stop it first, then render again")
+        removes = sorted(name for name in ours - set(new.files) if os.path.lexists(folder / name))
+        writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
+        _write(folder, writes, removes, new.executable, made_state=not earlier)
+    return RenderResult(folder, tuple(names), warnings, earlier, README)
+
+
+def _finish_interrupted(folder: Path) -> str:
+    """Finish a render or update of `folder` killed after its commit (its files are npu-wizard's); a note if so."""
+    if not journal.pending(folder):
+        return ""
+    with update_lock(folder, f"npu-wizard --into {folder}"):
+        if not journal.pending(folder):
+            return ""
+        journal.roll_forward(folder)
+    return f"finished the interrupted render or update of {folder} first"
+
+
+def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, set[str], str]:
+    """Whether `folder` holds an earlier render, the files it wrote, a note when they cannot be told; TargetError
+    for an earlier render without `force` and for every clash."""
+    earlier = _has_state(folder)
+    if earlier and not force:
+        raise TargetError(
+            f"{folder} already holds npu-wizard's files ({STATE_DIR}/ is there): change them with "
+            f"npu-wizard update {folder} (your edits kept), or render again with --force (npu-wizard's own files "
+            "replaced, yours kept)"
+        )
+    ours, note = _earlier_files(folder) if earlier else (set(), "")
+    refuse_clashes(folder, clashes(folder, names, ours | {PRISTINE, INTO_MARKER}), "write")
+    return earlier, ours, note
+
+
+def _has_state(folder: Path) -> bool:
+    """Whether `folder` holds npu-wizard's state from a render (a link or a file there is a clash).
+
+    A lock and an uncommitted staging folder alone are what a render killed before its commit leaves.
+    """
+    state = folder / STATE_DIR
+    if state.is_symlink() or not state.is_dir():
+        return False
+    try:
+        return bool(set(os.listdir(state)) - {os.path.basename(LOCK), os.path.basename(journal.STAGING)})
+    except OSError:
+        return True
+
+
+def _earlier_files(folder: Path) -> tuple[set[str], str]:
+    """The files an earlier render wrote into `folder` (its pristine copy), and a note when that copy is lost."""
+    try:
+        return set(pristine.load(folder).files), ""
+    except (OSError, ValueError) as error:
+        return set(), (
+            f"{PRISTINE} cannot be read ({error}), so npu-wizard cannot tell its files in {folder} from yours: "
+            "each is named as a clash"
+        )
+
+
+def _write(
+    folder: Path, writes: dict[str, str | bytes], removes: list[str], executable: frozenset[str], *, made_state: bool
+) -> None:
+    """Write through the journal; an interruption before its commit leaves `folder` as it was."""
+    with stop_signals_raise():  # SIGTERM and SIGHUP clean up as Ctrl-C does
+        try:
+            journal.apply(folder, writes, removes, executable)
+        except BaseException:
+            if journal.pending(folder):  # committed: finish it, every file npu-wizard's
+                journal.roll_forward(folder)
+            elif made_state:
+                shutil.rmtree(folder / STATE_DIR, ignore_errors=True)
+            raise
