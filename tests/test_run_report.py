@@ -239,3 +239,34 @@ def test_an_interrupted_run_writes_a_report_that_says_so(tmp_path: Path) -> None
     page = (run_dir / "report.html").read_text()
     assert '<span class="outcome interrupted">interrupted</span>' in page
     assert "the job was stopped (Ctrl-C or a signal) before it finished" in page
+
+
+def test_the_time_axis_spans_the_logged_steps_not_the_minutes_before_the_first(tmp_path: Path) -> None:
+    """A run whose ranks took 150 s to start and trained for 1 s: the resampled grid covers that second."""
+    from wizard.report.plots import Series
+    from wizard.report.record import read_run
+
+    run_dir = user_script_run(tmp_path / "run", steps=True)
+    started = json.loads((run_dir / "events" / "rank-0.jsonl").read_text().splitlines()[0])["time"]
+    (run_dir / "run.json").write_text(json.dumps({"started_at": started - 150.0, "world_size": 2}))
+    series = Series(read_run(run_dir))
+    steps = [json.loads(line)["time"] for line in (run_dir / "events" / "rank-0.jsonl").read_text().splitlines()[1:-1]]
+    assert series.grid[0] == pytest.approx(steps[0] - started + 150.0, abs=0.01)
+    assert series.grid[-1] - series.grid[0] < 5.0
+
+
+def test_a_rank_that_logged_one_step_before_it_failed_shows_as_a_point(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    for rank, steps in ((0, 8), (1, 1)):
+        writer = EventWriter(run_dir, rank)
+        writer.started(local_rank=0, node=rank, device="cpu", world_size=2)
+        for step in range(1, steps + 1):
+            writer.emit("step", step=step, loss=2.0 / step, samples_per_s=100.0)
+        writer.close()
+    assert main(["report", str(run_dir), "--png", str(tmp_path / "plots")]) == 0
+    loss = np.asarray(Image.open(tmp_path / "plots" / "loss.png").convert("RGB"), dtype=int)
+    inside_axes = loss[:, :770]  # left of the legend, whose swatch has rank 1's colour too
+    orange = (
+        (abs(inside_axes[..., 0] - 0xFF) < 30) & (abs(inside_axes[..., 1] - 0x7F) < 30) & (inside_axes[..., 2] < 60)
+    )
+    assert orange.sum() > 5

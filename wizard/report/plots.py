@@ -127,7 +127,7 @@ def _lines_or_bands(axes: Axes, series: Series, name: str, ranks: list[int], lab
     if len(ranks) <= EVERY_RANK:
         for rank in ranks:
             times, values = series.raw(rank, name)
-            axes.plot(times, values, linewidth=1.2, label=label(rank))
+            axes.plot(times, values, linewidth=1.2, marker=".", markersize=4, label=label(rank))  # one point shows
         return
     _bands(axes, series.grid, series.matrix(name, ranks), f"{len(ranks)} ranks")
 
