@@ -270,3 +270,15 @@ def test_a_rank_that_logged_one_step_before_it_failed_shows_as_a_point(tmp_path:
         (abs(inside_axes[..., 0] - 0xFF) < 30) & (abs(inside_axes[..., 1] - 0x7F) < 30) & (inside_axes[..., 2] < 60)
     )
     assert orange.sum() > 5
+
+
+def test_a_torn_last_line_and_an_overlong_line_are_skipped_and_the_rest_is_read(tmp_path: Path) -> None:
+    run_dir = user_script_run(tmp_path / "run", steps=True, fail_rank=1)
+    events = run_dir / "events" / "rank-0.jsonl"
+    lines = events.read_text().splitlines(keepends=True)
+    huge = json.dumps({"schema": 1, "event": "warning", "time": 1.0, "rank": 0, "message": "x" * (9 * 2**20)})
+    events.write_text("".join(lines[:3]) + huge + "\n" + "".join(lines[3:]) + '{"schema": 1, "event": "st')
+    page = report_text(run_dir)
+    assert "1 event line(s) too long to read were skipped" in page
+    assert "rank 1 (node 1): ValueError" in page
+    assert page.count('<img class="plot"') == 3

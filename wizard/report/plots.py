@@ -49,6 +49,8 @@ class Series:
         self.t0 = record.started_at
         ranks = [r for r in sorted(record.ranks) if len(record.ranks[r].times)]
         self.ranks = ranks
+        self._row = {rank: row for row, rank in enumerate(ranks)}
+        self._matrices: dict[str, np.ndarray] = {}  # per value: every rank on the grid, made once
         firsts = [record.ranks[r].times[0] - self.t0 for r in ranks]
         ends = [record.ranks[r].times[-1] - self.t0 for r in ranks]
         # the span the ranks logged steps in: a run that took minutes to start trained in seconds
@@ -61,19 +63,20 @@ class Series:
 
     def matrix(self, name: str, ranks: list[int] | None = None) -> np.ndarray:
         """Ranks x grid: each rank's values interpolated onto the grid, NaN outside the span it logged."""
-        chosen = self.ranks if ranks is None else ranks
-        out = np.full((len(chosen), GRID), np.nan)
-        for row, rank in enumerate(chosen):
-            times, values = self.raw(rank, name)
-            keep = ~np.isnan(values)
-            if keep.sum() == 0:
-                continue
-            times, values = times[keep], values[keep]
-            # a grid step of slack: ranks a moment apart still overlap at the run's ends
-            slack = self.grid[1] - self.grid[0]
-            inside = (self.grid >= times[0] - slack) & (self.grid <= times[-1] + slack)
-            out[row, inside] = np.interp(self.grid[inside], times, values)
-        return out
+        if name not in self._matrices:
+            out = np.full((len(self.ranks), GRID), np.nan, dtype=np.float32)
+            slack = self.grid[1] - self.grid[0]  # a grid step: ranks a moment apart still overlap at the ends
+            for row, rank in enumerate(self.ranks):
+                times, values = self.raw(rank, name)
+                keep = ~np.isnan(values)
+                if keep.any():
+                    times, values = times[keep], values[keep]
+                    inside = (self.grid >= times[0] - slack) & (self.grid <= times[-1] + slack)
+                    out[row, inside] = np.interp(self.grid[inside], times, values)
+            self._matrices[name] = out
+        if ranks is None:
+            return self._matrices[name]
+        return self._matrices[name][[self._row[rank] for rank in ranks]]
 
     def has(self, name: str) -> bool:
         """Whether any rank logged `name`."""
