@@ -54,6 +54,7 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["baseline: unbounded history", "bounded history (256 points)", "bounded phase: none lost"],
     ),
+    "report_scale.py": (["--smoke"], ["report wall", "peak RSS", "32 ranks under 10 s and 200 MiB:"]),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
     "cluster_start.py": (
         ["--smoke"],

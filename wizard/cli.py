@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")
     parser.epilog += (
         " Run a rendered project: npu-wizard run PROJECT; watch a run: npu-wizard monitor RUN; "
-        "check a node first: npu-wizard doctor PROJECT; change the answers of a project and keep your edits: "
+        "check a node first: npu-wizard doctor PROJECT; draw a run: npu-wizard report RUN; "
+        "change the answers of a project and keep your edits: "
         "npu-wizard update PROJECT (see their --help)."
     )
     return parser
@@ -132,6 +133,12 @@ def build_run_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print exactly what would be submitted or executed (commands, batch script); start nothing",
     )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="when the job ends (finished, failed or interrupted), write report.html into its run folder "
+        "(see npu-wizard report --help)",
+    )
     return parser
 
 
@@ -166,6 +173,21 @@ def build_monitor_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("run", help="the run folder (or a project folder: its newest run)")
     _add_watch_arguments(parser)
+    return parser
+
+
+def build_report_parser() -> argparse.ArgumentParser:
+    """The argument parser of `npu-wizard report`."""
+    parser = argparse.ArgumentParser(
+        prog="npu-wizard report",
+        description="Draw a run: write report.html into the run folder, one self-contained page (opens without "
+        "network access) with the loss per rank, the throughput per rank and per node, the compute-time spread "
+        "with the stragglers the monitor found, restarts, checkpoints and the failure with its root cause. "
+        "Works on finished, failed, interrupted and still-running runs.",
+        epilog="Exit codes: 0 written (its path printed), 1 no such run folder or nothing to write to.",
+    )
+    parser.add_argument("run", help="the run folder (or a project folder: its newest run)")
+    parser.add_argument("--png", metavar="DIR", help="also write each plot as a PNG file into DIR (made if missing)")
     return parser
 
 
@@ -222,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guarded(lambda: _run(build_run_parser().parse_args(argv[1:])))
     if argv[:1] == ["monitor"]:
         return _guarded(lambda: _monitor(build_monitor_parser().parse_args(argv[1:])))
+    if argv[:1] == ["report"]:
+        return _guarded(lambda: _report(build_report_parser().parse_args(argv[1:])))
     if argv[:1] == ["update"]:
         from wizard.render.update_command import update
 
@@ -267,7 +291,7 @@ def _run(args: argparse.Namespace) -> int:
         status_port=args.status_port,
         train_args=train_args,
     )
-    run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args))
+    run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), report=args.report)
     return EXIT_OK
 
 
@@ -281,6 +305,19 @@ def _monitor(args: argparse.Namespace) -> int:
         monitor_live(folder)
     else:
         watch_plain(folder, interval=args.interval)
+    from wizard.report.command import report_line
+
+    print(report_line(folder.run_dir))
+    return EXIT_OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from wizard.report.command import report
+
+    written = report(Path(args.run), Path(args.png) if args.png else None)
+    print(f"report: {written.page}")
+    for png in written.pngs:
+        print(f"plot: {png}")
     return EXIT_OK
 
 

@@ -57,18 +57,7 @@ class RunFolder:
     @classmethod
     def open(cls, path: Path, *, hang_after: float = DEFAULT_HANG_AFTER) -> RunFolder:
         """The run folder at `path`, or the newest run of the project at `path`."""
-        path = path.resolve()
-        if (path / "answers.yaml").is_file():
-            runs = sorted(
-                (p for p in (path / "runs").glob("*") if (p / RUN_FILE).is_file() or (p / "events").is_dir()),
-                key=lambda p: p.stat().st_mtime,
-            )
-            if not runs:
-                raise TargetError(f"{path} has no runs yet: start one with npu-wizard run {path}")
-            path = runs[-1]
-        if not (path / "events").is_dir() and not (path / RUN_FILE).is_file():
-            raise TargetError(f"{path} is not a run folder (no events/ and no {RUN_FILE}); pass runs/<stamp>")
-        return cls(path, hang_after=hang_after)
+        return cls(run_folder_path(path), hang_after=hang_after)
 
     @property
     def runner_pid(self) -> int | None:
@@ -106,6 +95,22 @@ class RunFolder:
         if self.runner_pid is not None and procs.is_alive(self.runner_pid):
             os.kill(self.runner_pid, signal.SIGINT)
         return outcome
+
+
+def run_folder_path(path: Path) -> Path:
+    """The run folder at `path`, or the newest run of the project at `path`; TargetError for neither."""
+    path = path.resolve()
+    if (path / "answers.yaml").is_file():
+        runs = sorted(
+            (p for p in (path / "runs").glob("*") if (p / RUN_FILE).is_file() or (p / "events").is_dir()),
+            key=lambda p: p.stat().st_mtime,
+        )
+        if not runs:
+            raise TargetError(f"{path} has no runs yet: start one with npu-wizard run {path}")
+        path = runs[-1]
+    if not (path / "events").is_dir() and not (path / RUN_FILE).is_file():
+        raise TargetError(f"{path} is not a run folder (no events/ and no {RUN_FILE}); pass runs/<stamp>")
+    return path
 
 
 def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO = sys.stdout, poll: float = 0.5) -> None:

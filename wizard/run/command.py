@@ -11,6 +11,7 @@ from pathlib import Path
 from wizard.errors import TargetError
 from wizard.monitor.plain import run_plain
 from wizard.render.conflict_markers import refuse_unresolved
+from wizard.report.command import report_at_end, report_line
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job
@@ -18,8 +19,11 @@ from wizard.run.launch import RunOptions, load_project, manual_steps
 from wizard.run.launch import dry_run as show_dry_run
 
 
-def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: bool) -> None:
-    """Run the project in `folder` (or print what a run would do): RunFailed or RunInterrupted unless it finished."""
+def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: bool, report: bool = False) -> None:
+    """Run the project in `folder` (or print what a run would do): RunFailed or RunInterrupted unless it finished.
+
+    With `report`, write the run's report.html once it ended, however it ended.
+    """
     project = Path(folder)
     refuse_unresolved(project, f"run npu-wizard run {folder} again")
     if dry_run:
@@ -49,6 +53,8 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
         job.abandon(error)
         raise
+    if job.submitted:  # a job stopped before it started has nothing to draw
+        print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
     job.raise_for_outcome()
 
 

@@ -1,0 +1,284 @@
+"""`npu-wizard report RUN`: report.html from run folders of every kind, proved in a real browser.
+
+The folders are real: the fast tests write event files the way runtime/events.py's EventWriter writes them (a
+user's script through the hook writes the same lines, possibly without lr/epoch, or none at all); the slow ones
+run a 2 x 2 CPU project with `npu-wizard run` to its end, to a rank's exception and to Ctrl-C. Headless
+Chromium opens the page inside a network namespace of its own (tests/browser.py): every plot must be drawn
+at its size, match its PNG from --png, and the page must log no error and ask for nothing but itself.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from runtime.events import EventWriter
+from tests.browser import can_isolate_network, chromium, visit
+from tests.runs import clean_up, render_cpu, run_dirs, start_runner, started_pid, wait_for
+from wizard.cli import main
+
+PLOTS = {"loss": (1000, 360), "throughput-ranks": (1000, 360), "throughput-nodes": (1000, 360)}
+SPREAD = {"compute-spread": (1000, 520)}
+
+
+def user_script_run(run_dir: Path, *, steps: bool, fail_rank: int | None = None) -> Path:
+    """A run folder as a user's script leaves it (no npu-wizard run: no run.json, no summary.json).
+
+    Two ranks on two nodes; with `steps`, step events with loss and samples_per_s only (no lr, no epoch,
+    no forward_s/data_s); `fail_rank` ends with an exception, the other rank finishes.
+    """
+    for rank in (0, 1):
+        writer = EventWriter(run_dir, rank)
+        writer.started(local_rank=0, node=rank, device="cpu", world_size=2)
+        for step in range(1, 9 if steps else 0):
+            writer.emit("step", step=step, loss=2.0 / step, samples_per_s=100.0 + rank)
+        if rank == fail_rank:
+            try:
+                raise ValueError("the user's own script failed: bad batch shape (3, 7)")
+            except ValueError as error:
+                writer.error(error)
+        else:
+            writer.finished()
+        writer.close()
+    return run_dir
+
+
+def report_text(run_dir: Path) -> str:
+    """Write the report with the command and return the page."""
+    assert main(["report", str(run_dir)]) == 0
+    return (run_dir / "report.html").read_text()
+
+
+def test_a_user_script_run_without_step_events_says_so_and_names_the_failing_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = user_script_run(tmp_path / "run", steps=False, fail_rank=1)
+    page = report_text(run_dir)
+    assert f"report: {run_dir / 'report.html'}" in capsys.readouterr().out
+    assert page.count("no step events were recorded") == 4
+    assert "<img" not in page
+    assert "Failure: root cause" in page
+    assert "rank 1 (node 1): ValueError: the user&#x27;s own script failed: bad batch shape (3, 7)" in page
+    assert "no summary.json: figures read from the events" in page
+    assert "<td>0</td><td>0</td>" in page and "<td>1</td><td>1</td>" in page  # both processes listed
+
+
+def test_step_events_without_lr_epoch_or_timing_draw_loss_and_throughput_and_say_the_spread_is_not_recorded(
+    tmp_path: Path,
+) -> None:
+    run_dir = user_script_run(tmp_path / "run", steps=True)
+    page = report_text(run_dir)
+    for name in PLOTS:
+        assert f'id="plot-{name}"' in page
+    assert 'id="plot-compute-spread"' not in page
+    assert "not recorded: no step event carries `forward_s` or `data_s`" in page
+    assert '<span class="outcome finished">finished</span>' in page
+
+
+def test_the_png_folder_holds_each_drawn_plot_and_a_file_in_its_place_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = user_script_run(tmp_path / "run", steps=True)
+    assert main(["report", str(run_dir), "--png", str(tmp_path / "plots")]) == 0
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(f"{name}.png" for name in PLOTS)
+    (tmp_path / "taken").write_text("")
+    assert main(["report", str(run_dir), "--png", str(tmp_path / "taken")]) == 1
+    assert "--png " in capsys.readouterr().err
+
+
+def test_a_folder_that_is_no_run_is_refused_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(tmp_path)]) == 1
+    assert "is not a run folder" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stragglers_from_the_summary_are_listed_and_the_spread_drawn(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    for rank in range(4):
+        writer = EventWriter(run_dir, rank)
+        writer.started(local_rank=rank % 2, node=rank // 2, device="cpu", world_size=4)
+        for step in range(1, 11):
+            slow = 1.5 if rank == 3 and step > 4 else 1.0
+            writer.emit("step", step=step, loss=1.0, samples_per_s=400.0, forward_s=0.01 * slow, data_s=0.001)
+        writer.finished()
+        writer.close()
+    first = json.loads((run_dir / "events" / "rank-3.jsonl").read_text().splitlines()[5])["time"]
+    summary = {
+        "outcome": "finished",
+        "world_size": 4,
+        "ranks": {},
+        "stragglers": [
+            {"rank": 3, "node": 1, "phase": "forward", "start": first, "end": None, "gap_pct": 50.0, "lost_pct": 20.0}
+        ],
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    page = report_text(run_dir)
+    assert 'id="plot-compute-spread"' in page
+    assert "<td>rank 3 (node 1)</td><td>forward</td><td>50%</td><td>20%</td>" in page
+
+
+# ---- real runs, and the browser ---------------------------------------------------------------------------
+
+
+def plot_regions(page: Path, pngs: Path, screenshot: Path) -> list[str]:
+    """Open `page` offline in Chromium; return what is wrong with its plots (empty when every one rendered).
+
+    Each plot on the page must be one of the PNGs in `pngs` (--png of the same run), drawn at its size, not
+    blank, and pixel for pixel close to it. The screenshot of the whole page is kept at `screenshot`.
+    """
+    browser = chromium()
+    assert browser is not None
+    seen = visit(page, browser)
+    screenshot.write_bytes(seen.screenshot)
+    wrong = [f"error: {error}" for error in seen.errors]
+    wrong += [f"request: {url[:80]}" for url in seen.requests if not url.startswith(("file:", "data:"))]
+    shot = np.asarray(Image.open(io.BytesIO(seen.screenshot)).convert("RGB"), dtype=np.int16)
+    images = {image["id"].removeprefix("plot-"): image for image in seen.images}
+    expected = {name: size for name, size in {**PLOTS, **SPREAD}.items() if (pngs / f"{name}.png").is_file()}
+    if set(images) != set(expected):
+        wrong.append(f"plots on the page: {sorted(images)}")
+    for name, image in images.items():
+        size = expected.get(name)
+        if [image["width"], image["height"]] != list(size or ()) or image["natural"] != list(size or ()):
+            wrong.append(f"{name}: drawn {image['width']}x{image['height']}, natural {image['natural']}")
+            continue
+        x, y = round(image["x"]), round(image["y"])
+        region = shot[y : y + size[1], x : x + size[0]]
+        png = np.asarray(Image.open(pngs / f"{name}.png").convert("RGB"), dtype=np.int16)
+        blank = region.std() < 20 or png.std() < 20
+        differs = np.abs(region - png).mean() > 12
+        if region.shape != png.shape or blank or differs:
+            wrong.append(f"{name}: region {region.shape} std {region.std():.1f}, png std {png.std():.1f}")
+    return wrong
+
+
+needs_browser = pytest.mark.skipif(
+    chromium() is None or not can_isolate_network(),
+    reason="needs Chromium (apt-get install chromium; .ci/run installs it) and unshare -n (a network namespace)",
+)
+
+
+@pytest.mark.slow
+@needs_browser
+def test_a_real_2x2_run_with_report_opens_offline_in_chromium_with_every_plot_drawn(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2)
+    runner = start_runner(project, "--interval", "2", "--report")
+    try:
+        output, _ = runner.communicate(timeout=300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    (run_dir,) = run_dirs(project)
+    assert output.rstrip().endswith(f"report: {run_dir / 'report.html'}")
+    pngs = tmp_path / "plots"
+    done = subprocess.run(
+        [sys.executable, "-m", "wizard", "report", str(project), "--png", str(pngs)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    drawn = {p.stem for p in pngs.iterdir()}
+    page = run_dir / "report.html"
+    if "compute-spread" not in drawn:  # a train.py whose step events carry no forward_s/data_s
+        assert "not recorded: no step event carries `forward_s` or `data_s`" in page.read_text()
+    assert drawn - set(SPREAD) == set(PLOTS)
+    for name in drawn:
+        png = np.asarray(Image.open(pngs / f"{name}.png").convert("L"), dtype=float)
+        assert png.shape == {**PLOTS, **SPREAD}[name][::-1] and png.std() > 20
+    assert plot_regions(page, pngs, tmp_path / "screenshot.png") == [], page
+    monitor = subprocess.run(
+        [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--plain"], capture_output=True, text=True
+    )
+    assert monitor.stdout.rstrip().endswith(f"report: {page}"), monitor.stdout
+
+
+@pytest.mark.slow
+def test_a_run_where_a_rank_raises_writes_a_report_naming_that_rank(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2)
+    train = project / "train.py"
+    said = "        value = loss.item()\n"
+    failing = "            raise RuntimeError('rank 3 stops here on purpose (tests/test_run_report.py)')\n"
+    train.write_text(
+        train.read_text().replace(said, f"{said}        if self.rank.rank == 3 and self.step >= 8:\n{failing}")
+    )
+    runner = start_runner(project, "--interval", "2", "--report")
+    try:
+        output, _ = runner.communicate(timeout=300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    (run_dir,) = run_dirs(project)
+    assert f"report: {run_dir / 'report.html'}" in output
+    page = (run_dir / "report.html").read_text()
+    assert '<span class="outcome failed">failed</span>' in page
+    assert "<b>rank 3 (node 1): RuntimeError: rank 3 stops here on purpose (tests/test_run_report.py)</b>" in page
+    assert "last lines of" in page and 'id="plot-loss"' in page
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_writes_a_report_that_says_so(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=65536)
+    runner = start_runner(project, "--interval", "1", "--report")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 0), 180, "rank 0 to train")
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=60)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 130, output
+    assert f"report: {run_dir / 'report.html'}" in output
+    page = (run_dir / "report.html").read_text()
+    assert '<span class="outcome interrupted">interrupted</span>' in page
+    assert "the job was stopped (Ctrl-C or a signal) before it finished" in page
+
+
+def test_the_time_axis_spans_the_logged_steps_not_the_minutes_before_the_first(tmp_path: Path) -> None:
+    """A run whose ranks took 150 s to start and trained for 1 s: the resampled grid covers that second."""
+    from wizard.report.plots import Series
+    from wizard.report.record import read_run
+
+    run_dir = user_script_run(tmp_path / "run", steps=True)
+    started = json.loads((run_dir / "events" / "rank-0.jsonl").read_text().splitlines()[0])["time"]
+    (run_dir / "run.json").write_text(json.dumps({"started_at": started - 150.0, "world_size": 2}))
+    series = Series(read_run(run_dir))
+    steps = [json.loads(line)["time"] for line in (run_dir / "events" / "rank-0.jsonl").read_text().splitlines()[1:-1]]
+    assert series.grid[0] == pytest.approx(steps[0] - started + 150.0, abs=0.01)
+    assert series.grid[-1] - series.grid[0] < 5.0
+
+
+def test_a_rank_that_logged_one_step_before_it_failed_shows_as_a_point(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    for rank, steps in ((0, 8), (1, 1)):
+        writer = EventWriter(run_dir, rank)
+        writer.started(local_rank=0, node=rank, device="cpu", world_size=2)
+        for step in range(1, steps + 1):
+            writer.emit("step", step=step, loss=2.0 / step, samples_per_s=100.0)
+        writer.close()
+    assert main(["report", str(run_dir), "--png", str(tmp_path / "plots")]) == 0
+    loss = np.asarray(Image.open(tmp_path / "plots" / "loss.png").convert("RGB"), dtype=int)
+    inside_axes = loss[:, :770]  # left of the legend, whose swatch has rank 1's colour too
+    orange = (
+        (abs(inside_axes[..., 0] - 0xFF) < 30) & (abs(inside_axes[..., 1] - 0x7F) < 30) & (inside_axes[..., 2] < 60)
+    )
+    assert orange.sum() > 5
+
+
+def test_a_torn_last_line_and_an_overlong_line_are_skipped_and_the_rest_is_read(tmp_path: Path) -> None:
+    run_dir = user_script_run(tmp_path / "run", steps=True, fail_rank=1)
+    events = run_dir / "events" / "rank-0.jsonl"
+    lines = events.read_text().splitlines(keepends=True)
+    huge = json.dumps({"schema": 1, "event": "warning", "time": 1.0, "rank": 0, "message": "x" * (9 * 2**20)})
+    events.write_text("".join(lines[:3]) + huge + "\n" + "".join(lines[3:]) + '{"schema": 1, "event": "st')
+    page = report_text(run_dir)
+    assert "1 event line(s) too long to read were skipped" in page
+    assert "rank 1 (node 1): ValueError" in page
+    assert page.count('<img class="plot"') == 3

@@ -1,0 +1,71 @@
+"""`npu-wizard report RUN`: write report.html into a run folder, and the plots as PNG files on request."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from wizard.errors import TargetError, WizardError
+from wizard.monitor.attach import run_folder_path
+
+REPORT_FILE = "report.html"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a report wrote: the page and the PNG files."""
+
+    page: Path
+    pngs: list[Path]
+
+
+def write_report(run_dir: Path, png_dir: Path | None = None) -> Written:
+    """Read the run folder `run_dir`, write `report.html` in it (and each plot into `png_dir`); return the paths."""
+    if png_dir is not None and png_dir.exists() and not png_dir.is_dir():
+        raise TargetError(f"--png {png_dir}: that is a file; give a folder for the PNG files")
+    try:
+        from wizard.report.page import render_page
+        from wizard.report.plots import draw_all
+    except ImportError as error:  # matplotlib is a dependency; a broken install says which part is missing
+        raise TargetError(f"the report needs matplotlib ({error}): pip install matplotlib") from error
+    from wizard.report.record import read_run
+
+    record = read_run(run_dir)
+    plots = draw_all(record)
+    page = run_dir / REPORT_FILE
+    _write_atomically(page, render_page(record, plots).encode())
+    pngs = []
+    if png_dir is not None:
+        png_dir.mkdir(parents=True, exist_ok=True)
+        for plot in plots:
+            if plot.png is not None:
+                pngs.append(png_dir / f"{plot.name}.png")
+                _write_atomically(pngs[-1], plot.png)
+    return Written(page, pngs)
+
+
+def report(path: Path, png_dir: Path | None = None) -> Written:
+    """The report of the run folder at `path`, or of the newest run of the project at `path`."""
+    return write_report(run_folder_path(path), png_dir)
+
+
+def report_line(run_dir: Path) -> str:
+    """The last line of `run` and `monitor`: the report's path where one was written, else how to write one."""
+    page = run_dir / REPORT_FILE
+    return f"report: {page}" if page.is_file() else f"draw this run: npu-wizard report {run_dir}"
+
+
+def report_at_end(run_dir: Path) -> str:
+    """Write the report of a run that just ended (`run --report`); a report that fails says so, never raises."""
+    try:
+        write_report(run_dir)
+    except (WizardError, OSError, ValueError) as error:
+        return f"warning: no report written ({error})"
+    return report_line(run_dir)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
