@@ -185,6 +185,8 @@ def _link_round(
 ) -> list[dict]:
     """Node k to node k+1 and back, one transfer at a time, P2P_ROUNDS times; every rank gets every result."""
     directions = [way for a, b in ring_pairs(len(leaders)) for way in ((a, b), (b, a))]
+    if not directions:  # one node: no link between nodes to measure
+        return []
     message = torch.ones(nbytes // 4, dtype=torch.float32, device=target)
     seconds = torch.zeros(len(directions), dtype=torch.float32, device=target)
     for _ in range(P2P_ROUNDS):
@@ -197,9 +199,10 @@ def _link_round(
                     min(taken, float(seconds[index])) if seconds[index] > 0 else taken
                 )
     dist.all_reduce(seconds)  # only the sender of each direction filled its entry
+    measured = seconds.tolist()
     return [
-        link_row(sender, receiver, message.numel() * 4, float(taken))
-        for (sender, receiver), taken in zip(directions, seconds.tolist(), strict=True)
+        link_row(sender, receiver, message.numel() * 4, measured[index])
+        for index, (sender, receiver) in enumerate(directions)
     ]
 
 

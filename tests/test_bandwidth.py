@@ -172,6 +172,15 @@ def test_two_simulated_nodes_on_this_host_write_the_table_and_bandwidth_json(tmp
     assert "smoke ok: 4/4 ranks" in output
 
 
+@pytest.mark.slow
+def test_one_node_measures_the_collectives_and_says_there_is_no_link_between_nodes(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "shell", nodes=1)
+    output, result = run_check(project)
+    assert (result["world_size"], result["nodes"], result["links"], result["slowest_link"]) == (2, 1, [], None)
+    assert len(result["collectives"]) == 20
+    assert "  links: none measured (1 node: no link between nodes)" in output
+
+
 # ---- for real: three hosts, one shaped with tc ----------------------------------------
 
 
