@@ -11,6 +11,7 @@ table are pinned on small inputs.
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from runtime.bandwidth_report import bus_factor, collective_row, link_row, ring_pairs, slowest_link, table_lines
-from tests.runs import clean_up, render_cpu, run_dirs, start_runner
+from tests.runs import clean_up, node_env, render_cpu, run_dirs, start_runner
 from tests.ssh_hosts import SshHosts, have_ssh_hosts, ssh_hosts
 from tests.test_ssh_engine import START_S, render_ssh, runner_env
 from wizard.cli import main
@@ -179,6 +180,24 @@ def test_one_node_measures_the_collectives_and_says_there_is_no_link_between_nod
     assert (result["world_size"], result["nodes"], result["links"], result["slowest_link"]) == (2, 1, [], None)
     assert len(result["collectives"]) == 20
     assert "  links: none measured (1 node: no link between nodes)" in output
+
+
+@pytest.mark.slow
+def test_node_0s_runner_reports_and_node_1s_points_there(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=2)
+    # both runners hand their ranks the same run token, as every node's runner must
+    env = node_env(tmp_path / "unused", NPU_WIZARD_STATUS_TOKEN=secrets.token_hex(16))
+    args = ("--bandwidth", "--bandwidth-max-bytes", "65536")
+    runners = [start_runner(project, "--node", str(node), *args, env=env) for node in (0, 1)]
+    try:
+        outputs = [runner.communicate(timeout=START_S)[0] for runner in runners]
+    finally:
+        clean_up(project, *runners)
+    assert [runner.returncode for runner in runners] == [0, 0], outputs
+    assert "  links (local rank 0 of each node, 64 KiB messages" in outputs[0]
+    assert "bandwidth: measured by rank 0: node 0's runner prints the table" in outputs[1]
+    written = [run_dir for run_dir in run_dirs(project) if (run_dir / "bandwidth.json").is_file()]
+    assert len(written) == 1 and str(written[0]) in outputs[0]
 
 
 # ---- for real: three hosts, one shaped with tc ----------------------------------------

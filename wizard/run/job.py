@@ -291,5 +291,9 @@ class Job:
         """The per-rank smoke report of a --smoke run (wizard/run/smoke.py) and its network check (bandwidth.py)."""
         if "--smoke" in self.options.train_args:
             print_smoke_report(self.run_dir, self.answers.world_size, out)
-        if "--bandwidth" in self.options.train_args and self.outcome == "finished":
+        if "--bandwidth" not in self.options.train_args or self.outcome != "finished":
+            return
+        if 0 in self.nodes:
             print_bandwidth_report(self.run_dir, self.answers, out)
+        else:  # rank 0 reports to node 0's runner, through the status stream
+            print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)
