@@ -4,7 +4,8 @@ Each rank contributes rank + 1 to one all_reduce, so the sum must be
 world x (world + 1) / 2 on every rank, then all meet at one barrier. A rank
 that is unreachable, on a wrong address or port hangs or fails here, in
 seconds, instead of in the first training step. Each rank records `started`,
-`smoke` (where it ran, the sum it got and expected, the time) and `finished`.
+`smoke` (where it ran, the sum it got and expected, the time) and `finished`;
+with `bandwidth`, the network check (runtime/bandwidth.py) runs in between.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from runtime.bandwidth import run_bandwidth
 from runtime.distributed import RankInfo
 from runtime.errors import SetupError
 from runtime.events import Event, EventWriter
@@ -29,8 +31,18 @@ def expected_sum(world_size: int) -> int:
     return world_size * (world_size + 1) // 2
 
 
-def run_smoke(rank: RankInfo, target: torch.device, recorder: EventWriter) -> Event:
-    """One all_reduce and one barrier, recorded and printed; a wrong sum raises."""
+def run_smoke(
+    rank: RankInfo,
+    target: torch.device,
+    recorder: EventWriter,
+    *,
+    bandwidth: bool = False,
+    max_bytes: int | None = None,
+) -> Event:
+    """One all_reduce and one barrier, recorded and printed; a wrong sum raises.
+
+    With `bandwidth`, then the network check, its messages up to `max_bytes`.
+    """
     expected = expected_sum(rank.world_size)
     recorder.started(
         local_rank=rank.local_rank,
@@ -73,5 +85,7 @@ def run_smoke(rank: RankInfo, target: torch.device, recorder: EventWriter) -> Ev
             f"gave {got}, expected {expected}: the ranks disagree about the job "
             "(world size, ranks per node); check every node's launch script"
         )
+    if bandwidth:
+        run_bandwidth(rank, target, recorder, max_bytes)
     recorder.finished(smoke=True)  # so that monitors count the rank as done
     return event

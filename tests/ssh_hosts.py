@@ -3,8 +3,9 @@
 The root namespace holds the bridge (10.X.Y.1, where `npu-wizard run` runs);
 each host is a namespace with its own address (10.X.Y.2, 10.X.Y.3) and an sshd
 bound to it with a host key and authorized_keys made here. The client key and
-options are in `ssh_command`, meant for NPU_WIZARD_SSH_COMMAND. Everything is
-removed afterwards: the daemons by PID, the namespaces, the bridge.
+options are in `ssh_command`, meant for NPU_WIZARD_SSH_COMMAND; `rate_limited`
+shapes one host's link with tc. Everything is removed afterwards: the daemons
+by PID, the namespaces, the bridge.
 """
 
 from __future__ import annotations
@@ -109,6 +110,33 @@ class SshHosts:
         self.addresses.append(address)
         if address6:
             self.addresses6.append(address6)
+
+    def links(self, index: int) -> tuple[str, str]:
+        """Host `index`'s veth pair: the end on the bridge (root namespace) and the end inside the host."""
+        return f"nwv{self.tag}{index}", f"nwi{self.tag}{index}"
+
+    @contextmanager
+    def rate_limited(self, index: int, rate: str) -> Iterator[None]:
+        """Host `index`'s link shaped to `rate` (tc's words, e.g. 200mbit) both ways for the block.
+
+        tc shapes what a device sends: the inside end for what the host sends, the
+        bridge end for what it receives. The qdiscs go when the block ends.
+        """
+        outside, inside = self.links(index)
+        shape = ("root", "tbf", "rate", rate, "burst", "256kb", "latency", "50ms")
+        ends = [("ip", "netns", "exec", self.namespaces[index], "tc"), ("tc",)]
+        devices = [inside, outside]
+        added: list[tuple[tuple[str, ...], str]] = []
+        try:
+            for tc, device in zip(ends, devices, strict=True):
+                _run(*tc, "qdisc", "add", "dev", device, *shape)
+                added.append((tc, device))
+            yield
+        finally:
+            for tc, device in added:
+                subprocess.run(
+                    [*tc, "qdisc", "del", "dev", device, "root"], capture_output=True, timeout=60, check=False
+                )
 
     def stop(self) -> None:
         """Stop each sshd by PID, delete the namespaces and the bridge."""

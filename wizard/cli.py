@@ -117,6 +117,20 @@ def build_run_parser() -> argparse.ArgumentParser:
         "--smoke", action="store_true", help="only check the topology: one all_reduce and one barrier on every rank"
     )
     parser.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help="with --smoke (implied): then measure all_reduce and all_gather with the job's backend over 4 KiB to "
+        "256 MiB messages (16 MiB on the CPU; at most a quarter of a rank's free memory), algorithm and bus "
+        "bandwidth per size as nccl-tests define them, and each link between neighbouring nodes; prints a table, "
+        "names a link more than 50%% below the median and writes bandwidth.json into the run folder",
+    )
+    parser.add_argument(
+        "--bandwidth-max-bytes",
+        type=_message_size,
+        metavar="BYTES",
+        help="with --bandwidth: the largest message, in bytes (4096 or more), for a quicker check",
+    )
+    parser.add_argument(
         "--epochs",
         type=_at_least_one,
         metavar="N",
@@ -150,6 +164,17 @@ def _at_least_one(value: str) -> int:
         number = 0
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of 1 or more")
+    return number
+
+
+def _message_size(value: str) -> int:
+    """An argparse type: a message size in bytes, 4096 (the smallest the check measures) or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 4096:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of bytes, 4096 or more")
     return number
 
 
@@ -279,7 +304,7 @@ def _run(args: argparse.Namespace) -> int:
     from wizard.run.command import run
     from wizard.run.launch import RunOptions
 
-    train_args = ("--smoke",) if args.smoke else ("--epochs", str(args.epochs)) if args.epochs else ()
+    train_args = _train_args(args)
     options = RunOptions(
         node=args.node,
         all_nodes=args.all_nodes,
@@ -293,6 +318,18 @@ def _run(args: argparse.Namespace) -> int:
     )
     run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), report=args.report)
     return EXIT_OK
+
+
+def _train_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """What `run` passes on to train.py: the smoke test (and network check), or the epochs."""
+    if args.bandwidth_max_bytes is not None and not args.bandwidth:
+        build_run_parser().error("--bandwidth-max-bytes only goes with --bandwidth")
+    if args.bandwidth:
+        largest = ("--bandwidth-max-bytes", str(args.bandwidth_max_bytes)) if args.bandwidth_max_bytes else ()
+        return ("--smoke", "--bandwidth", *largest)
+    if args.smoke:
+        return ("--smoke",)
+    return ("--epochs", str(args.epochs)) if args.epochs else ()
 
 
 def _monitor(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import threading
 import time
 
@@ -284,6 +285,7 @@ def run_live(job: RunningJob) -> None:
     note = job.finished_note()
     if note:
         print(note)
+    job.print_smoke_report(sys.stdout)
     print(f"events, logs and summary in {job.run_dir}")
 
 

@@ -28,6 +28,7 @@ from wizard.monitor.ranks import Failure
 from wizard.monitor.report import summarize, write_json
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
+from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
 from wizard.run.engines import Engine, Launch, engine_for
 from wizard.run.engines.base import ENDED
@@ -283,6 +284,12 @@ class Job:
         return nothing_to_train(self.state, epochs, folder)
 
     def print_smoke_report(self, out: TextIO) -> None:
-        """The per-rank smoke report of a --smoke run (wizard/run/smoke.py); nothing for a training run."""
+        """The per-rank smoke report of a --smoke run (wizard/run/smoke.py) and its network check (bandwidth.py)."""
         if "--smoke" in self.options.train_args:
             print_smoke_report(self.run_dir, self.answers.world_size, out)
+        if "--bandwidth" not in self.options.train_args or self.outcome != "finished":
+            return
+        if 0 in self.nodes:
+            print_bandwidth_report(self.run_dir, self.answers, out)
+        else:  # rank 0 reports to node 0's runner, through the status stream
+            print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)

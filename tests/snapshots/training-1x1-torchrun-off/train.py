@@ -260,7 +260,14 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
         target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
         try:
             if args.smoke:
-                smoke.run_smoke(rank, target, recorder)  # one all_reduce, one barrier
+                # one all_reduce, one barrier; with --bandwidth, the network check
+                smoke.run_smoke(
+                    rank,
+                    target,
+                    recorder,
+                    bandwidth=args.bandwidth,
+                    max_bytes=args.bandwidth_max_bytes,
+                )
                 return
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
@@ -320,6 +327,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--run-dir", help="default: $NPU_WIZARD_RUN_DIR")
     parser.add_argument("--checkpoint-dir", help="default: $NPU_WIZARD_CHECKPOINT_DIR")
     parser.add_argument("--smoke", action="store_true", help="test the topology only")
+    parser.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help="with --smoke: measure all_reduce, all_gather and the links between nodes",
+    )
+    parser.add_argument(
+        "--bandwidth-max-bytes",
+        type=int,
+        help="largest message of --bandwidth (default 256 MiB, 16 MiB on the CPU)",
+    )
     return parser.parse_args()
 
 
