@@ -159,6 +159,9 @@ class MonitorApp(App[str | None]):
         total = state.total_steps()
         step = f"step {state.newest_step()}{f'/{total}' if total else ''}"
         head = f"{self.job_title}  |  {duration(now - self.source.started_at)}  |  {step}"
+        saved = state.last_checkpoint()
+        if saved is not None:
+            head += f"  |  checkpoint at step {saved[1]}"
         if self.source.outcome is not None:
             return f"{head}  |  {self.source.outcome.upper()} (q to quit)"
         return f"{head}  |  {state.throughput():,.0f} samples/s  |  ETA {duration(state.eta())}"

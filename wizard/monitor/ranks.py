@@ -63,6 +63,7 @@ class RankView:
     ended_at: float | None = None
     outcome: str | None = None  # finished, failed (an error event) or lost (the process vanished)
     error: dict | None = None
+    checkpoint: tuple[int, str, float] | None = None  # the newest this rank wrote: step, path, time
     losses: LossHistory = field(default_factory=lambda: LossHistory(LOSS_HISTORY))
     rate_count: int = 0  # step events with a positive rate, and the sum of 1/rate: the overall rate, in O(1)
     inverse_rate_sum: float = 0.0

@@ -119,6 +119,7 @@ def summarize(
         }
     rates = [r["samples_per_s"] for r in per_rank.values() if r["samples_per_s"] is not None]
     final = state.ranks.get(0)
+    saved = state.last_checkpoint()
     return {
         "outcome": outcome,
         "world_size": state.world_size,
@@ -130,6 +131,7 @@ def summarize(
         "final_loss": final.loss if final is not None else None,
         "steps": state.newest_step(),
         "restarts": max((view.restarts for view in state.ranks.values()), default=0),
+        "checkpoint": None if saved is None else {"rank": saved[0], "step": saved[1], "path": saved[2]},
         "ranks": per_rank,
         "failure": None if failure is None else _failure_dict(failure),
         "warnings": state.notices.as_dicts(),
@@ -158,8 +160,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"restarts {summary.get('restarts', 0)}",
         f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
         f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
-        "per rank:",
     ]
+    saved = summary.get("checkpoint")
+    if saved:
+        lines.append(f"last checkpoint: step {saved['step']}, {saved['path']} (rank {saved['rank']})")
+    lines.append("per rank:")
     for rank, info in summary.get("ranks", {}).items():
         rank_rate = info.get("samples_per_s")
         shown_rate = f"{rank_rate:,.0f} samples/s" if rank_rate else "- samples/s"

@@ -102,6 +102,8 @@ class JobState:
     def _on_step(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
         view.first_step_at = view.first_step_at or event["time"]
+        if isinstance(event.get("total_steps"), int):  # a user's script says it with its steps (runtime/report.py)
+            view.total_steps = event["total_steps"]
         if isinstance(event.get("loss"), (int, float)):
             view.loss = float(event["loss"])
             view.losses.append(view.loss)
@@ -133,6 +135,10 @@ class JobState:
         error["message"] = clip(str(error["message"] or ""), "start", MESSAGE_SHOWN)
         error["traceback"] = clip(str(error["traceback"] or ""), "end")
         view.outcome, view.ended_at, view.error = FAILED, event["time"], error
+
+    def _on_checkpoint(self, view: RankView, event: dict, at: float) -> None:
+        if isinstance(event.get("step"), int):
+            view.checkpoint = (event["step"], str(event.get("path") or ""), event["time"])
 
     def _on_warning(self, view: RankView, event: dict, at: float) -> None:
         self.notices.add(view.rank, str(event.get("kind") or "warning"), str(event.get("message") or ""), at)
@@ -268,6 +274,14 @@ class JobState:
     def total_steps(self) -> int | None:
         """Steps of the whole run, when the ranks said."""
         return next((view.total_steps for view in self.ranks.values() if view.total_steps), None)
+
+    def last_checkpoint(self) -> tuple[int, int, str] | None:
+        """(rank, step, path) of the newest checkpoint any rank wrote, or None."""
+        written = [(view.checkpoint, rank) for rank, view in self.ranks.items() if view.checkpoint is not None]
+        if not written:
+            return None
+        (step, path, _), rank = max(written, key=lambda found: (found[0][0], found[0][2]))
+        return rank, step, path
 
     def eta(self) -> float | None:
         """Seconds to the last step at the recent step rate, or None when unknown."""
