@@ -7,6 +7,7 @@ state, progress line and summary are read from what the ranks wrote.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -15,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from runtime.events import read_events
-from tests.runs import free_port, kinds
+from tests.runs import free_port, kinds, wait_for
+from wizard.monitor.attach import RunFolder, watch_plain
 from wizard.monitor.report import format_summary, progress_line, summarize
-from wizard.monitor.state import FINISHED, JobState
+from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
@@ -82,4 +84,92 @@ def test_the_report_calls_give_the_monitor_steps_loss_throughput_eta_and_checkpo
     assert summary["checkpoint"] == {"rank": 0, "step": 16, "path": f"{tmp_path}/epoch-1.pt"}
     words = format_summary(summary)
     assert f"last checkpoint: step 16, {tmp_path}/epoch-1.pt (rank 0)" in words
-    assert "rank 1 (node 0): finished, step 16, loss " in words
+    assert "rank 1 (node 0): finished (exit 0), step 16, loss " in words
+
+
+TALKER = """
+import os, pathlib, sys, time
+
+def wait(name):
+    deadline = time.monotonic() + 120
+    while not pathlib.Path(name).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+rank = int(os.environ["RANK"])
+print(f"rank {rank} up", flush=True)
+if rank == 1:
+    wait("stop")  # silent, alive: a rank stuck in its own code
+else:
+    while not pathlib.Path("stop").exists():
+        print("working", flush=True)
+        time.sleep(0.1)
+"""
+
+
+def start_shim_ranks(folder: Path, script: str, world_size: int) -> list[subprocess.Popen[bytes]]:
+    """`python -m runtime.userscript script.py` once per rank, as a launcher starts them (run folder folder/run)."""
+    (folder / "script.py").write_text(script)
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "runtime.userscript", "script.py"],
+            cwd=folder,
+            env={
+                **os.environ,
+                "NPU_WIZARD_RUN_DIR": str(folder / "run"),
+                "NPU_WIZARD_HEARTBEAT_S": "0.2",
+                "PYTHONPATH": str(REPO),
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_WORLD_SIZE": str(world_size),
+            },
+            stdout=subprocess.DEVNULL,
+        )
+        for rank in range(world_size)
+    ]
+
+
+def test_a_script_without_steps_is_judged_by_when_it_last_printed(tmp_path: Path) -> None:
+    ranks = start_shim_ranks(tmp_path, TALKER, 2)
+    try:
+        wait_for(lambda: (tmp_path / "run" / "events" / "rank-1.jsonl").is_file(), 60, "rank 1's events")
+        folder = RunFolder(tmp_path / "run", hang_after=1.0)
+
+        def rank_1_stalled_rank_0_long_up() -> float | None:
+            folder.tick()
+            now, started = folder.clock(), folder.state.ranks[0].started_at
+            long_up = started is not None and now - started > 1.5
+            return now if long_up and folder.state.state(1, now) == STALLED else None
+
+        now = wait_for(rank_1_stalled_rank_0_long_up, 60, "rank 1, silent, to be stalled")
+        # rank 0 sent no step either, for longer than the hang timeout, but it prints: it runs
+        assert folder.state.state(0, now) == RUNNING
+        assert "ranks 1 are alive but printed nothing for 1s" in folder.state.hang_report(now)
+        line = progress_line(folder.state, 3.0, now)
+        assert "2 ranks: running 1, stalled 1 | no steps reported; quietest: rank 1, printed " in line
+    finally:
+        (tmp_path / "stop").touch()
+        codes = [rank.wait(timeout=60) for rank in ranks]
+    assert codes == [0, 0]
+    out = io.StringIO()
+    watch_plain(RunFolder(tmp_path / "run"), out=out, poll=0.05)
+    words = out.getvalue()
+    assert "outcome: finished" in words
+    assert "  rank 0 (node 0): finished (exit 0), no step reported, last printed " in words
+    assert "  rank 1 (node 0): finished (exit 0), no step reported, last printed " in words
+
+
+@pytest.mark.slow
+def test_the_summary_names_the_failing_rank_and_quotes_its_traceback(tmp_path: Path) -> None:
+    result = torchrun_script(tmp_path, "ddp_tutorial.py", "--epochs", "3", "--fail-rank", "1")
+    assert result.returncode != 0
+    out = io.StringIO()
+    watch_plain(RunFolder(tmp_path / "run"), out=out, poll=0.05)
+    words = out.getvalue()
+    assert "outcome: failed" in words
+    assert "failure: rank 1 (node 0): RuntimeError: rank 1: the loss went wrong after epoch 0" in words
+    assert "  rank 1 (node 0): failed (exit 1), no step reported, last printed " in words
+    # the last lines of rank 1's log: its traceback as python printed it (torch >= 2.2 puts [rank1]: before each line)
+    quoted = words.split("last lines of rank 1's log:\n", 1)[1]
+    assert 'File "ddp_tutorial.py", line ' in quoted
+    assert quoted.rstrip().endswith("RuntimeError: rank 1: the loss went wrong after epoch 0")
