@@ -18,6 +18,7 @@ import yaml
 
 from wizard.answers import rules
 from wizard.answers.questions import BY_NAME, QUESTIONS
+from wizard.answers.script import args_text
 from wizard.answers.spec import Invalid
 from wizard.answers.strict_yaml import read_document
 from wizard.errors import FILE, NO_VALUE, SHOWN_PROBLEMS, AnswersError, Problem
@@ -180,6 +181,8 @@ def to_context(answers: Answers) -> dict[str, str]:
             text = ""
         elif question.kind == "labels":
             text = ",".join(f"{key}={label}" for key, label in value)
+        elif question.kind == "args":
+            text = args_text(value)  # the one list whose items may hold commas: shell words, split back on load
         elif isinstance(value, tuple):
             text = ",".join(value)
         else:

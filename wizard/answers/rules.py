@@ -16,6 +16,7 @@ from wizard.answers import hardware, hostfile
 from wizard.answers.addresses import is_ip, is_loopback
 from wizard.answers.questions_cluster import HCCL_SLOTS, MASTER_PORT_SPAN
 from wizard.answers.questions_k8s import mount_point_problem
+from wizard.answers.script import is_foreign
 from wizard.errors import Problem
 
 Values = Mapping[str, Any]
@@ -167,6 +168,17 @@ def launcher_available(v: Values) -> Iterator[Problem]:
         )
 
 
+def script_launcher(v: Values) -> Iterator[Problem]:
+    """mp-spawn cannot start the user's own script: only the generated train.py spawns its own ranks."""
+    if v["launcher"] == "mp-spawn" and is_foreign(v["training.script"]):
+        yield _error(
+            "launcher",
+            "mp-spawn",
+            f"mp-spawn needs the script to start its own ranks with torch.multiprocessing, which the generated "
+            f"train.py does and {v['training.script']} cannot be made to; pick torchrun (or torch-npu-run on NPU)",
+        )
+
+
 def versions_pair(v: Values) -> Iterator[Problem]:
     """torch_npu X.Y.Z[.postN] needs torch X.Y.Z."""
     npu, torch = v["environment.torch_npu_version"], v["environment.torch_version"]
@@ -275,6 +287,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("network.master_port", "network.hccl_base_port", "network.hccl_port_count"), ports_apart),
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
+    (("launcher", "training.script"), script_launcher),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
     (("nodes", "cluster.engine"), one_ssh_host_per_node),
     (
