@@ -8,6 +8,7 @@ reported once, at its own field.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from wizard.errors import Problem
 
 Values = Mapping[str, Any]
 EPHEMERAL = (32768, 60999)
+CONFIGMAP_PATH = re.compile(r"[-._a-zA-Z0-9]+(/[-._a-zA-Z0-9]+)*")
 
 
 def _error(field: str, value: object, message: str) -> Problem:
@@ -253,6 +255,14 @@ def kubernetes_settings(v: Values) -> Iterator[Problem]:
             "cpu",
             "the ascend-operator counts WORLD_SIZE in the NPUs a pod asks for, and a CPU job asks for none: "
             "on a cluster use pytorchjob for a CPU trial",
+        )
+    script = v.get("training.script")
+    if script is not None and not CONFIGMAP_PATH.fullmatch(script):
+        yield _error(
+            "training.script",
+            script,
+            "the pods get the project's files from a ConfigMap, whose keys allow only letters, digits, "
+            "'.', '_' and '-': rename the script (and its folders) to those",
         )
     if v.get("cluster.data_host_path") and v.get("cluster.data_pvc"):
         yield _error(
