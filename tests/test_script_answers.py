@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,20 @@ def test_a_foreign_script_project_has_no_generated_train_py(tmp_path: Path) -> N
     assert "train.py" not in own.files and not (own.project_dir / "train.py").exists()
     generated = render(answers(), tmp_path / "generated")
     assert "train.py" in generated.files
+
+
+def test_the_readme_of_a_foreign_project_shows_the_backend_lines_and_the_report_calls(tmp_path: Path) -> None:
+    own = render(answers(training__script="src/my main.py", training__script_args=["--name", "it's"]), tmp_path / "a")
+    readme = (own.project_dir / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    assert len(blocks) == 2
+    for block in blocks:
+        compile(block, "README.md", "exec")  # each snippet is Python a user can paste
+    assert "import torch_npu" in blocks[0] and 'backend = "hccl" if device == "npu" else "gloo"' in blocks[0]
+    assert "from runtime import report" in blocks[1]
+    assert "report.step(step, loss=loss.item(), samples=len(batch))" in blocks[1]
+    assert "report.checkpoint(step, path)" in blocks[1]
+    assert "python -m runtime.userscript 'src/my main.py' --name 'it'\"'\"'s'" in readme
+    assert "the summary names the first rank that failed and quotes the end of its log" in readme
+    generated = (render(answers(), tmp_path / "b").project_dir / "README.md").read_text()
+    assert "## Your script" not in generated and "runtime.userscript" not in generated
