@@ -142,10 +142,10 @@ def step(
 
 
 def checkpoint(step: int, path: str | os.PathLike[str]) -> None:
-    """This rank wrote a checkpoint of `step` to `path`."""
+    """This rank wrote a checkpoint of `step` to `path` (a relative path counts from the working folder)."""
     window = _current()
     if window is not None:
-        window.writer.checkpoint(step=step, path=Path(path))
+        window.writer.checkpoint(step=step, path=Path(os.path.abspath(path)))
 
 
 def flush() -> None:

@@ -89,14 +89,19 @@ def test_a_loss_that_is_no_number_is_left_out(tmp_path: Path, monkeypatch: pytes
     assert found["step"] == 1 and "loss" not in found
 
 
-def test_a_checkpoint_is_an_event(tmp_path: Path) -> None:
+def test_a_checkpoint_is_an_event_with_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     writer = EventWriter(tmp_path, 1)
     try:
         report.checkpoint(40, tmp_path / "epoch-1.pt")
+        report.checkpoint(80, "./ckpt/epoch-2.pt")
     finally:
         writer.close()
-    [saved] = [e for e in events.read_rank_events(writer.path) if e["event"] == "checkpoint"]
-    assert (saved["step"], saved["path"]) == (40, str(tmp_path / "epoch-1.pt"))
+    saved = [e for e in events.read_rank_events(writer.path) if e["event"] == "checkpoint"]
+    assert [(e["step"], e["path"]) for e in saved] == [
+        (40, str(tmp_path / "epoch-1.pt")),
+        (80, str(tmp_path / "ckpt" / "epoch-2.pt")),
+    ]
 
 
 def test_a_new_writer_starts_a_new_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
