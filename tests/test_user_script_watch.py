@@ -29,7 +29,7 @@ from tests.runs import (
     wait_for,
 )
 from wizard.monitor.attach import RunFolder, watch_plain
-from wizard.monitor.report import format_summary, progress_line, summarize
+from wizard.monitor.report import failure_report, format_summary, progress_line, summarize
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
 
 REPO = Path(__file__).resolve().parent.parent
@@ -235,3 +235,43 @@ def test_a_script_whose_rank_3_raises_fails_the_run_with_exit_3_naming_rank_3(tm
     assert (summary["failure"]["rank"], summary["failure"]["kind"]) == (3, "error")
     assert summary["ranks"]["3"]["exit_code"] == 1
     assert any("RuntimeError: rank 3" in line for line in summary["failure"]["log_tail"])
+
+
+SELF_KILLER = """
+import os, pathlib, signal, time
+
+rank = int(os.environ["RANK"])
+print(f"rank {rank} up", flush=True)
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would: no word from the rank itself
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:  # until torchrun stops it
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_rank_is_reported_with_the_signal_its_launcher_saw(tmp_path: Path) -> None:
+    (tmp_path / "run" / "logs").mkdir(parents=True)
+    (tmp_path / "killer.py").write_text(SELF_KILLER)
+    # torchrun's own output into the node's log, as launch/run-node.sh keeps it
+    with (tmp_path / "run" / "logs" / "node-0.log").open("wb") as node_log:
+        code = subprocess.run(
+            [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "runtime.userscript", "killer.py"],
+            cwd=tmp_path,
+            env={**os.environ, "NPU_WIZARD_RUN_DIR": str(tmp_path / "run"), "PYTHONPATH": str(REPO)},
+            stdout=node_log,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        ).returncode
+    assert code != 0
+    state = JobState(2, nodes=1)
+    state.ingest_all(read_events(tmp_path / "run"))
+    assert not kinds(read_events(tmp_path / "run")[1], "error")  # SIGKILL leaves the rank no last word
+    state.vanished(1, state.ranks[1].last_seen or 0.0)  # what `run` does when rank 1's pid is gone
+    failure = state.root_cause()
+    assert failure is not None and (failure.rank, failure.kind) == (1, "vanished")
+    report = failure_report(failure, tmp_path / "run")
+    assert "root cause: rank 1 (node 0): its process " in report
+    expected = "its launcher saw it end with signal 9 (SIGKILL: kill -9 or the OOM killer (dmesg says which))"
+    assert f"{expected} (logs/node-0.log)" in report

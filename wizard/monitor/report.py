@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +70,52 @@ def node_log_reason(run_dir: Path, node: int, lines: int = LOG_TAIL_LINES) -> li
     return preflight or [line for line in text if line.strip()][-lines:]
 
 
+# how a launcher reports a worker's end in its node's log: torchrun (exit code, or minus the signal) and
+# launch/run-node.sh's shell loop (128 + the signal)
+TORCHRUN_EXIT = (
+    re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)"),
+    re.compile(r"exitcode\s*: (-?\d+) \(pid: (\d+)\)"),
+)
+SHELL_EXIT = re.compile(r"\brank (\d+) \(local rank \d+[^)]*\) failed with exit code (\d+)")
+
+
+def launcher_exit(run_dir: Path, failure: Failure) -> str | None:
+    """How the node's launcher saw the failed rank's process end, from its log: `exit code 3`, `signal 9 (SIGKILL)`."""
+    if failure.rank is None or failure.node is None:
+        return None
+    log = run_dir / "logs" / f"node-{failure.node}.log"
+    if not log.is_file():
+        return None
+    with log.open("rb") as handle:
+        handle.seek(max(0, log.stat().st_size - 64 * 1024))
+        text = handle.read().decode(errors="replace")
+    for pattern in TORCHRUN_EXIT:
+        for found in pattern.finditer(text):
+            if failure.pid is not None and int(found.group(2)) == failure.pid:
+                code = int(found.group(1))
+                return _exit_words(-code) if code < 0 else f"exit code {code}"
+    for found in SHELL_EXIT.finditer(text):
+        if int(found.group(1)) == failure.rank:
+            code = int(found.group(2))
+            return _exit_words(code - 128) if code > 128 else f"exit code {code}"
+    return None
+
+
+def _exit_words(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+    why = {"SIGKILL": "kill -9 or the OOM killer (dmesg says which)", "SIGSEGV": "a crash in native code"}
+    return f"signal {signum} ({name}{f': {why[name]}' if name in why else ''})"
+
+
 def failure_report(failure: Failure, run_dir: Path) -> str:
     """The root cause: which rank, what happened, its last log lines and a hint."""
     lines = [f"root cause: {failure.headline()}"]
+    ended = launcher_exit(run_dir, failure) if failure.kind == "vanished" else None
+    if ended:
+        lines.append(f"its launcher saw it end with {ended} (logs/node-{failure.node}.log)")
     if failure.traceback:
         lines += ["traceback (last lines):"] + [f"  {line}" for line in failure.traceback.rstrip().splitlines()[-6:]]
     tail = log_tail(run_dir, failure.rank) if failure.rank is not None else []
