@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ def test_each_window_becomes_one_step_event(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv(report.ENV_REPORT_S, "3600")  # one event, then none until the flush
     monkeypatch.setenv("WORLD_SIZE", "4")
     writer = EventWriter(tmp_path, 2)
+    began = time.perf_counter()
     try:
         report.step(1, loss=torch.tensor(2.0, requires_grad=True) * 1.0, samples=8)
         for step in range(2, 11):
@@ -51,6 +53,7 @@ def test_each_window_becomes_one_step_event(tmp_path: Path, monkeypatch: pytest.
         assert writer.step == 10  # the heartbeats know the newest step at once
         assert [e["step"] for e in step_events(writer)] == [1]
         report.flush()
+        within = time.perf_counter() - began
         first, last = step_events(writer)
     finally:
         writer.close()
@@ -59,9 +62,9 @@ def test_each_window_becomes_one_step_event(tmp_path: Path, monkeypatch: pytest.
     assert (last["step"], last["loss"]) == (10, 10.0) and "total_steps" not in last
     assert last["data_s"] == pytest.approx(sum(0.01 * s for s in range(2, 11)) / 9)
     assert last["forward_s"] == pytest.approx(0.5)
-    # 9 calls x 8 samples on this rank, as the job's rate (x world size 4), as train.py reports it
-    elapsed = last["time"] - first["time"]
-    assert last["samples_per_s"] == pytest.approx(9 * 8 * 4 / elapsed, rel=0.2)
+    # 9 calls x 8 samples on this rank, as the job's rate (x world size 4), as train.py reports it:
+    # over a window shorter than the whole test took
+    assert last["samples_per_s"] >= 9 * 8 * 4 / within
 
 
 def test_total_steps_and_a_zero_interval_write_every_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
