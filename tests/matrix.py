@@ -1,7 +1,8 @@
 """The answer sets the snapshot, lint and cookiecutter tests render.
 
 Together they cover every series, launcher and AMP setting, one node and
-several, every model and dataset.
+several, every model and dataset; the `own-` cases run the user's own script
+(training.script) under every launcher that can start it and every engine.
 """
 
 from __future__ import annotations
@@ -114,6 +115,79 @@ CASES: dict[str, dict[str, Any]] = {
         "network.host_ips": ["127.0.0.1", "127.0.0.1"],
     },
 }
+
+# The user's own script, with arguments a shell would mangle unquoted.
+OWN_SCRIPT = {"training.script": "src/my train.py", "training.script_args": ["--data", "/data/my set", "--tag", "it's"]}
+CASES.update(
+    {
+        "own-cpu-1x2-shell-manual": {
+            "project_name": "own-shell",
+            "device": "cpu",
+            "devices_per_node": 2,
+            "launcher": "shell",
+            "amp": "off",
+            **OWN_SCRIPT,
+        },
+        "own-training-1x8-shell-taskset": {
+            "project_name": "own-taskset",
+            "hardware": "atlas-training",
+            "devices_per_node": 8,
+            "launcher": "shell",
+            "amp": "fp16",
+            "network.host_ips": ["10.0.0.10"],
+            "environment.torch_npu_version": "2.1.0.post6",
+            "environment.torch_version": "2.1.0",
+            "training.script": "main.py",
+        },
+        "own-a2-2x8-torchrun-ssh": {
+            "project_name": "own-ssh",
+            "hardware": "atlas-a2",
+            "nodes": 2,
+            "devices_per_node": 8,
+            "launcher": "torchrun",
+            "amp": "bf16",
+            "network.host_ips": _ips(2),
+            "cluster.engine": "ssh",
+            "cluster.ssh_hosts": ["atlas-a", "atlas-b"],
+            "cluster.remote_dir": "/data/jobs/own-ssh",
+            **OWN_SCRIPT,
+        },
+        "own-a2-2x8-torch-npu-run-slurm": {
+            "project_name": "own-slurm",
+            "hardware": "atlas-a2",
+            "nodes": 2,
+            "devices_per_node": 8,
+            "launcher": "torch-npu-run",
+            "amp": "bf16",
+            "cluster.engine": "slurm",
+            "cluster.partition": "npu",
+            **OWN_SCRIPT,
+        },
+        "own-a3-2x8-torch-launch-ascendjob": {
+            "project_name": "own-acjob",
+            "hardware": "atlas-a3",
+            "nodes": 2,
+            "devices_per_node": 8,
+            "launcher": "torch-launch",
+            "amp": "bf16",
+            "cluster.engine": "ascendjob",
+            "cluster.image": "registry.example.com/ml/pytorch-npu:2.9.0",
+            "training.script": "src/train_mine.py",
+            "training.script_args": ["--data", "/data/my set", "--tag", "it's"],
+        },
+        "own-cpu-2x2-torchrun-pytorchjob": {
+            "project_name": "own-ptjob",
+            "device": "cpu",
+            "nodes": 2,
+            "devices_per_node": 2,
+            "launcher": "torchrun",
+            "amp": "off",
+            "cluster.engine": "pytorchjob",
+            "cluster.image": "registry.example.com/ml/pytorch:2.9.0",
+            "training.script": "train_ddp.py",
+        },
+    }
+)
 
 
 def case_answers(name: str) -> Answers:

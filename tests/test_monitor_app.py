@@ -128,6 +128,28 @@ async def test_the_job_line_has_throughput_and_eta(tmp_path: Path) -> None:
         assert "samples/s" in line and "ETA" in line
 
 
+def own_script_state() -> JobState:
+    """Two ranks of a user's script that sends no steps: rank 0 printed 2 s ago, rank 1 last printed at 960 s (40 s)."""
+    state = JobState(2, hang_after=30, clock=lambda: NOW)
+    for rank in range(2):
+        state.ingest(event(rank, "started", 900.0, node=0, host="host0", pid=100 + rank, world_size=2))
+        silent = 1.0 if rank == 0 else 39.0  # measured at the heartbeat, 1 s before now
+        state.ingest(event(rank, "heartbeat", 999.0, step=0, epoch=0, silent_s=silent))
+    return state
+
+
+async def test_a_script_without_steps_shows_when_each_rank_last_printed(tmp_path: Path) -> None:
+    app = app_for(FakeJob(own_script_state(), tmp_path))
+    async with app.run_test(size=(110, 32)):
+        table = app.query_one(DataTable)
+        assert [str(cell) for cell in table.get_row("0")][2:4] == ["running", "printed 2s ago"]
+        assert [str(cell) for cell in table.get_row("1")][2:4] == ["stalled", "printed 40s ago"]
+        line = str(app.query_one("#job", Static).render())
+        assert "no steps reported; quietest: rank 1, printed 40s ago" in line
+        alert = str(app.query_one("#alert", Static).render())
+        assert "ranks 1 are alive but printed nothing for 30s" in alert
+
+
 async def test_switching_rank_moves_the_plot_and_the_log(tmp_path: Path) -> None:
     app = app_for(fake_job(tmp_path))
     async with app.run_test(size=(110, 32)) as pilot:

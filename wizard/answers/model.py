@@ -18,6 +18,7 @@ import yaml
 
 from wizard.answers import rules
 from wizard.answers.questions import BY_NAME, QUESTIONS
+from wizard.answers.script import args_text
 from wizard.answers.spec import Invalid
 from wizard.answers.strict_yaml import read_document
 from wizard.errors import FILE, NO_VALUE, SHOWN_PROBLEMS, AnswersError, Problem
@@ -176,10 +177,15 @@ def to_context(answers: Answers) -> dict[str, str]:
     context: dict[str, str] = {}
     for question in QUESTIONS:
         value = None if question.name == "network.hostfile" else answers.get(question.name)
-        if value is None:
+        if value is None and question.choices and question.name not in answers.values:
+            # cookiecutter refuses a choice variable outside its choices, even one that does not apply
+            text = question.choices[0].value
+        elif value is None:
             text = ""
         elif question.kind == "labels":
             text = ",".join(f"{key}={label}" for key, label in value)
+        elif question.kind == "args":
+            text = args_text(value)  # the one list whose items may hold commas: shell words, split back on load
         elif isinstance(value, tuple):
             text = ",".join(value)
         else:
@@ -192,4 +198,5 @@ def from_context(context: Mapping[str, Any]) -> Answers:
     """Rebuild answers from template variables (the cookiecutter hooks' path)."""
     raw = {q.name: context[context_key(q.name)] for q in QUESTIONS if context_key(q.name) in context}
     raw = {name: value for name, value in raw.items() if value != "" or BY_NAME[name].optional}
-    return resolve(raw)
+    values, _ = evaluate(raw)  # a question that does not apply still has a context variable: left out
+    return resolve({name: value for name, value in raw.items() if BY_NAME[name].applies(values)})

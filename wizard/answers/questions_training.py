@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from wizard.answers.script import GENERATED_SCRIPT, is_foreign
 from wizard.answers.spec import Choice, Question, Values
+
+
+def _generated(values: Values) -> bool:
+    return not is_foreign(values.get("training.script"))
+
+
+def _foreign(values: Values) -> bool:
+    return is_foreign(values.get("training.script"))
 
 
 def _needs_data_dir(values: Values) -> bool:
@@ -15,6 +24,25 @@ def _without_lr(values: Values) -> bool:
 
 TRAINING_QUESTIONS: tuple[Question, ...] = (
     Question(
+        name="training.script",
+        prompt="Training script",
+        kind="script",
+        default=GENERATED_SCRIPT,
+        step="training",
+        help="The Python file every rank runs, relative to the project folder. train.py is the script "
+        "npu-wizard generates; name your own (e.g. src/main.py) and npu-wizard starts it with the chosen "
+        "launcher and environment instead, and does not write train.py.",
+    ),
+    Question(
+        name="training.script_args",
+        prompt="Script arguments",
+        kind="args",
+        default=(),
+        when=_foreign,
+        step="training",
+        help="Arguments every rank's script gets, before those given to the launch scripts.",
+    ),
+    Question(
         name="training.model",
         prompt="Model",
         kind="choice",
@@ -24,6 +52,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
             Choice("convnet", "ConvNet", "A small convolutional network for 28x28 images (MNIST-shaped)."),
             Choice("resnet18", "ResNet-18", "torchvision's ResNet-18 for image folders (needs torchvision)."),
         ),
+        when=_generated,
         step="training",
         help="The network train.py builds; replace it with your own in train.py.",
     ),
@@ -37,6 +66,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
             Choice("mnist", "MNIST", "MNIST through torchvision, read from data_dir."),
             Choice("imagefolder", "Image folder", "torchvision ImageFolder: one sub-folder per class under data_dir."),
         ),
+        when=_generated,
         step="training",
         help="What train.py trains on.",
     ),

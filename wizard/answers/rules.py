@@ -8,6 +8,7 @@ reported once, at its own field.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -16,10 +17,12 @@ from wizard.answers import hardware, hostfile
 from wizard.answers.addresses import is_ip, is_loopback
 from wizard.answers.questions_cluster import HCCL_SLOTS, MASTER_PORT_SPAN
 from wizard.answers.questions_k8s import mount_point_problem
+from wizard.answers.script import is_foreign
 from wizard.errors import Problem
 
 Values = Mapping[str, Any]
 EPHEMERAL = (32768, 60999)
+CONFIGMAP_PATH = re.compile(r"[-._a-zA-Z0-9]+(/[-._a-zA-Z0-9]+)*")
 
 
 def _error(field: str, value: object, message: str) -> Problem:
@@ -167,6 +170,17 @@ def launcher_available(v: Values) -> Iterator[Problem]:
         )
 
 
+def script_launcher(v: Values) -> Iterator[Problem]:
+    """mp-spawn cannot start the user's own script: only the generated train.py spawns its own ranks."""
+    if v["launcher"] == "mp-spawn" and is_foreign(v["training.script"]):
+        yield _error(
+            "launcher",
+            "mp-spawn",
+            f"mp-spawn needs the script to start its own ranks with torch.multiprocessing, which the generated "
+            f"train.py does and {v['training.script']} cannot be made to; pick torchrun (or torch-npu-run on NPU)",
+        )
+
+
 def versions_pair(v: Values) -> Iterator[Problem]:
     """torch_npu X.Y.Z[.postN] needs torch X.Y.Z."""
     npu, torch = v["environment.torch_npu_version"], v["environment.torch_version"]
@@ -242,6 +256,14 @@ def kubernetes_settings(v: Values) -> Iterator[Problem]:
             "the ascend-operator counts WORLD_SIZE in the NPUs a pod asks for, and a CPU job asks for none: "
             "on a cluster use pytorchjob for a CPU trial",
         )
+    script = v.get("training.script")
+    if script is not None and not CONFIGMAP_PATH.fullmatch(script):
+        yield _error(
+            "training.script",
+            script,
+            "the pods get the project's files from a ConfigMap, whose keys allow only letters, digits, "
+            "'.', '_' and '-': rename the script (and its folders) to those",
+        )
     if v.get("cluster.data_host_path") and v.get("cluster.data_pvc"):
         yield _error(
             "cluster.data_pvc",
@@ -275,6 +297,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("network.master_port", "network.hccl_base_port", "network.hccl_port_count"), ports_apart),
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
+    (("launcher", "training.script"), script_launcher),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
     (("nodes", "cluster.engine"), one_ssh_host_per_node),
     (

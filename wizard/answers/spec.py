@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wizard.answers import hardware
+from wizard.answers import hardware, script
 from wizard.answers.addresses import ZONE, is_ip
 
 Values = Mapping[str, Any]
@@ -73,6 +73,8 @@ class Question:
     def parse(self, raw: Any) -> Any:
         """Turn a raw answer (from YAML or a text field) into a checked value."""
         if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+            if self.kind == "args":
+                return ()  # no arguments
             if self.optional:
                 return None
             raise Invalid(f"a value is required: {self.allowed()}")
@@ -109,6 +111,8 @@ _ALLOWED_TEXT = {
     "k8s_name": "a Kubernetes name: lowercase letters, digits and '-', starting and ending with a letter or digit "
     "(at most 63)",
     "labels": "label pairs key=value, separated by commas (in YAML, a mapping); keys may have a prefix/",
+    "script": "a .py file inside the project, relative to it (train.py: the generated script)",
+    "args": "arguments as a list of strings (typed: one line, split as a shell splits it)",
 }
 
 # Longest accepted text per kind: a value is read by people and shells, never megabytes.
@@ -123,6 +127,7 @@ _MAX_LENGTH = {
     "gres": 256,
     "image": 512,
     "slurm_time": 32,
+    "script": 1024,
 }
 # A time limit Slurm and people read sensibly: a year at most (Slurm itself takes any count of minutes).
 MAX_SLURM_SECONDS = 365 * 24 * 3600
@@ -328,6 +333,26 @@ def _parse_labels(question: Question, raw: Any) -> tuple[tuple[str, str], ...]:
     return tuple((key, str(value)) for key, value in pairs)
 
 
+def _parse_script(question: Question, raw: Any) -> str:
+    try:
+        return script.script_path(raw)
+    except script.Invalid as invalid:
+        raise Invalid(str(invalid)) from None
+
+
+def _parse_args(question: Question, raw: Any) -> tuple[str, ...]:
+    try:
+        args = script.script_args(raw)
+    except script.Invalid as invalid:
+        raise Invalid(str(invalid)) from None
+    for index, arg in enumerate(args, 1):
+        try:
+            refuse_control_characters(arg)
+        except Invalid as invalid:
+            raise Invalid(f"argument {index} {invalid}") from None
+    return args
+
+
 def _parse_version(question: Question, raw: Any) -> str:
     text = str(raw).strip() if isinstance(raw, str | int | float) and not isinstance(raw, bool) else ""
     if hardware.parse_version(text) is None:
@@ -355,6 +380,8 @@ _PARSERS: dict[str, Callable[[Question, Any], Any]] = {
     "image": _parse_pattern(_IMAGE),
     "k8s_name": _parse_pattern(_K8S_NAME),
     "labels": _parse_labels,
+    "script": _parse_script,
+    "args": _parse_args,
 }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,9 @@ def progress_line(state: JobState, elapsed: float, now: float | None = None) -> 
         total = state.total_steps()
         line += f" | step {state.newest_step()}{f'/{total}' if total else ''} loss {newest.loss:.4f}"
         line += f" | {state.throughput():,.0f} samples/s | ETA {duration(state.eta())}"
+    elif (quietest := state.quietest(now)) is not None:
+        # ranks of a script that reports no steps: how long the quietest has printed nothing
+        line += f" | no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
     hung = state.hung(now)
     if hung:
         line += f" | HUNG: rank {', '.join(map(str, hung))}"
@@ -65,9 +70,52 @@ def node_log_reason(run_dir: Path, node: int, lines: int = LOG_TAIL_LINES) -> li
     return preflight or [line for line in text if line.strip()][-lines:]
 
 
+# how a launcher reports a worker's end in its node's log: torchrun (exit code, or minus the signal) and
+# launch/run-node.sh's shell loop (128 + the signal)
+TORCHRUN_EXIT = (
+    re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)"),
+    re.compile(r"exitcode\s*: (-?\d+) \(pid: (\d+)\)"),
+)
+SHELL_EXIT = re.compile(r"\brank (\d+) \(local rank \d+[^)]*\) failed with exit code (\d+)")
+
+
+def launcher_exit(run_dir: Path, failure: Failure) -> str | None:
+    """How the node's launcher saw the failed rank's process end, from its log: `exit code 3`, `signal 9 (SIGKILL)`."""
+    if failure.rank is None or failure.node is None:
+        return None
+    log = run_dir / "logs" / f"node-{failure.node}.log"
+    if not log.is_file():
+        return None
+    with log.open("rb") as handle:
+        handle.seek(max(0, log.stat().st_size - 64 * 1024))
+        text = handle.read().decode(errors="replace")
+    for pattern in TORCHRUN_EXIT:
+        for found in pattern.finditer(text):
+            if failure.pid is not None and int(found.group(2)) == failure.pid:
+                code = int(found.group(1))
+                return _exit_words(-code) if code < 0 else f"exit code {code}"
+    for found in SHELL_EXIT.finditer(text):
+        if int(found.group(1)) == failure.rank:
+            code = int(found.group(2))
+            return _exit_words(code - 128) if code > 128 else f"exit code {code}"
+    return None
+
+
+def _exit_words(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+    why = {"SIGKILL": "kill -9 or the OOM killer (dmesg says which)", "SIGSEGV": "a crash in native code"}
+    return f"signal {signum} ({name}{f': {why[name]}' if name in why else ''})"
+
+
 def failure_report(failure: Failure, run_dir: Path) -> str:
     """The root cause: which rank, what happened, its last log lines and a hint."""
     lines = [f"root cause: {failure.headline()}"]
+    ended = launcher_exit(run_dir, failure) if failure.kind == "vanished" else None
+    if ended:
+        lines.append(f"its launcher saw it end with {ended} (logs/node-{failure.node}.log)")
     if failure.traceback:
         lines += ["traceback (last lines):"] + [f"  {line}" for line in failure.traceback.rstrip().splitlines()[-6:]]
     tail = log_tail(run_dir, failure.rank) if failure.rank is not None else []
@@ -102,8 +150,12 @@ def summarize(
     ended_at: float,
     outcome: str,
     failure: Failure | None = None,
+    run_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """The run's figures as a JSON-ready dict (written to summary.json)."""
+    """The run's figures as a JSON-ready dict (written to summary.json).
+
+    With `run_dir`, the failure keeps the last lines of the failing rank's log (when it is on this node).
+    """
     first_steps = [v.first_step_at for v in state.ranks.values() if v.first_step_at is not None]
     per_rank = {}
     as_of = state.stopping_since or ended_at  # ranks the monitor stopped were fine until then
@@ -116,9 +168,16 @@ def summarize(
             "loss": view.loss,
             "samples_per_s": view.overall_rate,
             "restarts": view.restarts,
+            "exit_code": view.exit_code,
+            "steps_reported": view.steps_reported,
+            # a rank of a script that reports no steps: how long before the end it last printed
+            "printed_s_before_end": None
+            if view.printed_at is None or view.steps_reported
+            else max(0.0, (view.ended_at or as_of) - view.printed_at),
         }
     rates = [r["samples_per_s"] for r in per_rank.values() if r["samples_per_s"] is not None]
     final = state.ranks.get(0)
+    saved = state.last_checkpoint()
     return {
         "outcome": outcome,
         "world_size": state.world_size,
@@ -130,13 +189,15 @@ def summarize(
         "final_loss": final.loss if final is not None else None,
         "steps": state.newest_step(),
         "restarts": max((view.restarts for view in state.ranks.values()), default=0),
+        "checkpoint": None if saved is None else {"rank": saved[0], "step": saved[1], "path": saved[2]},
         "ranks": per_rank,
-        "failure": None if failure is None else _failure_dict(failure),
+        "failure": None if failure is None else _failure_dict(failure, run_dir),
         "warnings": state.notices.as_dicts(),
     }
 
 
-def _failure_dict(failure: Failure) -> dict[str, Any]:
+def _failure_dict(failure: Failure, run_dir: Path | None) -> dict[str, Any]:
+    tail = log_tail(run_dir, failure.rank) if run_dir is not None and failure.rank is not None else []
     return {
         "rank": failure.rank,
         "node": failure.node,
@@ -144,6 +205,7 @@ def _failure_dict(failure: Failure) -> dict[str, Any]:
         "summary": failure.summary,
         "time": failure.time,
         "hint": str(failure.hint) if failure.hint else None,
+        "log_tail": tail,
     }
 
 
@@ -158,16 +220,24 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"restarts {summary.get('restarts', 0)}",
         f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
         f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
-        "per rank:",
     ]
+    saved = summary.get("checkpoint")
+    if saved:
+        lines.append(f"last checkpoint: step {saved['step']}, {saved['path']} (rank {saved['rank']})")
+    lines.append("per rank:")
     for rank, info in summary.get("ranks", {}).items():
+        code = info.get("exit_code")
+        head = f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}"
+        head += "" if code is None else f" (exit {code})"
+        printed = info.get("printed_s_before_end")
+        if info.get("steps_reported") is False and printed is not None:
+            said = f"last printed {duration(printed)} before the end"
+            lines.append(f"{head}, no step reported, {said}, restarts {info.get('restarts', 0)}")
+            continue
         rank_rate = info.get("samples_per_s")
         shown_rate = f"{rank_rate:,.0f} samples/s" if rank_rate else "- samples/s"
         shown_loss = f"loss {info['loss']:.4f}" if isinstance(info.get("loss"), (int, float)) else "loss -"
-        lines.append(
-            f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}, step {info.get('step')}, "
-            f"{shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}"
-        )
+        lines.append(f"{head}, step {info.get('step')}, {shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}")
     warnings = summary.get("warnings") or []
     if warnings:
         lines.append("warnings:")
@@ -184,6 +254,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         if failure.get("hint"):
             lines.append(f"hint: {failure['hint']}")
     return "\n".join(lines)
+
+
+def failure_log_lines(summary: dict[str, Any]) -> list[str]:
+    """The last lines of the failing rank's log a summary keeps, as printed under it."""
+    failure = summary.get("failure") or {}
+    tail = failure.get("log_tail") or []
+    if not tail:
+        return []
+    return [f"last lines of rank {failure.get('rank')}'s log:", *(f"  | {line}" for line in tail)]
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

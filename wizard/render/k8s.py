@@ -19,6 +19,7 @@ import yaml
 from wizard.answers.model import Answers
 from wizard.answers.questions_cluster import OPERATOR_MASTER_PORTS
 from wizard.answers.questions_k8s import DRIVER_DIR, SOURCE_DIR, WORKSPACE, data_mount_point, pod_project_path
+from wizard.answers.script import is_foreign
 from wizard.errors import WizardError
 
 ENGINES = ("ascendjob", "pytorchjob")
@@ -211,9 +212,15 @@ def configmap_name(answers: Answers) -> str:
     return f"{job_name(answers['project_name'])}-project"
 
 
-def project_files(project: Path) -> list[str]:
-    """The files a pod needs, relative to the project: the Python sources, the launch scripts, the answers."""
+def project_files(project: Path, script: str | None = None) -> list[str]:
+    """The files a pod needs, relative to the project: the Python sources, the launch scripts, the answers.
+
+    The user's own `script` (training.script) is listed even before it exists: the manifest mounts it by name,
+    and the ConfigMap carries it once it is there.
+    """
     names = [p.name for p in sorted(project.glob("*.py"))]
+    if is_foreign(script) and script not in names:
+        names.append(script)
     names += [p.relative_to(project).as_posix() for p in sorted((project / "runtime").rglob("*.py"))]
     names += [p.relative_to(project).as_posix() for p in sorted((project / "launch").glob("*.sh"))]
     names += [name for name in ("requirements.txt", "answers.yaml") if (project / name).is_file()]
@@ -227,8 +234,8 @@ def configmap_key(path: str) -> str:
 
 def configmap(answers: Answers, project: Path) -> dict[str, Any]:
     """The ConfigMap with the project's files, each mounted back at its own path."""
-    files = project_files(project)
-    data = {configmap_key(name): (project / name).read_bytes().decode() for name in files}
+    files = project_files(project, answers["training.script"])
+    data = {configmap_key(name): (project / name).read_bytes().decode() for name in files if (project / name).exists()}
     size = sum(len(text.encode()) for text in data.values())
     if size > CONFIGMAP_LIMIT:
         raise ConfigMapTooLarge(
@@ -306,7 +313,7 @@ def write_manifests(project: Path, answers: Answers) -> list[str]:
     """Write the job manifest and the project ConfigMap into `project/k8s`; return their paths."""
     engine = answers["cluster.engine"]
     (project / "k8s").mkdir(exist_ok=True)
-    files = project_files(project)
+    files = project_files(project, answers["training.script"])
     job = with_items(job_manifest(answers), files)
     job_file = manifest_file(engine)
     (project / job_file).write_text(

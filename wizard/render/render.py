@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wizard.answers.model import Answers, load_text, to_context
+from wizard.answers.script import is_foreign
 from wizard.answers.source import read_answers_text
 from wizard.answers.spec import shorten
 from wizard.errors import FILE, NO_VALUE, Problem, RenderError, TargetError, WizardError
@@ -151,6 +152,9 @@ def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None) 
 def _data_dirs(answers: Answers, target: Path) -> list[tuple[str, str]]:
     """The data folders of the new answers and of the project being replaced (its answers.yaml, if readable)."""
     found = [(answers.get("training.data_dir"), "the new answers")]
+    script = answers["training.script"]
+    if is_foreign(script):  # the user's own code moves with the data: --force replaces only npu-wizard's files
+        found.append((script.split("/", 1)[0], "the folder of your script training.script"))
     answers_file = target / "answers.yaml"
     if answers_file.exists():  # a file that cannot be read (a FIFO, not UTF-8, over 4 MiB) is refused, not skipped
         try:

@@ -36,12 +36,18 @@ def _ansi_c(char: str) -> str:
     return char
 
 
+def shell_words(text: object) -> list[str]:
+    """A context value that carries a list as shell words (training.script_args) back as the list."""
+    return shlex.split(str(text))
+
+
 class ShellQuote(Extension):
-    """Jinja extension that adds the `sh` filter (for cookiecutter's `_extensions`)."""
+    """Jinja extension that adds the `sh` and `shell_words` filters (for cookiecutter's `_extensions`)."""
 
     def __init__(self, environment: jinja2.Environment) -> None:
         super().__init__(environment)
         environment.filters["sh"] = sh
+        environment.filters["shell_words"] = shell_words
 
 
 def template_environment() -> jinja2.Environment:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wizard.answers.model import Answers
+from wizard.answers.script import is_foreign
 from wizard.render import k8s
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import run_command
@@ -169,8 +170,11 @@ class KubernetesEngine(Engine):
                 f"{' '.join(launch.train_args)}: the {self.name} engine runs the manifest's command as it is; "
                 "add arguments to launch/entry.sh's command in the manifest, or run without them"
             )
+        script = launch.answers["training.script"]
+        if is_foreign(script) and not (launch.project / script).is_file():
+            raise EngineError(f"{launch.project / script} is missing: put your script there (training.script)")
         listed = k8s.listed_files(k8s.load_manifest(manifest))
-        current = k8s.project_files(launch.project)
+        current = k8s.project_files(launch.project, launch.answers["training.script"])
         if set(listed) != set(current):
             differ = sorted(set(listed) ^ set(current))
             raise EngineError(

@@ -1,4 +1,11 @@
 #!/usr/bin/env bash
+{%- set foreign = cookiecutter.script != "train.py" %}
+{%- if foreign %}
+{#- The user's own script runs under runtime/userscript.py, which records the rank as train.py does. #}
+{%- set program = "-m runtime.userscript " ~ ([cookiecutter.script] + cookiecutter.script_args|shell_words)|map("sh")|join(" ") %}
+{%- else %}
+{%- set program = "train.py --launcher " ~ cookiecutter.launcher %}
+{%- endif %}
 {%- if cookiecutter.engine in ["slurm", "ascendjob", "pytorchjob"] %}
 # {{ cookiecutter.project_name|sh }}: what every node runs. launch/entry.sh finds which node this is and runs it.
 {%- else %}
@@ -26,7 +33,13 @@
 #              here: HCCL_SOCKET_IFNAME names the NIC instead{% endif %}
 # Everything else about the job is fixed below, from the answers.
 #
+{%- if foreign %}
+# Your script {{ cookiecutter.script|sh }} runs on every rank through runtime/userscript.py
+# (which records the rank's start, log and end for npu-wizard run). Arguments go to the
+# script, after those of the answers (training.script_args).
+{%- else %}
 # Arguments go to train.py (e.g. --epochs 1).
+{%- endif %}
 # Environment overrides: MASTER_PORT, NPU_WIZARD_RUN_DIR (default runs/latest),
 # PYTHON (default python3), CANN_SET_ENV, NPU_WIZARD_STOP_GRACE (seconds ranks
 # get between TERM and KILL, default 5).
@@ -51,6 +64,11 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PROJECT_DIR="$(pwd)"
+{%- if foreign %}
+# The project first on the path: `from runtime import report` works in your script and
+# in every process it starts.
+export PYTHONPATH="$PROJECT_DIR${PYTHONPATH:+:$PYTHONPATH}"
+{%- endif %}
 
 # ---- who is who ---------------------------------------------------------------
 export NODE_RANK
@@ -101,7 +119,11 @@ export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 {%- if task_queue %}
 {%- if cookiecutter.hardware == "atlas-training" %}
 # Operator dispatch pipelined in two stages (level 2); on this series only with binary
+{%- if foreign %}
+# kernels: your script selects them with torch_npu.npu.set_compile_mode(jit_compile=False).
+{%- else %}
 # kernels, which train.py selects (jit_compile=False).
+{%- endif %}
 {%- else %}
 # Operator dispatch pipelined in two stages (level 2); peak memory may rise a little.
 {%- endif %}
@@ -292,11 +314,11 @@ for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     if ((pin)); then
         cores="$((local_rank * cores_per_rank))-$((local_rank * cores_per_rank + cores_per_rank - 1))"
         start_child "rank $RANK (local rank $LOCAL_RANK, cores $cores)" taskset -c "$cores" \
-            "${PYTHON:-python3}" train.py --launcher shell "$@"
+            "${PYTHON:-python3}" {{ program }} "$@"
         continue
     fi
 {%- endif %}
-    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" train.py --launcher shell "$@"
+    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" {{ program }} "$@"
 done
 echo "node $NODE_RANK: started ranks $((NODE_RANK * NPROC_PER_NODE))-$((NODE_RANK * NPROC_PER_NODE + NPROC_PER_NODE - 1)) of $WORLD_SIZE"
 {%- elif cookiecutter.launcher == "mp-spawn" %}
@@ -310,16 +332,16 @@ launch_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPRO
 # Look for the module's file without importing torch (fast, and works before CANN is set up).
 if "${PYTHON:-python3}" -c 'import importlib.util as u, os, sys; s = u.find_spec("torch"); sys.exit(0 if s is None or os.path.exists(os.path.join(os.path.dirname(s.origin), "distributed", "launch.py")) else 1)'; then
     start_child "torch.distributed.launch" "${PYTHON:-python3}" -m torch.distributed.launch "${launch_args[@]}" \
-        train.py --launcher torch-launch "$@"
+        {{ program }} "$@"
 else
     echo "node $NODE_RANK: torch.distributed.launch is gone from this torch; using torchrun with the same flags"
-    start_child "torchrun" torchrun "${launch_args[@]}" train.py --launcher torch-launch "$@"
+    start_child "torchrun" torchrun "${launch_args[@]}" {{ program }} "$@"
 fi
 {%- elif cookiecutter.launcher == "torchrun" %}
 start_child "torchrun" torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \
     --max-restarts "${NPU_WIZARD_MAX_RESTARTS:-0}" \
-    train.py --launcher torchrun "$@"
+    {{ program }} "$@"
 {%- else %}
 run_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE"
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT"
@@ -335,10 +357,10 @@ if command -v torch_npu_run >/dev/null 2>&1; then
     torch_npu_release={{ cookiecutter.torch_npu_version|sh }}
     echo "node $NODE_RANK: NOTE: torch_npu $torch_npu_release has no --enable_tiered_parallel_tcpstore (2.1.0.post12, 2.3.1.post6, 2.4.0.post4, 2.5.1 and later do): every rank connects to the master's store itself"
 {%- endif %}
-    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" train.py --launcher torch-npu-run "$@"
+    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" {{ program }} "$@"
 else
     echo "node $NODE_RANK: torch_npu_run not found (torch_npu not installed: CPU simulation?); using torchrun with the same flags"
-    start_child "torchrun" torchrun "${run_args[@]}" train.py --launcher torch-npu-run "$@"
+    start_child "torchrun" torchrun "${run_args[@]}" {{ program }} "$@"
 fi
 {%- endif %}
 

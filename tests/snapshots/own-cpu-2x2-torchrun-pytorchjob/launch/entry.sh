@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# own-ptjob: the entry script every node runs under pytorchjob.
+# Each pod of k8s/pytorchjob.yaml runs it, from a copy of the project that
+# the pod takes from the ConfigMap in k8s/project.yaml.
+#
+# The engine's variables mean other things than the launcher's (SLURM_PROCID is not a
+# rank here): this script turns them into NODE_RANK, NODE_ADDR (HCCL_IF_IP), MASTER_ADDR,
+# MASTER_PORT and HCCL_IF_BASE_PORT, checks them, and runs launch/run-node.sh, the launch
+# script every node shares, which starts train_ddp.py on every rank. Anything unexpected stops the node here, with the reason.
+#
+# Ports: each pod has a network namespace of its own: MASTER_PORT is the operator's, the
+# HCCL ports start at 60000 as rendered.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+fail() {
+    echo "launch/entry.sh: $*" >&2
+    exit 2
+}
+
+whole_number() {
+    [[ "$1" =~ ^[0-9]+$ ]]
+}
+
+EXPECTED_NODES=2
+NPROC_PER_NODE=2
+
+# ---- Kubeflow PyTorchJob -------------------------------------------------------------
+# The training operator sets PET_NNODES (pods), PET_NODE_RANK (this pod's index),
+# PET_NPROC_PER_NODE (nprocPerNode), MASTER_ADDR/MASTER_PORT (the Master pod's service);
+# RANK is the pod index and WORLD_SIZE pods x nprocPerNode: not torchrun's meanings.
+for name in PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE MASTER_ADDR MASTER_PORT; do
+    [[ -n "${!name:-}" ]] || fail "$name is not set: run this in a pod of the PyTorchJob (kubectl apply -f k8s/)"
+done
+whole_number "$PET_NNODES" ||
+    fail "PET_NNODES='$PET_NNODES' is not a node count (an elastic range min:max is not supported: drop elasticPolicy)"
+whole_number "$PET_NODE_RANK" || fail "PET_NODE_RANK='$PET_NODE_RANK' is not a node rank"
+whole_number "$PET_NPROC_PER_NODE" ||
+    fail "PET_NPROC_PER_NODE='$PET_NPROC_PER_NODE' is not a process count (set nprocPerNode to a number, not auto)"
+if [[ -n "${LOCAL_RANK:-}" ]] && ! whole_number "$LOCAL_RANK"; then
+    fail "LOCAL_RANK='$LOCAL_RANK' is not an integer; the launcher wants one per process and sets it itself"
+fi
+node_rank="$PET_NODE_RANK"
+node_count="$PET_NNODES"
+pod_devices="$PET_NPROC_PER_NODE"
+# torchrun takes PET_* as defaults for its flags: launch/run-node.sh passes every one it needs.
+unset PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT
+if ((pod_devices != NPROC_PER_NODE)); then
+    fail "this pod runs $pod_devices process(es) but the project was rendered for $NPROC_PER_NODE per node: render again with devices_per_node: $pod_devices"
+fi
+whole_number "$MASTER_PORT" || fail "MASTER_PORT='$MASTER_PORT' is not a port"
+# Every launcher sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE for each process it
+# starts: the operator's values (meaning other things) must not reach the ranks.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE
+master="$MASTER_ADDR"
+# Each pod has its own network namespace: the operator's port and the HCCL ports as rendered.
+master_port="$MASTER_PORT"
+hccl_base=60000
+job="pod $(hostname)"
+
+# ---- checks every engine shares ------------------------------------------------------
+if ((node_count != EXPECTED_NODES)); then
+    fail "the job has $node_count node(s) but this project was rendered for $EXPECTED_NODES: ask the engine for $EXPECTED_NODES, or render again with nodes: $node_count"
+fi
+((node_rank < node_count)) || fail "node rank $node_rank is not below the node count $node_count"
+if [[ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
+    [[ "$ASCEND_RT_VISIBLE_DEVICES" =~ ^[0-9]+(,[0-9]+)*$ ]] ||
+        fail "ASCEND_RT_VISIBLE_DEVICES='$ASCEND_RT_VISIBLE_DEVICES' is not a list of device numbers"
+    visible="$(awk -F, '{ print NF }' <<<"$ASCEND_RT_VISIBLE_DEVICES")"
+    if ((visible < NPROC_PER_NODE)); then
+        fail "this node sees $visible device(s) ($ASCEND_RT_VISIBLE_DEVICES) but runs $NPROC_PER_NODE rank(s): ask the engine for $NPROC_PER_NODE devices per node"
+    fi
+fi
+# A new Service's name can take a while to resolve: keep asking (NPU_WIZARD_RESOLVE_WAIT seconds).
+master_ip=""
+for _ in $(seq 1 "${NPU_WIZARD_RESOLVE_WAIT:-120}"); do
+    master_ip="$(getent ahosts "$master" | awk 'NR == 1 { print $1 }')"
+    [[ -z "$master_ip" ]] || break
+    sleep 1
+done
+[[ -n "$master_ip" ]] || fail "cannot resolve the master node '$master' on $(hostname)"
+# This node's address for HCCL: the one its route to the master leaves from.
+if ! route="$(ip -o route get "$master_ip" 2>&1)"; then
+    fail "no route from $(hostname) to the master $master_ip: $route"
+fi
+own_ip="$(sed -n 's/.* src \([^ ]*\).*/\1/p' <<<"$route")"
+[[ -n "$own_ip" ]] || fail "cannot tell this node's address towards the master from: $route"
+
+export NODE_RANK="$node_rank"
+export MASTER_ADDR="$master_ip"
+export MASTER_PORT="$master_port"
+export NODE_ADDR="$own_ip"
+export HCCL_IF_BASE_PORT="$hccl_base"
+echo "entry: $job node $NODE_RANK of $node_count on $(hostname): master $MASTER_ADDR:$MASTER_PORT, HCCL_IF_IP $NODE_ADDR, HCCL ports from $HCCL_IF_BASE_PORT"
+exec bash launch/run-node.sh "$@"

@@ -1,0 +1,150 @@
+"""Every launch path starts the user's own script through `-m runtime.userscript`, with its arguments intact.
+
+The launch scripts run for real under bash, with the real torchrun and
+torch.distributed.launch (and the torchrun fallbacks of torch-npu-run and of a
+torch without distributed/launch.py). The project's runtime/userscript.py is
+replaced by a recording double (`USERSCRIPT_DOUBLE`): these tests pin what the
+launchers hand the shim (argv, environment, working folder), not the shim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.runs import free_port
+from tests.test_launch_scripts import project_answers, run_node, script_env
+from wizard.answers.model import resolve
+from wizard.errors import AnswersError
+from wizard.render.k8s import refresh_configmap
+from wizard.render.render import render
+
+# Stands in for runtime/userscript.py: records what each rank was started with.
+USERSCRIPT_DOUBLE = """\
+import json, os, sys
+rank = os.environ.get("RANK", "?")
+with open(os.path.join(os.environ["FAKE_RECORD"], f"rank-{rank}.json"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(),
+               "cpus": sorted(os.sched_getaffinity(0))}, f)
+"""
+SCRIPT = "src/my train.py"
+ARGS = ["--data", "/data/my set", "--tag", "it's", "--empty", ""]
+EXPECTED_ARGV = [SCRIPT, *ARGS, "--epochs", "1"]
+# A python that says torch has no distributed/launch.py: run-node.sh then falls back to torchrun.
+NO_LAUNCH_PY = """\
+#!/usr/bin/env bash
+if [[ "$1" == -c ]]; then exit 1; fi
+exec {python} "$@"
+"""
+
+
+def own_project(tmp_path: Path, **overrides: object) -> Path:
+    """A CPU project on loopback (1 node x 2 ranks) that runs SCRIPT with ARGS, the shim replaced by the double."""
+    raw = project_answers(**{"training.script": SCRIPT, "training.script_args": ARGS, **overrides})
+    project = render(resolve(raw), tmp_path / "out").project_dir
+    (project / "runtime" / "userscript.py").write_text(USERSCRIPT_DOUBLE)
+    return project
+
+
+def run_ranks(project: Path, tmp_path: Path, **extra: str) -> list[dict]:
+    """Run node 0 with `--epochs 1`; return what ranks 0 and 1 recorded."""
+    record = tmp_path / "record"
+    record.mkdir()
+    env = script_env(
+        record,
+        NPU_WIZARD_SKIP_PREFLIGHT="1",
+        NPU_WIZARD_RUN_DIR=str(tmp_path / "run"),
+        MASTER_PORT=str(free_port()),
+        **extra,
+    )
+    env["PYTHONPATH"] = "/inherited/path"
+    done = run_node(project, 0, env, "--epochs", "1", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [json.loads((record / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.mark.parametrize("launcher", ["shell", "torchrun", "torch-npu-run", "torch-launch"])
+def test_every_launcher_starts_the_users_script_through_the_shim_with_its_arguments(
+    launcher: str, tmp_path: Path
+) -> None:
+    project = own_project(tmp_path, launcher=launcher)
+    ranks = run_ranks(project, tmp_path)
+    for rank, seen in enumerate(ranks):
+        argv = [arg for arg in seen["argv"] if not arg.startswith("--local-rank=")]  # torch.distributed.launch's
+        assert argv == EXPECTED_ARGV
+        env = seen["env"]
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == (str(rank), str(rank), "2")
+        assert (env["LOCAL_WORLD_SIZE"], env["MASTER_ADDR"]) == ("2", "127.0.0.1")
+        assert env["PYTHONPATH"] == f"{project}:/inherited/path"
+        assert seen["cwd"] == str(project) and not (project / "train.py").exists()
+
+
+def test_torch_launch_falls_back_to_torchrun_with_the_same_script_and_arguments(tmp_path: Path) -> None:
+    project = own_project(tmp_path, launcher="torch-launch")
+    python = tmp_path / "python-without-launch"
+    python.write_text(NO_LAUNCH_PY.format(python=os.path.realpath(sys.executable)))
+    python.chmod(0o755)
+    ranks = run_ranks(project, tmp_path, PYTHON=str(python))
+    assert [seen["argv"] for seen in ranks] == [EXPECTED_ARGV, EXPECTED_ARGV]
+
+
+def test_the_shell_loop_pins_each_rank_of_the_users_script_with_taskset(tmp_path: Path) -> None:
+    # torch_npu 2.1.0.post6 predates CPU_AFFINITY_CONF: the loop pins ranks itself (device npu, no NPU needed here).
+    project = own_project(
+        tmp_path,
+        launcher="shell",
+        device="npu",
+        hardware="atlas-training",
+        amp="fp16",
+        **{"environment.torch_npu_version": "2.1.0.post6", "environment.torch_version": "2.1.0"},
+    )
+    ranks = run_ranks(project, tmp_path)
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        pytest.skip("taskset pins one core per rank: needs 2 cores")
+    share = cores // 2
+    assert [seen["cpus"] for seen in ranks] == [list(range(0, share)), list(range(share, 2 * share))]
+    assert [seen["argv"] for seen in ranks] == [EXPECTED_ARGV, EXPECTED_ARGV]
+
+
+def test_force_replacement_keeps_the_users_script_and_its_folder(tmp_path: Path) -> None:
+    answers = resolve(project_answers(**{"training.script": "src/main.py"}))
+    project = render(answers, tmp_path).project_dir
+    (project / "src").mkdir()
+    (project / "src" / "main.py").write_text("from model import Net\n")
+    (project / "src" / "model.py").write_text("class Net: ...\n")
+    render(answers, tmp_path, force=True)
+    assert (project / "src" / "main.py").read_text() == "from model import Net\n"
+    assert (project / "src" / "model.py").read_text() == "class Net: ...\n"
+
+
+def test_the_kubernetes_configmap_carries_the_users_script_once_it_exists(tmp_path: Path) -> None:
+    raw = project_answers(
+        nodes=2,
+        **{
+            "network.host_ips": ["127.0.0.1", "127.0.0.1"],
+            "cluster.engine": "pytorchjob",
+            "cluster.image": "registry.example.com/ml/pytorch:2.9.0",
+            "training.script": "src/train_mine.py",
+        },
+    )
+    answers = resolve(raw)
+    project = render(answers, tmp_path).project_dir
+    assert "path: src/train_mine.py" in (project / "k8s" / "pytorchjob.yaml").read_text()
+    assert "src.train_mine.py" not in (project / "k8s" / "project.yaml").read_text()
+    (project / "src").mkdir()
+    (project / "src" / "train_mine.py").write_text("print('mine')\n")
+    refresh_configmap(project, answers)  # as `npu-wizard run` does before it submits
+    assert "src.train_mine.py: |\n    print('mine')" in (project / "k8s" / "project.yaml").read_text()
+
+
+def test_a_kubernetes_script_name_must_fit_a_configmap_key() -> None:
+    raw = project_answers(**{"cluster.engine": "pytorchjob", "cluster.image": "registry.example.com/ml/pytorch:2.9.0"})
+    with pytest.raises(AnswersError) as caught:
+        resolve({**raw, "training.script": "src/my train.py"})
+    assert [p.field for p in caught.value.problems] == ["training.script"]
+    assert "ConfigMap, whose keys allow only letters, digits, '.', '_' and '-'" in caught.value.problems[0].message
