@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,11 @@ def events_path(run_dir: Path, rank: int) -> Path:
 _recording: EventWriter | None = None  # this process's open writer, for warn()
 
 
+def current_writer() -> EventWriter | None:
+    """This process's open EventWriter, or None when it records no events."""
+    return _recording
+
+
 def warn(message: str, kind: str) -> None:
     """Print `message` on stderr and, while this rank records events, send it as a warning.
 
@@ -88,6 +93,7 @@ class EventWriter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._beat_fields: Callable[[], dict[str, Any]] | None = None
         self.step = 0
         self.epoch = 0
         self._publisher = status.publisher_from_env(rank)
@@ -163,7 +169,7 @@ class EventWriter:
         """The rank finished training."""
         return self.emit("finished", step=self.step, epoch=self.epoch, **extra)
 
-    def error(self, error: BaseException) -> Event:
+    def error(self, error: BaseException, **extra: Any) -> Event:
         """The rank failed: exception type, message and traceback."""
         # bounded, so the event stays one readable line on the status stream; the log has it all
         return self.emit(
@@ -172,6 +178,7 @@ class EventWriter:
             message=clip(str(error), keep="start"),
             traceback=clip("".join(traceback.format_exception(error)), keep="end"),
             step=self.step,
+            **extra,
         )
 
     def warning(self, message: str, kind: str) -> Event:
@@ -183,10 +190,18 @@ class EventWriter:
             step=self.step,
         )
 
-    def start_heartbeat(self, interval_s: float) -> None:
-        """Write a heartbeat every `interval_s` seconds from a daemon thread."""
+    def start_heartbeat(
+        self,
+        interval_s: float,
+        fields: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        """Write a heartbeat every `interval_s` seconds from a daemon thread.
+
+        `fields`, when given, is called for each heartbeat and adds what it returns.
+        """
         if interval_s <= 0 or self._heartbeat is not None:
             return
+        self._beat_fields = fields
         self._heartbeat = threading.Thread(
             target=self._beat,
             args=(interval_s,),
@@ -197,7 +212,8 @@ class EventWriter:
 
     def _beat(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
-            self.emit("heartbeat", step=self.step, epoch=self.epoch)
+            extra = self._beat_fields() if self._beat_fields is not None else {}
+            self.emit("heartbeat", step=self.step, epoch=self.epoch, **extra)
 
     @contextmanager
     def recording(self) -> Iterator[EventWriter]:
@@ -395,6 +411,7 @@ def tee_output(
         return None
     log = Path(run_dir) / "logs" / f"rank-{rank}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()  # there at once, and its time is now: when the rank last printed counts from here
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()

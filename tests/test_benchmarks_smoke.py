@@ -48,6 +48,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["throughput without monitor:", "throughput with monitor:", "target >= 98%", "monitor (npu-wizard run):"],
     ),
+    "report_hook_overhead.py": (
+        ["--smoke"],
+        ["CPU demo step, bare loop:", "report.step per call", "the < 2% target", "A/A noise floor"],
+    ),
     "render_scale.py": (["--smoke"], ["baseline: the 8-node render", "bytes per added node:", "16 nodes: "]),
     "render_vs_accelerate.py": (["--smoke"], ["npu-wizard --answers cpu-demo.yaml: median", "without its template"]),
     "status_stream_scale.py": (

@@ -25,7 +25,9 @@ RUNTIME_TESTS = [
     "tests/test_runtime_device.py",
     "tests/test_runtime_distributed.py",
     "tests/test_runtime_events.py",
+    "tests/test_runtime_report.py",
     "tests/test_runtime_schedule.py",
+    "tests/test_runtime_userscript.py",
 ]
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
 from wizard.monitor.ranks import where
-from wizard.monitor.report import duration, format_summary, log_tail
+from wizard.monitor.report import duration, failure_log_lines, format_summary, log_tail
 from wizard.monitor.source import JobSource, RunningJob
 from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState
 from wizard.stopping import stop_signals_raise
@@ -137,11 +137,14 @@ class MonitorApp(App[str | None]):
                 continue
             rank_state = state.state(rank, now)
             beat = f"{now - view.last_seen:.0f}s" if view.last_seen and view.outcome is None else "-"
+            shown_step = str(view.step)
+            if not view.steps_reported and view.printed_at is not None and view.outcome is None:
+                shown_step = f"printed {max(0.0, now - view.printed_at):.0f}s ago"  # a script that reports no steps
             cells = (
                 str(rank),
                 "?" if view.node is None else str(view.node),
                 rank_state,
-                str(view.step),
+                shown_step,
                 "-" if view.loss is None else f"{view.loss:.4f}",
                 "-" if view.samples_per_s is None or view.outcome else f"{view.samples_per_s:,.0f}",
                 beat,
@@ -158,7 +161,13 @@ class MonitorApp(App[str | None]):
     def _job_line(self, state: JobState, now: float) -> str:
         total = state.total_steps()
         step = f"step {state.newest_step()}{f'/{total}' if total else ''}"
+        quietest = state.quietest(now)
+        if quietest is not None and not any(view.steps_reported for view in state.ranks.values()):
+            step = f"no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
         head = f"{self.job_title}  |  {duration(now - self.source.started_at)}  |  {step}"
+        saved = state.last_checkpoint()
+        if saved is not None:
+            head += f"  |  checkpoint at step {saved[1]}"
         if self.source.outcome is not None:
             return f"{head}  |  {self.source.outcome.upper()} (q to quit)"
         return f"{head}  |  {state.throughput():,.0f} samples/s  |  ETA {duration(state.eta())}"
@@ -296,3 +305,5 @@ def monitor_live(folder: object) -> None:
     MonitorApp(folder, title=f"{folder.run_dir}", owns_job=False).run()
     if folder.summary is not None:
         print(format_summary(folder.summary))
+        for line in failure_log_lines(folder.summary):
+            print(line)

@@ -14,7 +14,7 @@ from typing import TextIO
 from runtime.events import EventFollower
 from wizard.errors import TargetError
 from wizard.monitor import procs
-from wizard.monitor.report import SUMMARY_FILE, format_summary, progress_line, summarize
+from wizard.monitor.report import SUMMARY_FILE, failure_log_lines, format_summary, progress_line, summarize
 from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
 
 RUN_FILE = "run.json"
@@ -87,7 +87,11 @@ class RunFolder:
         elif self.runner_pid is not None and not procs.is_alive(self.runner_pid):
             self.outcome, self.ended_at = "abandoned", _last_time(self.state) or self.clock()
             self.summary = summarize(
-                self.state, started_at=self.started_at, ended_at=self.ended_at, outcome=self.outcome
+                self.state,
+                started_at=self.started_at,
+                ended_at=self.ended_at,
+                outcome=self.outcome,
+                run_dir=self.run_dir,
             )
         elif self.runner_pid is None and (self.state.finished() or self.state.root_cause()):
             self.outcome = "finished" if self.state.finished() else "failed"
@@ -98,6 +102,7 @@ class RunFolder:
                 ended_at=self.ended_at,
                 outcome=self.outcome,
                 failure=self.state.root_cause(),
+                run_dir=self.run_dir,
             )
         return self.outcome
 
@@ -120,6 +125,8 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO = sys.s
         time.sleep(poll)
     if folder.summary is not None:
         print(format_summary(folder.summary), file=out, flush=True)
+        for line in failure_log_lines(folder.summary):
+            print(line, file=out, flush=True)
 
 
 def _read_json(path: Path) -> dict | None:

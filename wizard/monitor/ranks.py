@@ -63,6 +63,9 @@ class RankView:
     ended_at: float | None = None
     outcome: str | None = None  # finished, failed (an error event) or lost (the process vanished)
     error: dict | None = None
+    checkpoint: tuple[int, str, float] | None = None  # the newest this rank wrote: step, path, time
+    printed_at: float | None = None  # when its log last grew (a user's script: runtime.userscript's heartbeats)
+    exit_code: int | None = None  # as its finished or error event said (runtime.userscript)
     losses: LossHistory = field(default_factory=lambda: LossHistory(LOSS_HISTORY))
     rate_count: int = 0  # step events with a positive rate, and the sum of 1/rate: the overall rate, in O(1)
     inverse_rate_sum: float = 0.0
@@ -73,6 +76,11 @@ class RankView:
     def restarts(self) -> int:
         """How often the launcher started this rank again."""
         return max(0, self.starts - 1)
+
+    @property
+    def steps_reported(self) -> bool:
+        """True once the rank sent a step event; a user's script without runtime.report never does."""
+        return self.first_step_at is not None
 
     @property
     def overall_rate(self) -> float | None:

@@ -37,6 +37,9 @@ def progress_line(state: JobState, elapsed: float, now: float | None = None) -> 
         total = state.total_steps()
         line += f" | step {state.newest_step()}{f'/{total}' if total else ''} loss {newest.loss:.4f}"
         line += f" | {state.throughput():,.0f} samples/s | ETA {duration(state.eta())}"
+    elif (quietest := state.quietest(now)) is not None:
+        # ranks of a script that reports no steps: how long the quietest has printed nothing
+        line += f" | no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
     hung = state.hung(now)
     if hung:
         line += f" | HUNG: rank {', '.join(map(str, hung))}"
@@ -102,8 +105,12 @@ def summarize(
     ended_at: float,
     outcome: str,
     failure: Failure | None = None,
+    run_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """The run's figures as a JSON-ready dict (written to summary.json)."""
+    """The run's figures as a JSON-ready dict (written to summary.json).
+
+    With `run_dir`, the failure keeps the last lines of the failing rank's log (when it is on this node).
+    """
     first_steps = [v.first_step_at for v in state.ranks.values() if v.first_step_at is not None]
     per_rank = {}
     as_of = state.stopping_since or ended_at  # ranks the monitor stopped were fine until then
@@ -116,9 +123,16 @@ def summarize(
             "loss": view.loss,
             "samples_per_s": view.overall_rate,
             "restarts": view.restarts,
+            "exit_code": view.exit_code,
+            "steps_reported": view.steps_reported,
+            # a rank of a script that reports no steps: how long before the end it last printed
+            "printed_s_before_end": None
+            if view.printed_at is None or view.steps_reported
+            else max(0.0, (view.ended_at or as_of) - view.printed_at),
         }
     rates = [r["samples_per_s"] for r in per_rank.values() if r["samples_per_s"] is not None]
     final = state.ranks.get(0)
+    saved = state.last_checkpoint()
     return {
         "outcome": outcome,
         "world_size": state.world_size,
@@ -130,13 +144,15 @@ def summarize(
         "final_loss": final.loss if final is not None else None,
         "steps": state.newest_step(),
         "restarts": max((view.restarts for view in state.ranks.values()), default=0),
+        "checkpoint": None if saved is None else {"rank": saved[0], "step": saved[1], "path": saved[2]},
         "ranks": per_rank,
-        "failure": None if failure is None else _failure_dict(failure),
+        "failure": None if failure is None else _failure_dict(failure, run_dir),
         "warnings": state.notices.as_dicts(),
     }
 
 
-def _failure_dict(failure: Failure) -> dict[str, Any]:
+def _failure_dict(failure: Failure, run_dir: Path | None) -> dict[str, Any]:
+    tail = log_tail(run_dir, failure.rank) if run_dir is not None and failure.rank is not None else []
     return {
         "rank": failure.rank,
         "node": failure.node,
@@ -144,6 +160,7 @@ def _failure_dict(failure: Failure) -> dict[str, Any]:
         "summary": failure.summary,
         "time": failure.time,
         "hint": str(failure.hint) if failure.hint else None,
+        "log_tail": tail,
     }
 
 
@@ -158,16 +175,24 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"restarts {summary.get('restarts', 0)}",
         f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
         f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
-        "per rank:",
     ]
+    saved = summary.get("checkpoint")
+    if saved:
+        lines.append(f"last checkpoint: step {saved['step']}, {saved['path']} (rank {saved['rank']})")
+    lines.append("per rank:")
     for rank, info in summary.get("ranks", {}).items():
+        code = info.get("exit_code")
+        head = f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}"
+        head += "" if code is None else f" (exit {code})"
+        printed = info.get("printed_s_before_end")
+        if info.get("steps_reported") is False and printed is not None:
+            said = f"last printed {duration(printed)} before the end"
+            lines.append(f"{head}, no step reported, {said}, restarts {info.get('restarts', 0)}")
+            continue
         rank_rate = info.get("samples_per_s")
         shown_rate = f"{rank_rate:,.0f} samples/s" if rank_rate else "- samples/s"
         shown_loss = f"loss {info['loss']:.4f}" if isinstance(info.get("loss"), (int, float)) else "loss -"
-        lines.append(
-            f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}, step {info.get('step')}, "
-            f"{shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}"
-        )
+        lines.append(f"{head}, step {info.get('step')}, {shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}")
     warnings = summary.get("warnings") or []
     if warnings:
         lines.append("warnings:")
@@ -184,6 +209,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         if failure.get("hint"):
             lines.append(f"hint: {failure['hint']}")
     return "\n".join(lines)
+
+
+def failure_log_lines(summary: dict[str, Any]) -> list[str]:
+    """The last lines of the failing rank's log a summary keeps, as printed under it."""
+    failure = summary.get("failure") or {}
+    tail = failure.get("log_tail") or []
+    if not tail:
+        return []
+    return [f"last lines of rank {failure.get('rank')}'s log:", *(f"  | {line}" for line in tail)]
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -102,6 +102,8 @@ class JobState:
     def _on_step(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
         view.first_step_at = view.first_step_at or event["time"]
+        if isinstance(event.get("total_steps"), int):  # a user's script says it with its steps (runtime/report.py)
+            view.total_steps = event["total_steps"]
         if isinstance(event.get("loss"), (int, float)):
             view.loss = float(event["loss"])
             view.losses.append(view.loss)
@@ -114,6 +116,13 @@ class JobState:
 
     def _on_heartbeat(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
+        silent = event.get("silent_s")
+        if isinstance(silent, (int, float)) and silent >= 0:
+            # measured on the rank's host and applied to the arrival time here: no clock skew between hosts
+            view.printed_at = max(view.printed_at or 0.0, at - silent)
+            if not view.steps_reported and view.progress_at is not None:
+                # a rank that sends no steps makes progress when it prints
+                view.progress_at = max(view.progress_at, view.printed_at)
 
     def _progress(self, view: RankView, event: dict, at: float) -> None:
         step = event.get("step", view.step)
@@ -125,6 +134,7 @@ class JobState:
     def _on_finished(self, view: RankView, event: dict, at: float) -> None:
         view.outcome, view.ended_at = FINISHED, event["time"]
         view.step = event.get("step", view.step)
+        view.exit_code = event.get("exit_code", view.exit_code)
 
     def _on_error(self, view: RankView, event: dict, at: float) -> None:
         # kept bounded: an event file may hold a message of any size
@@ -133,6 +143,11 @@ class JobState:
         error["message"] = clip(str(error["message"] or ""), "start", MESSAGE_SHOWN)
         error["traceback"] = clip(str(error["traceback"] or ""), "end")
         view.outcome, view.ended_at, view.error = FAILED, event["time"], error
+        view.exit_code = event.get("exit_code", view.exit_code)
+
+    def _on_checkpoint(self, view: RankView, event: dict, at: float) -> None:
+        if isinstance(event.get("step"), int):
+            view.checkpoint = (event["step"], str(event.get("path") or ""), event["time"])
 
     def _on_warning(self, view: RankView, event: dict, at: float) -> None:
         self.notices.add(view.rank, str(event.get("kind") or "warning"), str(event.get("message") or ""), at)
@@ -193,9 +208,26 @@ class JobState:
                 f"(at step {view.step}; process {view.pid} stopped, frozen or unreachable?)"
             )
         waiting = [rank for rank in self.ranks if self.state(rank, now) == STALLED]
-        if waiting:
-            lines.append(f"ranks {_ranges(waiting)} are alive but made no step for {self.hang_after:.0f}s")
+        stepping = [rank for rank in waiting if self.ranks[rank].steps_reported or self.ranks[rank].printed_at is None]
+        quiet = [rank for rank in waiting if rank not in stepping]
+        if stepping:
+            lines.append(f"ranks {_ranges(stepping)} are alive but made no step for {self.hang_after:.0f}s")
+        if quiet:
+            lines.append(f"ranks {_ranges(quiet)} are alive but printed nothing for {self.hang_after:.0f}s")
         return "\n".join(lines)
+
+    def quietest(self, now: float | None = None) -> tuple[int, float] | None:
+        """(rank, seconds) of the running rank that printed longest ago, among ranks that send no steps."""
+        now = self.clock() if now is None else now
+        quiet = [
+            (now - view.printed_at, rank)
+            for rank, view in self.ranks.items()
+            if view.printed_at is not None and not view.steps_reported and view.outcome is None
+        ]
+        if not quiet:
+            return None
+        seconds, rank = max(quiet)
+        return rank, max(0.0, seconds)
 
     def late(self, now: float | None = None) -> list[int]:
         """Ranks that did not report `started` within the start-up deadline."""
@@ -268,6 +300,14 @@ class JobState:
     def total_steps(self) -> int | None:
         """Steps of the whole run, when the ranks said."""
         return next((view.total_steps for view in self.ranks.values() if view.total_steps), None)
+
+    def last_checkpoint(self) -> tuple[int, int, str] | None:
+        """(rank, step, path) of the newest checkpoint any rank wrote, or None."""
+        written = [(view.checkpoint, rank) for rank, view in self.ranks.items() if view.checkpoint is not None]
+        if not written:
+            return None
+        (step, path, _), rank = max(written, key=lambda found: (found[0][0], found[0][2]))
+        return rank, step, path
 
     def eta(self) -> float | None:
         """Seconds to the last step at the recent step rate, or None when unknown."""

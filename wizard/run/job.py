@@ -240,7 +240,12 @@ class Job:
         self.outcome, self.failure, self.ended_at = outcome, failure, self.clock()
         self.intake.close()
         self.summary = summarize(
-            self.state, started_at=self.started_at, ended_at=self.ended_at, outcome=outcome, failure=failure
+            self.state,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            outcome=outcome,
+            failure=failure,
+            run_dir=self.run_dir,
         )
         server = self.intake.server
         visible = self.state.ranks if server is not None else self.intake.local_ranks

@@ -1,0 +1,170 @@
+"""Steps, loss and checkpoints from a script of your own, for npu-wizard's monitor.
+
+    from runtime import report
+
+    for step, (inputs, targets) in enumerate(loader, start=1):
+        ...
+        report.step(step, loss=loss, samples=len(inputs))
+    report.checkpoint(step, path)
+
+Under npu-wizard (the launch scripts start the script through
+runtime.userscript) each call feeds the rank's events as the generated
+train.py does: the step, the loss, samples per second and, with
+`total_steps`, the ETA. Outside npu-wizard every call returns at once.
+
+A call costs a clock read: the step event is written at most once per
+NPU_WIZARD_REPORT_S seconds (default 1), with the newest loss, the window's
+throughput and its mean data and forward times. `loss` may be a tensor: it is
+read (a host-device synchronisation) only when an event is written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from runtime import events
+
+ENV_REPORT_S = "NPU_WIZARD_REPORT_S"
+DEFAULT_REPORT_S = 1.0
+
+
+class _Window:
+    """What the calls since the last step event add up to."""
+
+    def __init__(self, writer: events.EventWriter) -> None:
+        self.writer = writer
+        self.every_s = _seconds(os.environ.get(ENV_REPORT_S), DEFAULT_REPORT_S)
+        self.world_size = _count(os.environ.get("WORLD_SIZE"), 1)
+        self.emitted_at: float | None = None  # when the last step event was written
+        self.started_at = 0.0  # where the window's time and samples count from
+        self.pending = False  # a call not written yet
+        self.step = 0
+        self.loss: Any = None
+        self.total_steps: int | None = None
+        self.samples = 0
+        self.calls = 0
+        self.data_s = self.forward_s = 0.0
+        self.data_calls = self.forward_calls = 0
+
+    def add(
+        self,
+        step: int,
+        loss: Any,
+        samples: int | None,
+        data_s: float | None,
+        forward_s: float | None,
+        total_steps: int | None,
+    ) -> None:
+        now = time.perf_counter()
+        self.step, self.pending, self.calls = step, True, self.calls + 1
+        if loss is not None:
+            detach = getattr(
+                loss, "detach", None
+            )  # a tensor: keep no autograd graph alive
+            self.loss = detach() if detach is not None else loss
+        if samples is not None and self.emitted_at is not None:
+            self.samples += (
+                samples  # the first call's samples took a time nobody measured
+            )
+        if data_s is not None:
+            self.data_s, self.data_calls = self.data_s + data_s, self.data_calls + 1
+        if forward_s is not None:
+            self.forward_s += forward_s
+            self.forward_calls += 1
+        if total_steps is not None:
+            self.total_steps = total_steps
+        self.writer.progress(step, self.writer.epoch)
+        if self.emitted_at is None or now - self.emitted_at >= self.every_s:
+            self.emit(now)
+
+    def emit(self, now: float) -> None:
+        fields: dict[str, Any] = {"step": self.step}
+        if self.loss is not None:
+            try:
+                fields["loss"] = float(self.loss)
+            except (TypeError, ValueError):
+                pass  # not a number: left out, as with no loss at all
+        if self.samples and self.emitted_at is not None and now > self.started_at:
+            # the job's rate as this rank sees it, as train.py reports it
+            fields["samples_per_s"] = (
+                self.samples * self.world_size / (now - self.started_at)
+            )
+        if self.data_calls:
+            fields["data_s"] = self.data_s / self.data_calls
+        if self.forward_calls:
+            fields["forward_s"] = self.forward_s / self.forward_calls
+        if self.total_steps is not None:
+            fields["total_steps"] = self.total_steps
+        self.writer.emit("step", **fields)
+        self.emitted_at = self.started_at = now
+        self.pending, self.samples, self.calls, self.loss = False, 0, 0, None
+        self.data_s = self.forward_s = 0.0
+        self.data_calls = self.forward_calls = 0
+
+
+_window: _Window | None = None
+
+
+def _current() -> _Window | None:
+    global _window
+    writer = events.current_writer()
+    if writer is None:
+        return None
+    if _window is None or _window.writer is not writer:
+        _window = _Window(writer)
+    return _window
+
+
+def step(
+    step: int,
+    *,
+    loss: Any = None,
+    samples: int | None = None,
+    data_s: float | None = None,
+    forward_s: float | None = None,
+    total_steps: int | None = None,
+) -> None:
+    """This rank finished `step`: its loss, the samples it processed since the last call, times spent.
+
+    `data_s` and `forward_s`: seconds this step waited for data and spent in
+    the forward pass (the monitor compares them across ranks). `total_steps`:
+    the steps of the whole run, for the ETA.
+    """
+    window = _window
+    if window is None or window.writer is not events.current_writer():
+        window = _current()
+        if window is None:
+            return
+    window.add(step, loss, samples, data_s, forward_s, total_steps)
+
+
+def checkpoint(step: int, path: str | os.PathLike[str]) -> None:
+    """This rank wrote a checkpoint of `step` to `path`."""
+    window = _current()
+    if window is not None:
+        window.writer.checkpoint(step=step, path=Path(path))
+
+
+def flush() -> None:
+    """Write the step event the last calls have not written yet (runtime.userscript does, at the end)."""
+    window = _window
+    if (
+        window is not None
+        and window.pending
+        and window.writer is events.current_writer()
+    ):
+        window.emit(time.perf_counter())
+
+
+def _seconds(value: str | None, default: float) -> float:
+    try:
+        return max(0.0, float(value)) if value else default
+    except ValueError:
+        return default
+
+
+def _count(value: str | None, default: int) -> int:
+    return int(value) if value and value.isdigit() and value.isascii() else default

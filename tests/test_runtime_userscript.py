@@ -1,0 +1,223 @@
+"""runtime.userscript runs a user's own script unchanged as one rank, and records the rank as train.py would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from runtime.events import read_events
+from tests.runs import free_port, kinds, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+
+
+def shim_env(run_dir: Path, **extra: str) -> dict[str, str]:
+    """What a launch script gives a rank: the run folder, heartbeats, runtime/ on PYTHONPATH."""
+    return {
+        **os.environ,
+        "NPU_WIZARD_RUN_DIR": str(run_dir),
+        "NPU_WIZARD_HEARTBEAT_S": "0.2",
+        "PYTHONPATH": str(REPO),
+        **extra,
+    }
+
+
+def run_shim(tmp_path: Path, script: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m runtime.userscript script.py ARGS` from `tmp_path`, with `script` as the script's text."""
+    (tmp_path / "script.py").write_text(textwrap.dedent(script))
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.userscript", *args],
+        cwd=tmp_path,
+        env=shim_env(tmp_path / "run", **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def rank_events(tmp_path: Path, rank: int = 0) -> list[dict]:
+    return read_events(tmp_path / "run")[rank]
+
+
+def test_the_script_runs_as_python_would_run_it(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    script = """
+        import sys
+        print(repr((__name__, __file__, sys.argv, sys.path[0])))
+    """
+    (tmp_path / "src" / "script.py").write_text(textwrap.dedent(script))
+    result = run_shim(tmp_path, "", "src/script.py", "--epochs", "1", "a b")
+    assert result.returncode == 0, result.stderr
+    expected = ("__main__", "src/script.py", ["src/script.py", "--epochs", "1", "a b"], str(tmp_path / "src"))
+    assert result.stdout.strip() == repr(expected)
+    assert (tmp_path / "run" / "logs" / "rank-0.log").read_text().strip() == repr(expected)
+
+
+def test_torch_launch_local_rank_goes_to_the_script(tmp_path: Path) -> None:
+    result = run_shim(tmp_path, "import sys; print(sys.argv)", "--local-rank=1", "script.py", "--x")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['script.py', '--local-rank=1', '--x']"
+
+
+def test_a_normal_end_is_a_finished_event(tmp_path: Path) -> None:
+    result = run_shim(tmp_path, "print('hi')", "script.py", RANK="3", LOCAL_RANK="1", WORLD_SIZE="4", NODE_RANK="1")
+    assert result.returncode == 0, result.stderr
+    found = read_events(tmp_path / "run")
+    assert list(found) == [3]
+    started = kinds(found[3], "started")[0]
+    assert (started["local_rank"], started["node"], started["world_size"]) == (1, 1, 4)
+    assert started["pid"] > 0 and started["host"] and started["script"] == "script.py"
+    assert kinds(found[3], "finished")[0]["exit_code"] == 0
+    assert not kinds(found[3], "error")
+
+
+@pytest.mark.parametrize(("call", "code"), [("sys.exit(0)", 0), ("sys.exit()", 0), ("sys.exit(3)", 3)])
+def test_sys_exit_keeps_its_code(tmp_path: Path, call: str, code: int) -> None:
+    result = run_shim(tmp_path, f"import sys\n{call}\n", "script.py")
+    assert result.returncode == code
+    ended = rank_events(tmp_path)[-1]
+    if code == 0:
+        assert ended["event"] == "finished"
+    else:
+        assert (ended["event"], ended["type"], ended["exit_code"]) == ("error", "SystemExit", 3)
+        assert 'File "script.py", line 2, in <module>' in ended["traceback"]
+
+
+def test_sys_exit_with_words_prints_them_and_exits_1(tmp_path: Path) -> None:
+    result = run_shim(tmp_path, "import sys\nsys.exit('no data found')\n", "script.py")
+    # the rank's stderr and stdout both pass through the tee into its log, and on to the console's stdout
+    assert (result.returncode, result.stdout.strip()) == (1, "no data found")
+    assert rank_events(tmp_path)[-1]["message"] == "no data found"
+
+
+def test_an_exception_is_an_error_event_with_the_scripts_traceback(tmp_path: Path) -> None:
+    script = """
+        def load():
+            raise ValueError("bad shard 7")
+
+        load()
+    """
+    result = run_shim(tmp_path, script, "script.py")
+    assert result.returncode == 1
+    error = rank_events(tmp_path)[-1]
+    assert (error["event"], error["type"], error["message"], error["exit_code"]) == (
+        "error",
+        "ValueError",
+        "bad shard 7",
+        1,
+    )
+    # as `python script.py` shows it: the script's frames only, on stderr and in the rank's log
+    expected = 'Traceback (most recent call last):\n  File "script.py", line 5, in <module>'
+    assert error["traceback"].startswith(expected)
+    assert result.stdout.startswith(expected) and "runpy" not in result.stdout and "userscript" not in result.stdout
+    assert "ValueError: bad shard 7" in (tmp_path / "run" / "logs" / "rank-0.log").read_text()
+
+
+def test_a_missing_script_is_named(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "runtime.userscript", "nope.py"],
+        cwd=tmp_path,
+        env=shim_env(tmp_path / "run"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "cannot open 'nope.py'" in result.stdout
+    assert rank_events(tmp_path)[-1]["type"] == "FileNotFoundError"
+
+
+def test_the_shim_imports_no_torch() -> None:
+    code = "import sys, runtime.userscript, runtime.report; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_heartbeats_say_how_long_the_rank_has_been_silent(tmp_path: Path) -> None:
+    # the script prints, stays silent until told to print again, then waits to be told to end
+    script = """
+        import pathlib, time
+        def wait(name):
+            deadline = time.monotonic() + 60
+            while not pathlib.Path(name).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        print("first", flush=True)
+        wait("speak")
+        print("second", flush=True)
+        wait("end")
+    """
+    (tmp_path / "script.py").write_text(textwrap.dedent(script))
+    shim = subprocess.Popen(
+        [sys.executable, "-m", "runtime.userscript", "script.py"], cwd=tmp_path, env=shim_env(tmp_path / "run")
+    )
+    try:
+
+        def beats() -> list[dict]:
+            found = read_events(tmp_path / "run").get(0, [])
+            return kinds(found, "heartbeat")
+
+        silent = wait_for(lambda: [b for b in beats() if b.get("silent_s", 0) >= 1.0], 60, "a second of silence")
+        log = tmp_path / "run" / "logs" / "rank-0.log"
+        (tmp_path / "speak").touch()
+        wait_for(lambda: "second" in log.read_text(), 60, "the second line")
+        spoke_at = log.stat().st_mtime
+        after = wait_for(lambda: [b for b in beats() if b["time"] > spoke_at + 0.05], 60, "a heartbeat after it")
+        assert after[0]["silent_s"] < silent[0]["silent_s"]
+        assert abs((after[0]["time"] - after[0]["silent_s"]) - spoke_at) < 0.05
+    finally:
+        (tmp_path / "end").touch()
+        assert shim.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_rank", [-1, 1])
+def test_torchrun_runs_a_tutorial_ddp_script_through_the_shim(tmp_path: Path, fail_rank: int) -> None:
+    script = tmp_path / "ddp_tutorial.py"
+    script.write_text((SCRIPTS / "ddp_tutorial.py").read_text())
+    result = subprocess.run(
+        [
+            TORCHRUN,
+            "--nnodes=1",
+            "--nproc-per-node=2",
+            "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}",
+            "-m",
+            "runtime.userscript",
+            "ddp_tutorial.py",
+            "--epochs",
+            "2",
+            "--fail-rank",
+            str(fail_rank),
+        ],
+        cwd=tmp_path,
+        env=shim_env(tmp_path / "run"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    found = read_events(tmp_path / "run")
+    assert sorted(found) == [0, 1], result.stderr
+    for rank, rank_events in found.items():
+        started = kinds(rank_events, "started")[0]
+        assert (started["world_size"], started["local_rank"], started["node"]) == (2, rank, 0)
+        log = (tmp_path / "run" / "logs" / f"rank-{rank}.log").read_text()
+        assert f"[rank {rank}] epoch 0 loss" in log
+    if fail_rank < 0:
+        assert result.returncode == 0, result.stderr
+        assert all(kinds(found[rank], "finished") for rank in (0, 1))
+        assert "[rank 1] epoch 1 loss" in (tmp_path / "run" / "logs" / "rank-1.log").read_text()
+    else:
+        assert result.returncode != 0
+        error = kinds(found[1], "error")[0]
+        assert (error["type"], error["exit_code"]) == ("RuntimeError", 1)
+        assert error["message"] == "rank 1: the loss went wrong after epoch 0"
+        assert 'File "ddp_tutorial.py"' in error["traceback"] and "in train" in error["traceback"]
+        log = (tmp_path / "run" / "logs" / "rank-1.log").read_text()
+        assert "RuntimeError: rank 1: the loss went wrong after epoch 0" in log
