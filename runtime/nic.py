@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
+import os
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 SIOCGIFADDR = 0x8915
@@ -99,3 +100,17 @@ def socket_ifname_address(
         if name in named and not ipaddress.IPv6Address(address).is_link_local:
             return name, address
     return None
+
+
+def hccl_interface(env: Mapping[str, str]) -> str | None:
+    """The interface HCCL uses on this node: HCCL_IF_IP's, else the one HCCL_SOCKET_IFNAME names; None if neither."""
+    address, spec = env.get("HCCL_IF_IP"), env.get("HCCL_SOCKET_IFNAME")
+    if address:  # HCCL_IF_IP wins over HCCL_SOCKET_IFNAME in HCCL too
+        return interface_for_address(address)
+    found = socket_ifname_address(spec) if spec else None
+    return found[0] if found else None
+
+
+if __name__ == "__main__":
+    # `python -m runtime.nic`: HCCL's interface on this node, for GLOO_SOCKET_IFNAME (launch/run-node.sh)
+    print(hccl_interface(os.environ) or "")

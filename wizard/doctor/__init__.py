@@ -19,6 +19,7 @@ from pathlib import Path
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import NONLOCAL_BIND
 from wizard.answers.model import Answers, load_text, resolve
+from wizard.answers.script import is_foreign
 from wizard.answers.source import read_answers_text
 from wizard.doctor import device_network, network, project_files, software
 from wizard.doctor.probe import Software, probe_software
@@ -81,6 +82,7 @@ def examine(
     ports = network.read_port_facts(system.reserved_ports, system.port_range)
     if_ip = network.check_if_ip(answers, this, system.nonlocal_bind)
     script = project_dir / "launch" / "run-node.sh" if project_dir else None
+    own_script = is_foreign(answers["training.script"])
     results = (
         software.check_python(found),
         software.check_torch(found, answers, requirements_file(project_dir)),
@@ -95,6 +97,7 @@ def examine(
         network.check_master(answers, this, system.connect_timeout_s, system.nonlocal_bind),
         network.check_timeouts(answers, script),
         *((project_files.check_conflict_markers(project_dir),) if project_dir else ()),
+        *((project_files.check_user_script(project_dir, answers),) if project_dir and own_script else ()),
     )
     name = project_dir.name if project_dir else "(no project: the default answers)"
     return Report(name, this, answers["device"], answers["nodes"], results, answers["cluster.engine"])

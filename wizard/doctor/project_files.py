@@ -1,11 +1,20 @@
-"""Checks of the project folder itself, not of this node: files an update left half done."""
+"""Checks of the project folder itself, not of this node: files an update left half done, the user's script."""
 
 from __future__ import annotations
 
+import io
+import re
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
-from runtime.checks import FAIL, PASS, Result
+from runtime.checks import FAIL, PASS, WARN, Result
+from wizard.answers.model import Answers
 from wizard.render import conflict_markers
+
+CUDA_WORDS = re.compile(r"nccl|cuda", re.IGNORECASE)
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # a training script is read whole; a bigger file is read this far
+SHOWN = 3
 
 
 def check_conflict_markers(project: Path) -> Result:
@@ -19,3 +28,51 @@ def check_conflict_markers(project: Path) -> Result:
         conflict_markers.describe(found),
         f"{conflict_markers.fix()}; npu-wizard run and update refuse the project until then",
     )
+
+
+def check_user_script(project: Path, answers: Answers) -> Result:
+    """The user's own script (training.script) exists; on the NPU, WARN where its code names nccl or cuda.
+
+    The file is read, never imported or run.
+    """
+    script = answers["training.script"]
+    path = project / script
+    if not path.is_file():
+        return Result(
+            "script",
+            FAIL,
+            f"{script} (training.script) is not in {project}: every rank would stop at once",
+            f"put your script at {path}, or set training.script in answers.yaml to where it is",
+        )
+    if answers["device"] != "npu":
+        return Result("script", PASS, f"{script} is there (device {answers['device']}: nccl/cuda not looked for)")
+    with path.open("rb") as file:
+        text = file.read(MAX_SCRIPT_BYTES).decode(errors="replace")
+    found = list(cuda_names(text))
+    if not found:
+        return Result("script", PASS, f"{script} is there and names neither nccl nor cuda")
+    shown = ", ".join(f"line {line}: {word!r}" for line, word in found[:SHOWN])
+    more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return Result(
+        "script",
+        WARN,
+        f"{script} names nccl or cuda on an NPU project: {shown}{more}",
+        'on the NPU the backend is hccl and the device npu: backend = "hccl" if device == "npu" else "gloo" '
+        "after import torch_npu (README.md, 'Your script')",
+    )
+
+
+def cuda_names(text: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of each name or string in Python source that holds nccl or cuda; comments are skipped."""
+    try:
+        tokens = [
+            (token.start[0], token.string)
+            for token in tokenize.generate_tokens(io.StringIO(text).readline)
+            if token.type in (tokenize.NAME, tokenize.STRING) or token.type == getattr(tokenize, "FSTRING_MIDDLE", -1)
+        ]
+    except (tokenize.TokenError, SyntaxError):  # not valid Python: every line as text
+        tokens = list(enumerate(text.splitlines(), 1))
+    for line, string in tokens:
+        match = CUDA_WORDS.search(string)
+        if match is not None:
+            yield line, string if len(string) <= 40 else match.group()

@@ -30,11 +30,20 @@ class WizardApp(App[int]):
     ) -> None:
         super().__init__()
         self.state = state
-        self.output_dir = output_dir
+        self.state.output_dir = output_dir
         self.answers_path = answers_path
         self.blink = blink
         self.show_help = True
         self.result: RenderResult | None = None
+
+    @property
+    def output_dir(self) -> Path:
+        """Where the project is rendered (the review page changes it); the state checks the user's script there."""
+        return self.state.output_dir or Path(".")
+
+    @output_dir.setter
+    def output_dir(self, folder: Path) -> None:
+        self.state.output_dir = folder
 
     def on_mount(self) -> None:
         """Fix the theme and open the first step."""

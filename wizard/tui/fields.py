@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from wizard.answers.script import GENERATED_SCRIPT, is_foreign
 from wizard.answers.spec import Question
 from wizard.tui.state import WizardState, as_rows, as_text
 
@@ -219,8 +220,66 @@ class ListField(Field):
         self._report()
 
 
+class ScriptField(Field):
+    """training.script: the generated train.py or the user's own file, then its path."""
+
+    ASK = "Generated model script or your own?"
+    GENERATED, OWN = "generated", "own"
+
+    def compose(self) -> ComposeResult:
+        """The either-or question, the path of the user's script (shown for "your own") and the problem line."""
+        yield Label(self.ASK, classes="prompt")
+        yield OptionList(
+            Option("Generated: npu-wizard writes train.py (model and dataset asked next)", id=self.GENERATED),
+            Option("Your own: a .py file inside the project folder", id=self.OWN),
+            classes="answer script-choice",
+        )
+        yield Label(self.question.prompt + " (relative to the project folder)", classes="prompt script-path-label")
+        yield Input(placeholder="e.g. src/main.py", select_on_focus=False, classes="answer script-path")
+        yield Static("", classes="problem")
+
+    def own(self) -> bool:
+        """Whether the user's own script is chosen (an entered path other than train.py)."""
+        return is_foreign(self.state.shown(self.question.name))
+
+    def show_value(self) -> None:
+        """Highlight the choice; show the path input only for the user's own script."""
+        own = self.own() or getattr(self, "_own_chosen", False)
+        options = self.query_one(OptionList)
+        options.highlighted = 1 if own else 0
+        entry = self.query_one(".script-path", Input)
+        entry.cursor_blink = self.blink
+        entry.display = own
+        self.query_one(".script-path-label", Label).display = own
+        shown = self.state.shown(self.question.name)
+        if not getattr(self, "_filled", False):
+            self._filled = True
+            with entry.prevent(Input.Changed):
+                entry.value = shown if is_foreign(shown) else ""
+
+    @on(OptionList.OptionSelected)
+    def picked(self, event: OptionList.OptionSelected) -> None:
+        """Generated sets train.py; your own asks for the path."""
+        event.stop()
+        self._own_chosen = event.option.id == self.OWN
+        if self._own_chosen:
+            self.edited(self.query_one(".script-path", Input).value)
+            self.call_after_refresh(self.query_one(".script-path", Input).focus)
+        else:
+            self.edited(GENERATED_SCRIPT)
+            self.screen.focus_next()
+
+    @on(Input.Changed, ".script-path")
+    def typed(self, event: Input.Changed) -> None:
+        """Record the typed path."""
+        event.stop()
+        self.edited(event.value)
+
+
 def field_for(question: Question, state: WizardState, *, blink: bool = True) -> Field:
     """The widget for a question, chosen by its kind."""
+    if question.kind == "script":
+        return ScriptField(question, state, blink=blink)
     if question.choices:
         return ChoiceField(question, state, blink=blink)
     if question.kind == "ip_list":

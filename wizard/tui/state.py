@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from wizard.answers.model import Answers, evaluate, resolve
 from wizard.answers.questions import BY_NAME, QUESTIONS, STEP_TITLES, STEPS
+from wizard.answers.script import args_text, is_foreign
 from wizard.answers.spec import Choice, Invalid, Question
 from wizard.errors import Problem
 
@@ -48,6 +50,8 @@ def as_text(question: Question, value: Any) -> str:
         return ", ".join(f"{key}={label}" for key, label in value.items())
     if question.kind == "labels" and isinstance(value, tuple):
         return ", ".join(f"{key}={label}" for key, label in value)
+    if question.kind == "args" and isinstance(value, list | tuple):
+        return args_text([str(item) for item in value])  # shown back as a shell would need it typed
     if isinstance(value, list | tuple):
         return ", ".join(str(item) for item in value)
     return str(value)
@@ -70,7 +74,14 @@ class WizardState:
     def __init__(self, raw: Mapping[str, Any] | None = None, file_problems: Iterable[Problem] = ()) -> None:
         self.raw: dict[str, Any] = dict(raw or {})
         self.file_problems: tuple[Problem, ...] = tuple(file_problems)
+        self.output_dir: Path | None = None  # where the project goes: the user's own script must be in it
         self.refresh()
+
+    @property
+    def project_dir(self) -> Path | None:
+        """The project folder the answers render into, once the output folder is known."""
+        name = self.values.get("project_name")
+        return None if self.output_dir is None or not name else self.output_dir / name
 
     def refresh(self) -> None:
         """Evaluate the current raw answers again."""
@@ -103,15 +114,26 @@ class WizardState:
             return self.raw[name]
         return BY_NAME[name].default_for(self.values)
 
-    def problems_at(self, name: str) -> list[Problem]:
-        """The errors and warnings at one question, errors first."""
-        found = [p for p in self.problems if p.field == name]
-        return sorted(found, key=lambda p: p.severity != "error")
-
     def step_errors(self, step: str) -> list[Problem]:
-        """The errors on a step's questions that apply."""
+        """The errors on a step's questions that apply, and the user's script missing from `project_dir`."""
         names = {q.name for q in questions_of(step) if self.applies(q.name)}
-        return [p for p in self.problems if p.severity == "error" and p.field in names]
+        found = [p for p in self.problems if p.severity == "error" and p.field in names]
+        script = self.values.get("training.script")
+        if "training.script" in names and self.project_dir is not None and is_foreign(script):
+            missing = script_file_problem(self.project_dir, script)
+            if missing is not None:
+                found.append(Problem("training.script", script, missing))
+        return found
+
+    def problems_at(self, name: str) -> list[Problem]:
+        """The errors and warnings at one question, errors first (the user's script checked on disk too)."""
+        found = [p for p in self.problems if p.field == name]
+        script = self.values.get("training.script")
+        if name == "training.script" and self.project_dir is not None and is_foreign(script):
+            missing = script_file_problem(self.project_dir, script)
+            if missing is not None:
+                found.append(Problem(name, script, missing))
+        return sorted(found, key=lambda p: p.severity != "error")
 
     def errors(self) -> list[Problem]:
         """Every error in the answers."""
@@ -159,6 +181,16 @@ class WizardState:
             f"lr = {base_lr:g} x {global_batch} / {base_batch} = {lr:g}  "
             f"(global batch {global_batch} = {v['training.batch_size']} x {world} devices)"
         )
+
+
+def script_file_problem(project_dir: Path, script: str) -> str | None:
+    """Why the user's `script` (a checked relative path) is not a Python file inside `project_dir`, or None."""
+    path = project_dir / script
+    if not path.is_file():
+        return f"no file {script} in {project_dir}: put your script there first (or change the output folder)"
+    if not path.resolve().is_relative_to(project_dir.resolve()):
+        return f"{script} leads outside {project_dir} (a symbolic link): the script must lie inside the project"
+    return None
 
 
 def check_text(question: Question, text: str) -> str | None:

@@ -108,6 +108,14 @@ export HCCL_IF_BASE_PORT
 {%- endif %}
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
+{%- if foreign %}
+# gloo (the CPU backend) takes its address from the host name, which need not be this
+# node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
+if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
+    gloo_nic="$("${PYTHON:-python3}" -m runtime.nic 2>/dev/null)" || gloo_nic=""
+    [[ -z "$gloo_nic" ]] || export GLOO_SOCKET_IFNAME="$gloo_nic"
+fi
+{%- endif %}
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 {%- set task_queue = cookiecutter.torch_npu_version|torch_npu_has("task_queue_2") %}

@@ -53,6 +53,12 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+# gloo (the CPU backend) takes its address from the host name, which need not be this
+# node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
+if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
+    gloo_nic="$("${PYTHON:-python3}" -m runtime.nic 2>/dev/null)" || gloo_nic=""
+    [[ -z "$gloo_nic" ]] || export GLOO_SOCKET_IFNAME="$gloo_nic"
+fi
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 # Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.

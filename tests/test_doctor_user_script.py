@@ -1,0 +1,80 @@
+"""`npu-wizard doctor` on a project that runs the user's own script: there, and free of nccl/cuda on the NPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.test_doctor_command import doctor, render_project
+
+SCRIPT_WITH_CUDA = """\
+import os
+import torch
+import torch.distributed as dist
+
+# cuda and nccl in a comment are not code: no warning for this line
+
+
+def setup():
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+"""
+SCRIPT_FOR_NPU = """\
+import torch
+import torch_npu  # noqa: F401
+
+backend = "hccl" if torch.npu.is_available() else "gloo"
+"""
+
+
+def own_project(tmp_path: Path, device: str, text: str | None) -> Path:
+    """A one-node project (device `device`) whose training.script is src/main.py holding `text` (None: absent)."""
+    project = render_project(
+        tmp_path, project_name="own", device=device, devices_per_node=2, **{"training.script": "src/main.py"}
+    )
+    if text is not None:
+        (project / "src").mkdir()
+        (project / "src" / "main.py").write_text(text)
+    return project
+
+
+def script_line(output: str) -> str:
+    """The doctor's line about the script, with its fix line when it has one."""
+    lines = output.splitlines()
+    index = next(i for i, line in enumerate(lines) if line[6:].startswith("script "))
+    follows = lines[index + 1] if index + 1 < len(lines) and "fix:" in lines[index + 1] else ""
+    return " ".join(part.split() and " ".join(part.split()) for part in (lines[index], follows) if part)
+
+
+def test_an_npu_project_whose_script_names_nccl_and_cuda_gets_a_warning_naming_file_and_lines(
+    tmp_path: Path,
+) -> None:
+    project = own_project(tmp_path, "npu", SCRIPT_WITH_CUDA)
+    result = doctor(str(project))
+    line = script_line(result.stdout)
+    assert line.startswith(
+        "WARN script src/main.py names nccl or cuda on an NPU project: line 9: '\"nccl\"', line 10: 'cuda'"
+    ), result.stdout
+    assert 'fix: on the NPU the backend is hccl and the device npu: backend = "hccl" if device == "npu"' in line
+
+
+def test_an_npu_script_with_hccl_passes_and_a_cpu_project_is_not_searched(tmp_path: Path) -> None:
+    assert script_line(doctor(str(own_project(tmp_path / "npu", "npu", SCRIPT_FOR_NPU))).stdout) == (
+        "PASS script src/main.py is there and names neither nccl nor cuda"
+    )
+    assert script_line(doctor(str(own_project(tmp_path / "cpu", "cpu", SCRIPT_WITH_CUDA))).stdout) == (
+        "PASS script src/main.py is there (device cpu: nccl/cuda not looked for)"
+    )
+
+
+def test_a_missing_script_fails_with_where_to_put_it(tmp_path: Path) -> None:
+    project = own_project(tmp_path, "cpu", None)
+    result = doctor(str(project))
+    assert result.returncode != 0
+    line = script_line(result.stdout)
+    assert line.startswith(f"FAIL script src/main.py (training.script) is not in {project}: every rank would stop")
+    assert f"fix: put your script at {project / 'src' / 'main.py'}" in line
+
+
+def test_a_project_with_the_generated_script_has_no_script_line(tmp_path: Path) -> None:
+    project = render_project(tmp_path, project_name="gen", device="npu", devices_per_node=2)
+    assert not any(line[6:].startswith("script ") for line in doctor(str(project)).stdout.splitlines())

@@ -1,0 +1,161 @@
+"""A user's own DDP script, run for real through `npu-wizard run` on every engine this machine can host.
+
+The script (tests/user_scripts/ddp_tutorial.py) is written as the PyTorch DDP
+tutorial teaches: env:// ranks, its own model, data and loop, gloo on the CPU,
+no npu-wizard import. The project names it as training.script; the launch
+scripts start it through runtime/userscript.py. Engines: manual (2 simulated
+nodes x 2 ranks on 127.0.0.1), ssh (the two network-namespace hosts of
+tests/ssh_hosts.py) and Slurm (the two-node cluster of tests/slurm_cluster.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runs import clean_up, free_port, leftover_processes, node_env, run_dirs, start_runner, wait_for
+from wizard.answers.model import resolve
+from wizard.render.render import render
+
+SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
+SCRIPT = "src/ddp_tutorial.py"
+START_S = 240  # four torch processes on a loaded two-core machine
+EPOCHS = 2
+
+
+def render_own(tmp_path: Path, *, script: str = "ddp_tutorial.py", args: tuple[str, ...] = (), **raw: Any) -> Path:
+    """2 nodes x 2 ranks on the CPU (torchrun, gloo) running the user's `script` as src/ddp_tutorial.py."""
+    answers: dict[str, Any] = {
+        "project_name": "own-ddp",
+        "device": "cpu",
+        "nodes": 2,
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "off",
+        "network.host_ips": ["127.0.0.1", "127.0.0.1"],
+        "network.master_port": free_port(),
+        "training.script": SCRIPT,
+        "training.script_args": ["--epochs", str(EPOCHS), *args],
+        **raw,
+    }
+    project = render(resolve(answers), tmp_path).project_dir
+    (project / "src").mkdir()
+    shutil.copyfile(SCRIPTS / script, project / SCRIPT)
+    return project
+
+
+def run_to_the_end(project: Path, env: dict[str, str], timeout: float = START_S + 300) -> tuple[int, str, Path]:
+    """`npu-wizard run PROJECT --plain` to its end: exit code, output, the run folder."""
+    runner = start_runner(project, "--interval", "2", env=env)
+    try:
+        output, _ = runner.communicate(timeout=timeout)
+    finally:
+        clean_up(project, runner)
+    (run_dir,) = run_dirs(project)
+    return runner.returncode, output, run_dir
+
+
+def assert_trained_to_the_end(run_dir: Path, output: str) -> dict:
+    """Every rank of the 2 x 2 job ran the user's script to its last epoch; the summary says finished."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["outcome"] == "finished", output
+    assert [info["node"] for info in summary["ranks"].values()] == [0, 0, 1, 1]
+    for rank in range(4):
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        assert f"[rank {rank}] epoch {EPOCHS - 1} loss " in log, log
+    return summary
+
+
+@pytest.mark.slow
+def test_a_tutorial_style_script_trains_to_the_end_through_the_manual_engine(tmp_path: Path) -> None:
+    project = render_own(tmp_path)
+    code, output, run_dir = run_to_the_end(project, node_env(project / "runs" / "unused"))
+    assert code == 0, output
+    summary = assert_trained_to_the_end(run_dir, output)
+    assert all(info["exit_code"] == 0 and not info["steps_reported"] for info in summary["ranks"].values())
+
+
+@pytest.mark.slow
+def test_the_copy_with_report_calls_shows_steps_and_loss_in_the_summary(tmp_path: Path) -> None:
+    project = render_own(tmp_path, script="ddp_tutorial_report.py")
+    code, output, run_dir = run_to_the_end(project, node_env(project / "runs" / "unused"))
+    assert code == 0, output
+    summary = assert_trained_to_the_end(run_dir, output)
+    assert summary["steps"] > 0 and isinstance(summary["final_loss"], float), summary
+    assert all(isinstance(info["loss"], float) for info in summary["ranks"].values()), summary
+    assert re.search(r"loss \d+\.\d{4}", output), output  # the summary run prints shows each rank's loss
+
+
+@pytest.mark.slow
+def test_a_script_whose_rank_3_raises_exits_3_naming_rank_3_with_its_traceback(tmp_path: Path) -> None:
+    project = render_own(tmp_path, args=("--fail-rank", "3"))
+    code, output, run_dir = run_to_the_end(project, node_env(project / "runs" / "unused"))
+    assert code == 3, output
+    assert "root cause: rank 3 (node 1)" in output
+    assert "RuntimeError: rank 3: the loss went wrong after epoch 0" in output
+    assert json.loads((run_dir / "summary.json").read_text())["failure"]["rank"] == 3
+    wait_for(lambda: not leftover_processes(project), 20, "every process of the job to end")
+
+
+# ---- the ssh engine across two hosts ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The two network-namespace hosts with their own addresses and sshd."""
+    from tests.ssh_hosts import have_ssh_hosts, ssh_hosts
+
+    if not have_ssh_hosts():
+        pytest.skip("needs root, sshd, ssh, rsync and ip")
+    with ssh_hosts(tmp_path_factory.mktemp("ssh")) as started:
+        yield started
+
+
+@pytest.mark.slow
+def test_a_tutorial_style_script_trains_to_the_end_across_two_ssh_hosts(tmp_path: Path, ssh_hosts_pair: Any) -> None:
+    addresses = ssh_hosts_pair.addresses
+    project = render_own(
+        tmp_path,
+        **{
+            "cluster.engine": "ssh",
+            "network.host_ips": addresses,
+            "network.master_addr": addresses[0],
+        },
+    )
+    env = node_env(project / "runs" / "unused", NPU_WIZARD_SSH_COMMAND=ssh_hosts_pair.ssh_command)
+    code, output, run_dir = run_to_the_end(project, env)
+    assert code == 0, output
+    assert_trained_to_the_end(run_dir, output)
+    for node, address in enumerate(addresses):
+        assert f"ssh: node {node} started on {address}" in output
+
+
+# ---- the two-node Slurm cluster ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One running two-node Slurm cluster."""
+    from tests.slurm_cluster import have_slurm, slurm_cluster
+
+    if not have_slurm():
+        pytest.skip("needs slurm-wlm and munge (.ci/run installs them)")
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+@pytest.mark.slow
+def test_a_tutorial_style_script_trains_to_the_end_through_sbatch(tmp_path: Path, cluster: Any) -> None:
+    project = render_own(tmp_path, **{"cluster.engine": "slurm", "cluster.time": "00:20:00"})
+    code, output, run_dir = run_to_the_end(project, node_env(project / "runs" / "unused", SLURM_CONF=str(cluster.conf)))
+    assert code == 0, output
+    assert_trained_to_the_end(run_dir, output)
+    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+    assert f"slurm: job {job_id} COMPLETED ExitCode=0:0" in output
+    wait_for(lambda: not cluster.queue(), 60, "squeue to be empty")
