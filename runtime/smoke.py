@@ -1,5 +1,9 @@
 """The smoke test (`train.py --smoke`): prove the topology before any training.
 
+For a project that runs the user's own script, the launch scripts start
+`python -m runtime.smoke --launcher L --device D [--bandwidth ...]` instead of
+that script: the same launcher and environment, npu-wizard's own rank set-up.
+
 Each rank contributes rank + 1 to one all_reduce, so the sum must be
 world x (world + 1) / 2 on every rank, then all meet at one barrier. A rank
 that is unreachable, on a wrong address or port hangs or fails here, in
@@ -10,12 +14,16 @@ with `bandwidth`, the network check (runtime/bandwidth.py) runs in between.
 
 from __future__ import annotations
 
+import argparse
+import os
 import socket
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from runtime import device, distributed, events
 from runtime.bandwidth import run_bandwidth
 from runtime.distributed import RankInfo
 from runtime.errors import SetupError
@@ -89,3 +97,68 @@ def run_smoke(
         run_bandwidth(rank, target, recorder, max_bytes)
     recorder.finished(smoke=True)  # so that monitors count the rank as done
     return event
+
+
+DEFAULT_EXEC_TIMEOUT_S = (
+    1836  # HCCL_EXEC_TIMEOUT's default; the launch scripts export the project's
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One rank of the smoke test outside train.py: bind the device, join the group, check."""
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime.smoke", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--launcher", choices=distributed.LAUNCHERS, required=True)
+    parser.add_argument("--device", choices=device.REQUESTS, default="auto")
+    parser.add_argument(
+        "--local-rank", "--local_rank", type=int
+    )  # torch.distributed.launch passes it
+    parser.add_argument(
+        "--smoke", action="store_true", help="accepted: this is the smoke test"
+    )
+    parser.add_argument(
+        "--bandwidth", action="store_true", help="then the network check"
+    )
+    parser.add_argument(
+        "--bandwidth-max-bytes", type=int, help="largest message of --bandwidth"
+    )
+    args = parser.parse_args(argv)
+    if args.launcher == "mp-spawn":
+        parser.error("mp-spawn starts its ranks from train.py itself: pick torchrun")
+    rank = distributed.rank_info(
+        args.launcher,
+        local_rank=args.local_rank,
+        nnodes=distributed.env_int("NNODES", 1),
+        nproc_per_node=distributed.env_int("NPROC_PER_NODE", 1),
+    )
+    run_dir = events.resolve_run_dir(None, Path(os.getcwd()))
+    events.tee_output(run_dir, rank.rank)
+    recorder = events.EventWriter(run_dir, rank.rank)
+    with recorder.recording():
+        choice = device.select_device(device.requested_device(None, args.device))
+        target = device.bind_device(choice, rank.local_rank, rank.local_world_size)
+        exec_timeout_s = distributed.env_int(
+            "HCCL_EXEC_TIMEOUT", DEFAULT_EXEC_TIMEOUT_S
+        )
+        distributed.init_process_group(
+            rank, choice.backend, distributed.process_group_timeout_s(exec_timeout_s)
+        )
+        print(
+            f"rank {rank.rank}/{rank.world_size}: {target} with {choice.backend} ({choice.reason})",
+            flush=True,
+        )
+        try:
+            run_smoke(
+                rank,
+                target,
+                recorder,
+                bandwidth=args.bandwidth,
+                max_bytes=args.bandwidth_max_bytes,
+            )
+        finally:
+            distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

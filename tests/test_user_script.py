@@ -103,6 +103,25 @@ def test_a_script_whose_rank_3_raises_exits_3_naming_rank_3_with_its_traceback(t
     wait_for(lambda: not leftover_processes(project), 20, "every process of the job to end")
 
 
+@pytest.mark.slow
+def test_smoke_runs_npu_wizards_own_check_with_the_same_launcher_not_the_users_script(tmp_path: Path) -> None:
+    project = render_own(tmp_path)
+    runner = start_runner(
+        project, "--smoke", "--bandwidth", "--bandwidth-max-bytes", "65536", env=node_env(project / "runs" / "unused")
+    )
+    try:
+        output, _ = runner.communicate(timeout=START_S + 120)
+    finally:
+        clean_up(project, runner)
+    (run_dir,) = run_dirs(project)
+    assert runner.returncode == 0, output
+    assert "smoke ok: 4/4 ranks" in output
+    assert json.loads((run_dir / "bandwidth.json").read_text())["world_size"] == 4
+    for rank in range(4):  # each rank ran the runtime's check under torchrun, never the user's script
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        assert f"smoke rank {rank}/4" in log and "epoch" not in log, log
+
+
 # ---- the ssh engine across two hosts ------------------------------------------------------
 
 

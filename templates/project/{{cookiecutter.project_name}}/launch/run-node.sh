@@ -109,6 +109,13 @@ export HCCL_IF_BASE_PORT
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 {%- if foreign %}
+if [[ "${1:-}" == --smoke ]]; then
+    # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
+    program=(-m runtime.smoke --launcher {{ cookiecutter.launcher|sh }} --device {{ cookiecutter.device|sh }})
+else
+    program=({{ program }})
+fi
+{%- set program = '"${program[@]}"' %}
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
