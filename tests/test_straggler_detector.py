@@ -21,9 +21,10 @@ def detector(ranks_per_node: int = 2) -> StragglerDetector:
 
 def feed(found: StragglerDetector, windows: int, slower: dict[int, float], *, world: int = 4, first: int = 1) -> None:
     """`windows` windows from every rank; rank R's forward is `slower[R]` times longer (default 1)."""
-    if first == 1:
+    if first == 1:  # each rank's first window after its start is its warm-up: never judged
         for rank in range(world):
             found.rank_started(rank)
+            found.add(rank, {"step": 0, "time": 1000.0, "data_s": 9.0, "forward_s": 9.0 * (rank + 1)})
     for window in range(first, first + windows):
         step = window * STEPS
         for rank in range(world):

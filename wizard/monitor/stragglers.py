@@ -7,9 +7,11 @@ which each `step` event reports as `data_s` and `forward_s` (runtime/timing.py),
 the mean seconds per step of that logging window. Their sum is the rank's
 compute time.
 
-Ranks log at the same steps, so a window is one step number. Once every
-reporting rank has reached it, each rank's compute time is compared with the
-median of the other ranks', and each node's (with two ranks or more) with the
+Ranks log at the same steps, so a window is one step number; each rank's
+first window after it (re)started is left out (it holds the start-up: the
+first shuffle, allocations). Once every reporting rank has reached a window,
+each rank's compute time is compared with the median of the other ranks',
+and each node's (with two ranks or more) with the
 median of the ranks on the other nodes, taking its least slow rank: a node
 is slow only when all of its ranks are. One that is at least THRESHOLD (15%)
 above for WINDOWS (3) windows in a row is flagged, from the first of them; a
@@ -95,6 +97,8 @@ def _span(seconds: float) -> str:
 @dataclass
 class _Sample:
     time: float
+    since: float  # when the rank's previous window ended
+    steps: int  # steps since its previous window
     data_s: float
     forward_s: float
 
@@ -135,8 +139,9 @@ class StragglerDetector:
         self._pending: dict[int, dict[int, _Sample]] = {}  # step -> rank -> its window
         self._newest: dict[int, int] = {}  # rank -> the newest step it reported
         self._at_step: Counter[int] = Counter()  # step -> ranks whose newest it is: few, as ranks keep in step
+        self._warm: set[int] = set()  # ranks past their first window since they started
+        self._last: dict[int, tuple[int, float]] = {}  # rank -> (step, time) of its previous window
         self._judged_step: int | None = None
-        self._judged_at: float | None = None
         self._streaks: dict[tuple[str, int | None], _Streak] = {}
 
     def add(self, rank: int, event: dict) -> None:
@@ -147,17 +152,25 @@ class StragglerDetector:
             return
         self._set_newest(rank, step)  # a window no longer waits for this rank, timed or not
         numbers = (int, float)
-        if not isinstance(at, numbers) or not all(isinstance(t, numbers) for t in times):
-            self._judge_ready()
+        if not isinstance(at, numbers):
             return
-        if self._judged_step is not None and step <= self._judged_step:
-            return
-        self._pending.setdefault(step, {})[rank] = _Sample(float(at), float(times[0]), float(times[1]))
+        previous = self._last.get(rank)
+        self._last[rank] = (step, float(at))
+        warming_up = rank not in self._warm  # its first window holds the start: the first shuffle, allocations
+        self._warm.add(rank)
+        timed = all(isinstance(t, numbers) for t in times)
+        late = self._judged_step is not None and step <= self._judged_step
+        if timed and not warming_up and not late and previous is not None:
+            since, steps = previous[1], step - previous[0]
+            sample = _Sample(float(at), since, steps, float(times[0]), float(times[1]))
+            self._pending.setdefault(step, {})[rank] = sample
         self._judge_ready()
 
     def rank_started(self, rank: int, step: int = 0) -> None:
         """The rank started (again) at `step`: windows after it wait for its report."""
         self._set_newest(rank, step)
+        self._warm.discard(rank)
+        self._last.pop(rank, None)
 
     def rank_ended(self, rank: int) -> None:
         """The rank finished or failed: no window waits for it any more."""
@@ -199,9 +212,9 @@ class StragglerDetector:
 
     def _judge(self, step: int, samples: dict[int, _Sample]) -> None:
         end = max(sample.time for sample in samples.values())
-        start = self._judged_at if self._judged_at is not None else min(s.time for s in samples.values())
-        steps = step - self._judged_step if self._judged_step is not None else 0  # the first: unknown
-        self._judged_step, self._judged_at = step, end
+        start = min(sample.since for sample in samples.values())
+        steps = max(sample.steps for sample in samples.values())
+        self._judged_step = step
         if len(samples) < 2:
             return
         slow = self._slow_subjects(samples)
