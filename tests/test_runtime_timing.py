@@ -40,13 +40,16 @@ def slow_batches(count: int, seconds: float) -> list[int]:
 
 def test_the_cpu_timer_gives_the_mean_data_wait_and_forward_per_step() -> None:
     timer = timing.StepTimer("cpu")
+    forwards = []
     for _ in timer.batches(slow_batches(4, 0.02)):
+        started = time.perf_counter()
         with timer.forward():
             busy(0.01)
+        forwards.append(time.perf_counter() - started)  # encloses the timer's own measure
     window = timer.window()
     assert set(window) == {"data_s", "forward_s"}
-    assert 0.02 <= window["data_s"] < 1.0, window
-    assert 0.01 <= window["forward_s"] < 1.0, window
+    assert window["data_s"] >= 0.02, window
+    assert 0.01 <= window["forward_s"] <= sum(forwards) / 4, (window, forwards)
 
 
 def test_each_window_starts_afresh_and_spans_an_epoch_end() -> None:
@@ -55,12 +58,16 @@ def test_each_window_starts_afresh_and_spans_an_epoch_end() -> None:
         with timer.forward():
             busy(0.1)
     timer.window()
+    forwards = []
     for _epoch in range(2):  # a window that an epoch end cuts in two still counts every step once
         for _ in timer.batches(range(2)):
+            started = time.perf_counter()
             with timer.forward():
                 busy(0.002)
+            forwards.append(time.perf_counter() - started)
     window = timer.window()
-    assert 0.002 <= window["forward_s"] < 0.05, window
+    # the mean of these 4 steps (each enclosed by the test's own clock), nothing of the window before
+    assert 0.002 <= window["forward_s"] <= sum(forwards) / 4, (window, forwards)
     assert timer.window() == {}  # no step since: nothing to say
 
 
@@ -93,7 +100,7 @@ def test_on_npu_the_forward_is_timed_with_device_events_read_at_the_window_end(n
     assert calls == ["Event", "Event", "record", "record"] * 3  # a pair per step, nothing read yet
     assert all(call["enable_timing"] for call in npu_double.event_calls() if call["call"] == "Event")
     window = timer.window()
-    assert 0.01 <= window["forward_s"] < 1.0, window
+    assert window["forward_s"] >= 0.01, window
     read = [call["call"] for call in npu_double.event_calls()[len(calls) :]]
     assert read == ["elapsed_time"] * 3
 
