@@ -56,7 +56,7 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "straggler_timing_cost.py": (
         ["--smoke"],
-        ["timer's own calls per step", "the < 1% goal", "A/B, CPU time, median of pairs", "A/B, wall time"],
+        ["timer's own calls per step (CPU time)", "the < 1% goal", "A/B, CPU time, median of pairs", "A/B, wall time"],
     ),
     "straggler_uniform_runs.py": (["--smoke"], ["run 1: ", "rank-windows >= 15% above", "uniform runs with a flag:"]),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
