@@ -32,7 +32,7 @@ from tests.runs import clean_up, events_of, kinds, render_cpu, run_dirs, start_r
 pytestmark = pytest.mark.slow
 
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
-START_S = 180  # a loaded two-core machine takes a while to start four torch processes
+START_S = 300  # a loaded two-core machine takes a while to start four torch processes and log 3 windows
 DETECT_S = 30  # the bound: flagged within 30 s of the slowdown
 QUOTA = 0.1  # of one core, for the slowed rank
 # ~0.5 s windows on this machine; enough steps to train for several minutes, stopped by the test
