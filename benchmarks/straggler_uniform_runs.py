@@ -63,7 +63,7 @@ def spread(windows: dict[int, dict[int, float]]) -> tuple[int, float, float]:
 
 
 def one_run(folder: Path, seconds: float) -> tuple[list[dict], int, float, float, float]:
-    """Run the job once; (its flags, windows judged, share over the threshold, p95 gap, wall seconds)."""
+    """Run the job once; (its flags, windows judged, share over the threshold, p95 gap, its end time)."""
     project = render_cpu(folder, "shell", nodes=2, **JOB)
     runner = start_runner(project, "--interval", "30")
     try:
@@ -78,7 +78,7 @@ def one_run(folder: Path, seconds: float) -> tuple[list[dict], int, float, float
         clean_up(project, runner)
     summary = json.loads((run_dir / "summary.json").read_text())
     count, over, p95 = spread(timed_windows(run_dir))
-    return summary["stragglers"], count, over, p95, summary["wall_s"]
+    return summary["stragglers"], count, over, p95, summary["ended_at"]
 
 
 def main() -> int:
@@ -95,7 +95,7 @@ def main() -> int:
         for run in range(1, args.runs + 1):
             load = os.getloadavg()[0]
             try:
-                flags, windows, over, p95, wall = one_run(Path(folder) / f"run-{run}", args.seconds)
+                flags, windows, over, p95, ended_at = one_run(Path(folder) / f"run-{run}", args.seconds)
             except AssertionError as error:  # a start too slow for the machine's load: no figure, say so
                 print(f"run {run}: not counted, {error} (load {load:.1f})", flush=True)
                 continue
@@ -107,7 +107,7 @@ def main() -> int:
                 flush=True,
             )
             for entry in flags:
-                print(f"  {describe(entry, until=entry['start'] + wall)}", flush=True)
+                print(f"  {describe(entry, until=ended_at)}", flush=True)
     verdict = "meets" if flagged == 0 else "MISSES"
     print(f"uniform runs with a flag: {flagged} of {done}  {verdict} the goal of none")
     return 0
