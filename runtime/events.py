@@ -149,9 +149,20 @@ class EventWriter:
         loss: float,
         samples_per_s: float,
         lr: float,
+        data_s: float | None = None,
+        forward_s: float | None = None,
     ) -> Event:
-        """A logging-interval step: loss, throughput and learning rate."""
+        """A logging-interval step: loss, throughput and learning rate.
+
+        `data_s` and `forward_s`, when given: the mean seconds per step of this
+        window spent waiting for data and in the forward pass (runtime/timing.py).
+        """
         self.progress(step, epoch)
+        times = {
+            name: value
+            for name, value in (("data_s", data_s), ("forward_s", forward_s))
+            if value is not None
+        }
         return self.emit(
             "step",
             step=step,
@@ -159,6 +170,7 @@ class EventWriter:
             loss=loss,
             samples_per_s=samples_per_s,
             lr=lr,
+            **times,
         )
 
     def checkpoint(self, *, step: int, path: Path) -> Event:

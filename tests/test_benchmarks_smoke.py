@@ -59,6 +59,11 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["baseline: unbounded history", "bounded history (256 points)", "bounded phase: none lost"],
     ),
     "report_scale.py": (["--smoke"], ["report wall", "peak RSS", "32 ranks under 10 s and 200 MiB:"]),
+    "straggler_timing_cost.py": (
+        ["--smoke"],
+        ["timer's own calls per step (CPU time)", "the < 1% goal", "A/B, CPU time, median of pairs", "A/B, wall time"],
+    ),
+    "straggler_uniform_runs.py": (["--smoke"], ["run 1: ", "rank-windows >= 15% above", "uniform runs with a flag:"]),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
     "cluster_start.py": (
         ["--smoke"],

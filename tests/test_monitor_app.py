@@ -120,6 +120,29 @@ async def test_a_hung_rank_is_named_in_the_alert_line(tmp_path: Path) -> None:
         assert "rank 3 (node 1) is hung: no heartbeat or step for 40s" in alert
 
 
+def straggling_job_state() -> JobState:
+    """Four ranks on two nodes, all alive; rank 2's forward 50% longer than the others' for 4 windows."""
+    state = JobState(4, hang_after=30, clock=lambda: NOW)
+    for rank in range(4):
+        state.ingest(event(rank, "started", 900.0, node=rank // 2, pid=100 + rank, world_size=4, resumed_step=0))
+    for index, step in enumerate(range(10, 50, 10)):
+        for rank in range(4):
+            forward = 0.012 if rank == 2 else 0.008
+            fields = {"step": step, "epoch": 0, "loss": 1.0, "samples_per_s": 4000.0, "lr": 0.1}
+            state.ingest(event(rank, "step", 990.0 + index, data_s=0.002, forward_s=forward, **fields))
+    return state
+
+
+async def test_a_straggler_is_marked_in_its_row_and_named_in_the_alert_line(tmp_path: Path) -> None:
+    app = app_for(FakeJob(straggling_job_state(), tmp_path))
+    async with app.run_test(size=(110, 32)):
+        table = app.query_one(DataTable)
+        assert str(table.get_row("2")[2]) == "slow +40%"
+        assert [str(table.get_row(rank)[2]) for rank in ("0", "1", "3")] == ["running"] * 3
+        alert = str(app.query_one("#alert", Static).render())
+        assert "straggler: rank 2 (node 1) is 40% slower in forward than the other ranks" in alert
+
+
 async def test_the_job_line_has_throughput_and_eta(tmp_path: Path) -> None:
     app = app_for(fake_job(tmp_path))
     async with app.run_test(size=(110, 32)):

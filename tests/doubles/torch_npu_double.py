@@ -22,7 +22,8 @@ gives its workers (its parallel store itself is not modelled).
 `import torch_npu` in a process with `double.env()` gets the double's package
 (`tests/doubles/torch_npu_package.py`): `__version__`, `npu.is_available`,
 `npu.device_count` (`TORCH_NPU_DOUBLE_DEVICES`, default 8), `npu.set_device`,
-`npu.set_compile_mode` and `npu.amp.GradScaler`, each recording its call.
+`npu.set_compile_mode`, `npu.synchronize`, `npu.Event` (timing from the host clock) and
+`npu.amp.GradScaler`, each recording its call.
 In-process tests can `load_package(version)` instead.
 """
 
@@ -117,6 +118,10 @@ class TorchNpuDouble:
     def npu_calls(self) -> list[dict[str, Any]]:
         """set_device / set_compile_mode calls on torch_npu.npu, in order."""
         return _read_jsonl(self.record_dir / "npu.jsonl")
+
+    def event_calls(self) -> list[dict[str, Any]]:
+        """torch_npu.npu.Event calls (made, record, elapsed_time, synchronize, query), in order."""
+        return _read_jsonl(self.record_dir / "npu_event.jsonl")
 
 
 def install_torch_npu_double(root: Path, version: str, python: str = sys.executable) -> TorchNpuDouble:

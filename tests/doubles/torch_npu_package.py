@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -153,7 +154,50 @@ def _set_compile_mode(jit_compile: bool) -> None:
     _record("npu", {"call": "set_compile_mode", "jit_compile": jit_compile})
 
 
+class Event:
+    """torch_npu.npu.Event's timing interface, recording each call: `record` notes the host clock.
+
+    `elapsed_time` gives the milliseconds between two recorded events, and
+    refuses, as the real one does, events made without enable_timing or never
+    recorded. No device exists, so the host clock stands in for the stream's.
+    """
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self.recorded_at: float | None = None
+        _record("npu_event", {"call": "Event", "enable_timing": enable_timing})
+
+    def record(self, stream: Any = None) -> None:
+        """Note when the event was recorded."""
+        self.recorded_at = time.perf_counter()
+        _record("npu_event", {"call": "record"})
+
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds from this event to `end`."""
+        _record("npu_event", {"call": "elapsed_time"})
+        if not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.recorded_at is None or end.recorded_at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end.recorded_at - self.recorded_at) * 1000
+
+    def synchronize(self) -> None:
+        """Wait for the event (recorded: a test can check that nobody waits)."""
+        _record("npu_event", {"call": "synchronize"})
+
+    def query(self) -> bool:
+        """Whether the event completed (recorded: a test can check that nobody polls)."""
+        _record("npu_event", {"call": "query"})
+        return True
+
+
+def _synchronize(device: Any = None) -> None:
+    _record("npu", {"call": "synchronize"})
+
+
 npu = SimpleNamespace(
+    Event=Event,
+    synchronize=_synchronize,
     is_available=lambda: _devices() > 0,
     device_count=_devices,
     set_device=_set_device,

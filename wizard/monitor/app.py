@@ -24,12 +24,13 @@ from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 from wizard.monitor.ranks import where
 from wizard.monitor.report import duration, failure_log_lines, format_summary, log_tail
 from wizard.monitor.source import JobSource, RunningJob
-from wizard.monitor.state import FAILED, FINISHED, HUNG, STALLED, JobState
+from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, JobState
 from wizard.stopping import stop_signals_raise
 
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
 LOG_LINES = 200
 PLOT_POINTS = 120
+SLOW = "slow"  # the state cell of a running rank a straggler flag names: "slow +38%"
 ALERT_NOTICES = 3  # the newest warnings shown under the job line
 LAUNCHER_EXIT_S = 15.0  # how long quitting waits for launchers whose ranks all finished
 
@@ -133,10 +134,13 @@ class MonitorApp(App[str | None]):
         self.query_one("#job", Static).update(self._job_line(state, end))
         self.query_one("#alert", Static).update(self._alert(state, now))
         table = self.query_one(DataTable)
+        slow = _slow_ranks(state)
         for rank, view in sorted(state.ranks.items()):
             if str(rank) not in table.rows:
                 continue
             rank_state = state.state(rank, now)
+            if rank_state == RUNNING and rank in slow:
+                rank_state = f"{SLOW} +{slow[rank]:.0f}%"
             beat = f"{now - view.last_seen:.0f}s" if view.last_seen and view.outcome is None else "-"
             shown_step = str(view.step)
             if not view.steps_reported and view.printed_at is not None and view.outcome is None:
@@ -152,7 +156,7 @@ class MonitorApp(App[str | None]):
                 str(view.restarts),
             )
             for column, value in zip(COLUMNS, cells, strict=True):
-                table.update_cell(str(rank), column, _styled(column, value))
+                table.update_cell(str(rank), column, _styled(column, value), update_width=column == "state")
         self._draw_plot(state)
         self._follow_log()
 
@@ -185,8 +189,19 @@ class MonitorApp(App[str | None]):
         report = report if self.source.outcome is None else ""
         notices = state.notices.all()[-ALERT_NOTICES:]
         said = "\n".join(f"warning from {escape(notice.line())}" for notice in notices)
+        slow = "\n".join(
+            f"straggler: {finding.who()} is {finding.gap_pct:.0f}% slower in {finding.phase} than the other ranks"
+            for finding in state.stragglers.active()
+        )
         return "\n".join(
-            filter(None, (f"[b yellow]{escape(report)}[/]" if report else "", f"[yellow]{said}[/]" if said else ""))
+            filter(
+                None,
+                (
+                    f"[b yellow]{escape(report)}[/]" if report else "",
+                    f"[b magenta]{escape(slow)}[/]" if slow and self.source.outcome is None else "",
+                    f"[yellow]{said}[/]" if said else "",
+                ),
+            )
         )
 
     def _draw_plot(self, state: JobState) -> None:
@@ -274,8 +289,21 @@ class MonitorApp(App[str | None]):
         self.action_quit_view()
 
 
+def _slow_ranks(state: JobState) -> dict[int, float]:
+    """Each rank a straggler flag names, directly or through its node, with the flag's gap (%)."""
+    slow: dict[int, float] = {}
+    for finding in state.stragglers.active():
+        if finding.rank is not None:
+            slow[finding.rank] = finding.gap_pct
+        else:
+            slow.update({rank: finding.gap_pct for rank in state.ranks if state.node_of(rank) == finding.node})
+    return slow
+
+
 def _styled(column: str, value: str) -> Text:
     colour = {FAILED: "bold red", HUNG: "bold red", STALLED: "bold yellow", FINISHED: "green"}.get(value)
+    if column == "state" and value.startswith(SLOW):
+        colour = "bold magenta"
     return Text(value, style=colour or "") if column == "state" else Text(value)
 
 

@@ -14,7 +14,14 @@ from typing import TextIO
 from runtime.events import EventFollower
 from wizard.errors import TargetError
 from wizard.monitor import procs
-from wizard.monitor.report import SUMMARY_FILE, failure_log_lines, format_summary, progress_line, summarize
+from wizard.monitor.report import (
+    SUMMARY_FILE,
+    failure_log_lines,
+    format_summary,
+    progress_line,
+    straggler_line,
+    summarize,
+)
 from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
 
 RUN_FILE = "run.json"
@@ -124,6 +131,8 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO = sys.s
     next_line = folder.clock()
     while folder.tick() is None:
         now = folder.clock()
+        for kind, finding in folder.state.stragglers.fresh():
+            print(straggler_line(kind, finding, now - folder.started_at), file=out, flush=True)
         if now >= next_line:
             print(progress_line(folder.state, now - folder.started_at, now), file=out, flush=True)
             next_line = now + interval

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TextIO
 
-from wizard.monitor.report import format_summary, progress_line
+from wizard.monitor.report import format_summary, progress_line, straggler_line
 from wizard.monitor.source import RunningJob
 from wizard.monitor.state import JobState
 from wizard.stopping import stop_signals_raise
@@ -48,6 +48,8 @@ def run_plain(job: RunningJob, *, out: TextIO = sys.stdout, poll: float = 0.2) -
                 job.engine_lines.clear()
                 for notice in job.state.notices.fresh():
                     print(f"WARNING from {notice.line()}", file=out, flush=True)
+                for kind, finding in job.state.stragglers.fresh():
+                    print(straggler_line(kind, finding, now - job.started_at), file=out, flush=True)
                 if outcome is not None:
                     break
                 if now >= next_line:

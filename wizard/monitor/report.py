@@ -12,6 +12,7 @@ from typing import Any
 
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
+from wizard.monitor.stragglers import Straggler, describe
 
 SUMMARY_FILE = "summary.json"
 LOG_TAIL_LINES = 10
@@ -193,6 +194,7 @@ def summarize(
         "ranks": per_rank,
         "failure": None if failure is None else _failure_dict(failure, run_dir),
         "warnings": state.notices.as_dicts(),
+        "stragglers": state.stragglers.as_dicts(ended_at - started_at),
     }
 
 
@@ -245,6 +247,10 @@ def format_summary(summary: dict[str, Any]) -> str:
             ranks = warning.get("ranks") or []
             who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: " if ranks else ""
             lines.append(f"  {who}{warning.get('message')}")
+    stragglers = summary.get("stragglers") or []
+    if stragglers:
+        lines.append("stragglers (compute time: waiting for data + forward, against the other ranks' median):")
+        lines += [f"  {describe(entry, until=summary.get('ended_at'))}" for entry in stragglers]
     silent = summary.get("never_reported")
     if silent:
         lines.append(f"no status ever arrived from rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}")
@@ -263,6 +269,20 @@ def failure_log_lines(summary: dict[str, Any]) -> list[str]:
     if not tail:
         return []
     return [f"last lines of rank {failure.get('rank')}'s log:", *(f"  | {line}" for line in tail)]
+
+
+def straggler_line(kind: str, finding: Straggler, wall_s: float) -> str:
+    """The plain view's line when a straggler is flagged (`kind` start) or recovers (end)."""
+    if kind == "start":
+        return (
+            f"STRAGGLER: {finding.who()} is {finding.gap_pct:.0f}% slower in {finding.phase} than the other "
+            f"ranks (waiting for data + forward, {finding.windows} windows in a row)"
+        )
+    span = duration((finding.end or finding.start) - finding.start)
+    return (
+        f"STRAGGLER ENDED: {finding.who()} is back within reach of the others after {span} "
+        f"({finding.gap_pct:.0f}% slower in {finding.phase}; the job lost about {finding.lost_pct(wall_s):.0f}%)"
+    )
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

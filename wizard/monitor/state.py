@@ -21,6 +21,7 @@ from wizard.monitor.hints import explain
 from wizard.monitor.notices import Notices
 from wizard.monitor.ranks import Failure, RankView
 from wizard.monitor.status_server import RECEIVED
+from wizard.monitor.stragglers import StragglerDetector
 
 STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "stalled", "hung", "finished", "failed"
 DEFAULT_HANG_AFTER = 30.0
@@ -53,6 +54,7 @@ class JobState:
         self.ranks: dict[int, RankView] = {rank: RankView(rank) for rank in range(world_size)}
         self.stopping_since: float | None = None
         self.notices = Notices()
+        self.stragglers = StragglerDetector(self.node_of)  # fed the step events' data_s and forward_s
 
     def view(self, rank: int) -> RankView:
         """The view of `rank`, made on first sight (a rank beyond the world size too)."""
@@ -98,6 +100,7 @@ class JobState:
         view.started_at = view.started_at or event["time"]
         view.progress_at = at
         view.outcome, view.ended_at, view.error = None, None, None
+        self.stragglers.rank_started(view.rank, view.step)
 
     def _on_step(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
@@ -113,6 +116,7 @@ class JobState:
                 view.rate_count += 1
                 view.inverse_rate_sum += 1 / view.samples_per_s
         view.step_times = [*view.step_times[-RATE_WINDOW:], (event["time"], view.step)]
+        self.stragglers.add(view.rank, event)
 
     def _on_heartbeat(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
@@ -135,6 +139,7 @@ class JobState:
         view.outcome, view.ended_at = FINISHED, event["time"]
         view.step = event.get("step", view.step)
         view.exit_code = event.get("exit_code", view.exit_code)
+        self.stragglers.rank_ended(view.rank)
 
     def _on_error(self, view: RankView, event: dict, at: float) -> None:
         # kept bounded: an event file may hold a message of any size
@@ -144,6 +149,7 @@ class JobState:
         error["traceback"] = clip(str(error["traceback"] or ""), "end")
         view.outcome, view.ended_at, view.error = FAILED, event["time"], error
         view.exit_code = event.get("exit_code", view.exit_code)
+        self.stragglers.rank_ended(view.rank)
 
     def _on_checkpoint(self, view: RankView, event: dict, at: float) -> None:
         if isinstance(event.get("step"), int):
@@ -163,6 +169,7 @@ class JobState:
         view = self.view(rank)
         if view.outcome is None and (self.stopping_since is None or at < self.stopping_since):
             view.outcome, view.ended_at = LOST, at
+        self.stragglers.rank_ended(rank)
 
     def stopping(self) -> None:
         """The monitor is stopping the job: ranks vanishing from now on were stopped, not failed."""

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from runtime import amp, checkpoint, data, device, distributed, events, schedule, smoke
+from runtime import amp, checkpoint, data, device, distributed, events, schedule, smoke, timing
 from runtime.errors import SetupError
 
 PROJECT_DIR = Path(__file__).resolve().parent
@@ -79,6 +79,8 @@ class Trainer:
         self.lr_schedule = lr_schedule
         self.loss_fn = nn.CrossEntropyLoss()
         self.recorder = recorder
+        # waiting for data and the forward pass, per logged window: the monitor names stragglers from them
+        self.timer = timing.StepTimer(target.type, enabled=timing.timing_enabled())
         self.checkpoint_dir = checkpoint_dir
         self.epoch = 0
         self.step = 0
@@ -91,7 +93,8 @@ class Trainer:
         # a single process has no gradients to average: DDP would only cost time
         if rank.world_size > 1:
             device_ids = None if target.type == "cpu" else [target.index]
-            # Huawei's DDP settings: no buffer broadcast each step, gradients kept in the buckets
+            # Huawei's DDP settings: no buffer broadcast each step, gradients kept in the buckets;
+            # without the broadcast no collective runs in forward, so its time is this rank's own
             self.model = DDP(
                 self.model,
                 device_ids=device_ids,
@@ -120,7 +123,7 @@ class Trainer:
 
     def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
-        with amp.autocast(self.device.type, AMP):
+        with self.timer.forward(), amp.autocast(self.device.type, AMP):
             loss = self.loss_fn(self.model(inputs), targets)
         loss.backward()
         self.optimizer.step()
@@ -130,7 +133,8 @@ class Trainer:
         self.epoch = epoch
         self.train_data.set_epoch(epoch)
         window_start, window_steps = time.perf_counter(), 0
-        for inputs, targets in self.train_data.batches(start=self.batches_done):
+        batches = self.train_data.batches(start=self.batches_done)
+        for inputs, targets in self.timer.batches(batches):
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
             self.lr_schedule.apply(self.optimizer, self.step)
@@ -159,6 +163,7 @@ class Trainer:
             loss=value,
             samples_per_s=samples_per_s,
             lr=lr,
+            **self.timer.window(),  # data_s and forward_s, read after the loss read synchronised
         )
         if self.rank.is_main:
             print(

@@ -1,0 +1,117 @@
+"""Uniform runs and the straggler detector: how many flags do N runs in a row raise? Goal: none.
+
+Each run is the 2 x 2 CPU job of tests/test_stragglers.py (shell launcher,
+nodes simulated on 127.0.0.1, the default MLP, a window every 40 steps) under
+`npu-wizard run --plain`, with no rank slowed: it trains for --seconds after
+every rank logged its first windows, then is stopped with Ctrl-C, and its
+summary.json's `stragglers` are read. Printed per run: the flags (who, gap,
+how long), the windows judged and the spread of the ranks' compute time
+around the median of the others (the share of rank-windows 15% or more
+above it, and the 95th percentile), so a flag can be told apart from a
+machine whose cores are unevenly loaded. The machine's load average is
+printed with each run: on a small machine shared with other work, CPU ranks
+are genuinely unequal, and the detector says so.
+
+    python benchmarks/straggler_uniform_runs.py [--runs 10] [--seconds 60]
+    python benchmarks/straggler_uniform_runs.py --smoke   # one short run (tests/test_benchmarks_smoke.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from runtime.events import read_events  # noqa: E402
+from tests.runs import clean_up, render_cpu, run_dirs, start_runner, wait_for  # noqa: E402
+from wizard.monitor.stragglers import THRESHOLD, describe  # noqa: E402
+
+JOB = {"samples": 1 << 20, "epochs": 1, "batch_size": 16, "log_every": 40, "checkpoint_every": 0}
+START_S = 400  # four torch processes and their first windows, on a loaded two-core machine
+
+
+def timed_windows(run_dir: Path) -> dict[int, dict[int, float]]:
+    """Each rank's compute time (data_s + forward_s) per logged step."""
+    return {
+        rank: {e["step"]: e["data_s"] + e["forward_s"] for e in events if e.get("event") == "step" and "forward_s" in e}
+        for rank, events in read_events(run_dir).items()
+    }
+
+
+def spread(windows: dict[int, dict[int, float]]) -> tuple[int, float, float]:
+    """(windows, share of rank-windows >= THRESHOLD above the others' median, 95th percentile gap)."""
+    steps = sorted(set.intersection(*(set(by_step) for by_step in windows.values())))[1:]  # the warm-up left out
+    gaps = []
+    for step in steps:
+        compute = {rank: by_step[step] for rank, by_step in windows.items()}
+        for rank, value in compute.items():
+            others = statistics.median(v for r, v in compute.items() if r != rank)
+            gaps.append(value / others - 1)
+    if not gaps:
+        return 0, 0.0, 0.0
+    gaps.sort()
+    return len(steps), sum(gap >= THRESHOLD for gap in gaps) / len(gaps), gaps[int(0.95 * (len(gaps) - 1))]
+
+
+def one_run(folder: Path, seconds: float) -> tuple[list[dict], int, float, float, float]:
+    """Run the job once; (its flags, windows judged, share over the threshold, p95 gap, its end time)."""
+    project = render_cpu(folder, "shell", nodes=2, **JOB)
+    runner = start_runner(project, "--interval", "30")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        ready = lambda: len(timed_windows(run_dir)) == 4 and all(len(w) >= 2 for w in timed_windows(run_dir).values())  # noqa: E731
+        wait_for(ready, START_S, "every rank's first windows", step=0.5)
+        began = time.monotonic()
+        wait_for(lambda: time.monotonic() - began >= seconds, seconds + 5, "the run's length", step=0.5)
+        runner.send_signal(signal.SIGINT)
+        runner.communicate(timeout=60)
+    finally:
+        clean_up(project, runner)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    count, over, p95 = spread(timed_windows(run_dir))
+    return summary["stragglers"], count, over, p95, summary["ended_at"]
+
+
+def main() -> int:
+    """Run the uniform job --runs times in a row and print the flags of each."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=60.0, help="training time of each run after its start")
+    parser.add_argument("--smoke", action="store_true", help="one short run: checks that it runs")
+    args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.seconds = 1, 8.0
+    flagged = done = 0
+    with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-") as folder:
+        for run in range(1, args.runs + 1):
+            load = os.getloadavg()[0]
+            try:
+                flags, windows, over, p95, ended_at = one_run(Path(folder) / f"run-{run}", args.seconds)
+            except AssertionError as error:  # a start too slow for the machine's load: no figure, say so
+                print(f"run {run}: not counted, {error} (load {load:.1f})", flush=True)
+                continue
+            done += 1
+            flagged += bool(flags)
+            print(
+                f"run {run}: {len(flags)} flag(s), {windows} windows, load {load:.1f}, "
+                f"rank-windows >= {THRESHOLD:.0%} above the others: {over:.0%}, p95 gap {p95:+.0%}",
+                flush=True,
+            )
+            for entry in flags:
+                print(f"  {describe(entry, until=ended_at)}", flush=True)
+    verdict = "meets" if flagged == 0 else "MISSES"
+    print(f"uniform runs with a flag: {flagged} of {done}  {verdict} the goal of none")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

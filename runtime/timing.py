@@ -1,0 +1,134 @@
+"""Where a rank's steps go, per logging window: waiting for data, and the forward pass.
+
+The monitor compares these two times across ranks to name a straggler
+(wizard/monitor/stragglers.py). Neither phase runs a collective (DDP with
+broadcast_buffers=False broadcasts nothing in forward), so neither includes
+waiting for another rank; the step as a whole does, since its gradient
+all_reduce makes every rank as slow as the slowest.
+
+On the CPU the host clock measures both. On an NPU (or a CUDA GPU) the host
+only queues the forward's kernels, so a pair of device events with timing on is
+recorded around each forward and read at the window's end, after the loss read
+that already synchronises the device: no synchronisation is added. Waiting for
+data is host time on every device: the host is what waits for the loader.
+
+NPU_WIZARD_STEP_TIMING=0 turns the timing off: the step events then carry
+neither time and the loop runs without the timers.
+
+Not checked on an NPU (none here; the torch_npu test double records the calls):
+that torch.npu.Event(enable_timing=True).elapsed_time gives milliseconds like
+CUDA's, that recording events through the task queue (TASK_QUEUE_ENABLE=2)
+keeps them in stream order around the forward's kernels, and that the events
+are complete after the loss read, so that elapsed_time waits for nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from time import perf_counter
+from types import TracebackType
+from typing import Any, TypeVar
+
+ENV_STEP_TIMING = "NPU_WIZARD_STEP_TIMING"
+DEVICE_TIMED = ("npu", "cuda")  # devices whose forward is timed with device events
+
+Batch = TypeVar("Batch")
+_UNTIMED = nullcontext()
+
+
+def timing_enabled(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether the step timing is on: NPU_WIZARD_STEP_TIMING, default 1."""
+    return env.get(ENV_STEP_TIMING, "1") != "0"
+
+
+class StepTimer:
+    """Sums one rank's data-wait and forward time between two `window()` calls."""
+
+    def __init__(self, device_type: str, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._device_events: Any = (
+            None  # torch.npu or torch.cuda, whose Event the forward is timed with
+        )
+        if enabled and device_type in DEVICE_TIMED:
+            self._device_events = _device_module(device_type)
+        self._pairs: list[
+            tuple[Any, Any]
+        ] = []  # device events, reused window after window
+        self._steps = 0
+        self._data_s = 0.0
+        self._forward_s = 0.0
+        self._forward_started = 0.0
+
+    def batches(self, batches: Iterable[Batch]) -> Iterable[Batch]:
+        """`batches`, each one's arrival timed as waiting for data."""
+        return self._timed(batches) if self.enabled else batches
+
+    def _timed(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        iterator = iter(batches)
+        while True:
+            started = perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            self._data_s += perf_counter() - started
+            yield batch
+
+    def forward(self) -> AbstractContextManager[Any]:
+        """A context around one step's forward pass (loss included), timed."""
+        return self if self.enabled else _UNTIMED
+
+    def __enter__(self) -> None:
+        if self._device_events is None:
+            self._forward_started = perf_counter()
+            return
+        if self._steps == len(self._pairs):
+            timed = self._device_events.Event
+            self._pairs.append((timed(enable_timing=True), timed(enable_timing=True)))
+        self._pairs[self._steps][0].record()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._device_events is None:
+            self._forward_s += perf_counter() - self._forward_started
+        else:
+            self._pairs[self._steps][1].record()
+        self._steps += 1
+
+    def window(self) -> dict[str, float]:
+        """Mean `data_s` and `forward_s` per step since the last call, then start afresh.
+
+        Call it after the device was synchronised (the loss read): the device
+        events are then complete, and reading them waits for nothing. Empty
+        when timing is off or no step ran.
+        """
+        if not self.enabled or self._steps == 0:
+            return {}
+        forward_s = self._forward_s
+        if self._device_events is not None:
+            milliseconds = sum(
+                start.elapsed_time(end) for start, end in self._pairs[: self._steps]
+            )
+            forward_s = milliseconds / 1000
+        means = {
+            "data_s": self._data_s / self._steps,
+            "forward_s": forward_s / self._steps,
+        }
+        self._steps, self._data_s, self._forward_s = 0, 0.0, 0.0
+        return means
+
+
+def _device_module(device_type: str) -> Any:
+    if device_type == "npu":
+        from runtime.device import npu_module
+
+        return npu_module()
+    import torch
+
+    return torch.cuda

@@ -1,0 +1,342 @@
+"""Name the straggler: the rank, or the whole node, whose own work is slower than everyone else's.
+
+Every rank of a DDP job waits for the slowest in the gradient all_reduce, so
+their steps take equally long and their samples/s say nothing. What differs is
+the work no other rank takes part in: waiting for data and the forward pass,
+which each `step` event reports as `data_s` and `forward_s` (runtime/timing.py),
+the mean seconds per step of that logging window. Their sum is the rank's
+compute time.
+
+Ranks log at the same steps, so a window is one step number; each rank's
+first window after it (re)started is left out (it holds the start-up: the
+first shuffle, allocations). Once every reporting rank has reached a window,
+each rank's compute time is compared with the median of the other ranks',
+and each node's (with two ranks or more) with the
+median of the ranks on the other nodes, taking its least slow rank: a node
+is slow only when all of its ranks are. One that is at least THRESHOLD (15%)
+above for WINDOWS (3) windows in a row is flagged, from the first of them; a
+rank on a flagged node is named through its node. The flag ends after WINDOWS
+windows in a row below the threshold, at the end of its last slow window.
+
+The share of the job a straggler cost ("lost") is what every rank waited for
+it: its excess compute over that median, per step, times the steps of each of
+its slow windows, summed and divided by the job's wall time. It assumes the
+excess is not hidden behind other work, so it says "about".
+
+Pure: no processes, no clock; JobState feeds it step events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+THRESHOLD = 0.15  # compute time this far above the median is slow
+WINDOWS = 3  # slow windows in a row that raise a flag, and normal ones that end it
+PENDING_LIMIT = 64  # windows kept waiting for a lagging rank before they are judged without it
+PHASES = ("data", "forward")
+
+
+@dataclass
+class Straggler:
+    """A rank (or a whole node, `rank` None) that was slower than the others, from `start` to `end`."""
+
+    rank: int | None
+    node: int | None
+    phase: str  # "data" or "forward": where most of its excess went
+    start: float
+    end: float | None = None  # None: still slow
+    gap_pct: float = 0.0  # its compute time above the median, in percent, averaged over its slow windows
+    lost_s: float = 0.0  # seconds every rank waited for it
+    windows: int = 0  # its slow windows
+
+    def who(self) -> str:
+        """`node 1` or `rank 3 (node 1)`."""
+        if self.rank is None:
+            return f"node {self.node}"
+        return f"rank {self.rank}" + (f" (node {self.node})" if self.node is not None else "")
+
+    def lost_pct(self, wall_s: float) -> float:
+        """The share of a job of `wall_s` seconds this straggler cost, in percent."""
+        return 100 * self.lost_s / wall_s if wall_s > 0 else 0.0
+
+    def as_dict(self, wall_s: float) -> dict[str, object]:
+        """The summary.json entry."""
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "phase": self.phase,
+            "start": self.start,
+            "end": self.end,
+            "gap_pct": round(self.gap_pct, 1),
+            "lost_pct": round(self.lost_pct(wall_s), 1),
+        }
+
+
+def describe(entry: dict, until: float | None = None) -> str:
+    """`node 1 was 38% slower in forward for 4m00s: the job lost about 27%` from a summary entry."""
+    rank, node = entry.get("rank"), entry.get("node")
+    who = f"node {node}" if rank is None else f"rank {rank}" + (f" (node {node})" if node is not None else "")
+    end = entry.get("end") if entry.get("end") is not None else until
+    span = f" for {_span(end - entry['start'])}" if end is not None else ""
+    still = " (still slow at the end)" if entry.get("end") is None else ""
+    return (
+        f"{who} was {entry['gap_pct']:.0f}% slower in {entry['phase']}{span}{still}: "
+        f"the job lost about {entry['lost_pct']:.0f}%"
+    )
+
+
+def _span(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+@dataclass
+class _Sample:
+    time: float
+    since: float  # when the rank's previous window ended
+    steps: int  # steps since its previous window
+    data_s: float
+    forward_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.data_s + self.forward_s
+
+
+@dataclass
+class _Streak:
+    """One subject's run of slow windows, before and while it is flagged."""
+
+    start: float
+    slow: int = 0
+    normal: int = 0  # normal windows in a row since the last slow one, while flagged
+    gap_sum: float = 0.0
+    lost_s: float = 0.0
+    excess: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    last_slow_end: float = 0.0
+    finding: Straggler | None = None
+
+
+class StragglerDetector:
+    """Compares the ranks' compute time window by window and keeps what it found."""
+
+    def __init__(
+        self,
+        node_of: Callable[[int], int | None],
+        *,
+        threshold: float = THRESHOLD,
+        windows: int = WINDOWS,
+    ) -> None:
+        self.node_of = node_of
+        self.threshold = threshold
+        self.windows = windows
+        self.findings: list[Straggler] = []  # every flag, open and ended, in the order raised
+        self._fresh: list[tuple[str, Straggler]] = []
+        self._pending: dict[int, dict[int, _Sample]] = {}  # step -> rank -> its window
+        self._newest: dict[int, int] = {}  # rank -> the newest step it reported
+        self._at_step: Counter[int] = Counter()  # step -> ranks whose newest it is: few, as ranks keep in step
+        self._warm: set[int] = set()  # ranks past their first window since they started
+        self._last: dict[int, tuple[int, float]] = {}  # rank -> (step, time) of its previous window
+        self._judged_step: int | None = None
+        self._streaks: dict[tuple[str, int | None], _Streak] = {}
+
+    def add(self, rank: int, event: dict) -> None:
+        """Take one step event; a window every rank has reached is judged at once."""
+        step, at = event.get("step"), event.get("time")
+        times = [event.get(f"{phase}_s") for phase in PHASES]
+        if not isinstance(step, int):
+            return
+        self._set_newest(rank, step)  # a window no longer waits for this rank, timed or not
+        numbers = (int, float)
+        if not isinstance(at, numbers):
+            return
+        previous = self._last.get(rank)
+        self._last[rank] = (step, float(at))
+        warming_up = rank not in self._warm  # its first window holds the start: the first shuffle, allocations
+        self._warm.add(rank)
+        timed = all(isinstance(t, numbers) for t in times)
+        late = self._judged_step is not None and step <= self._judged_step
+        if timed and not warming_up and not late and previous is not None:
+            since, steps = previous[1], step - previous[0]
+            sample = _Sample(float(at), since, steps, float(times[0]), float(times[1]))
+            self._pending.setdefault(step, {})[rank] = sample
+        self._judge_ready()
+
+    def rank_started(self, rank: int, step: int = 0) -> None:
+        """The rank started (again) at `step`: windows after it wait for its report."""
+        self._set_newest(rank, step)
+        self._warm.discard(rank)
+        self._last.pop(rank, None)
+
+    def rank_ended(self, rank: int) -> None:
+        """The rank finished or failed: no window waits for it any more."""
+        self._set_newest(rank, None)
+        self._judge_ready()
+
+    def _set_newest(self, rank: int, step: int | None) -> None:
+        old = self._newest.pop(rank, None)
+        if old is not None:
+            self._at_step[old] -= 1
+            if not self._at_step[old]:
+                del self._at_step[old]
+        if step is not None:
+            self._newest[rank] = step
+            self._at_step[step] += 1
+
+    def active(self) -> list[Straggler]:
+        """The flags still raised."""
+        return [finding for finding in self.findings if finding.end is None]
+
+    def fresh(self) -> list[tuple[str, Straggler]]:
+        """("start" | "end", flag) for each flag raised or ended since the last call."""
+        fresh, self._fresh = self._fresh, []
+        return fresh
+
+    def as_dicts(self, wall_s: float) -> list[dict[str, object]]:
+        """Every flag, as summary.json lists them."""
+        return [finding.as_dict(wall_s) for finding in self.findings]
+
+    # ---- judging -------------------------------------------------------------------
+
+    def _judge_ready(self) -> None:
+        while self._pending:
+            step = min(self._pending)
+            reached = not self._at_step or min(self._at_step) >= step
+            if not reached and len(self._pending) <= PENDING_LIMIT:
+                return
+            self._judge(step, self._pending.pop(step))
+
+    def _judge(self, step: int, samples: dict[int, _Sample]) -> None:
+        end = max(sample.time for sample in samples.values())
+        start = min(sample.since for sample in samples.values())
+        steps = max(sample.steps for sample in samples.values())
+        self._judged_step = step
+        if len(samples) < 2:
+            return
+        slow = self._slow_subjects(samples)
+        for key, (gap, excess_s, excess) in slow.items():
+            self._slow_window(key, start, end, gap, excess_s * steps, excess)
+        for key in [key for key in self._streaks if key not in slow]:
+            self._normal_window(key)
+
+    def _slow_subjects(self, samples: dict[int, _Sample]) -> dict[tuple[str, int | None], tuple]:
+        """Each slow node and rank of one window: (gap, excess seconds per step, excess per phase)."""
+        ranks = sorted(samples)
+        column = {
+            "compute": _Column([samples[r].compute_s for r in ranks]),
+            "data": _Column([samples[r].data_s for r in ranks]),
+            "forward": _Column([samples[r].forward_s for r in ranks]),
+        }
+        nodes: dict[int | None, list[int]] = {}
+        for index, rank in enumerate(ranks):
+            nodes.setdefault(self.node_of(rank), []).append(index)
+        slow: dict[tuple[str, int | None], tuple] = {}
+        on_slow_node: set[int] = set()
+        if len(nodes) > 1:
+            for node, members in nodes.items():
+                if node is None or len(members) < 2:
+                    continue
+                baseline = column["compute"].median_without(members)
+                values = [column["compute"].values[i] for i in members]
+                gap = min(values) / baseline - 1 if baseline > 0 else 0.0
+                if gap >= self.threshold:
+                    on_slow_node.update(members)
+                    excess = {
+                        phase: _middle([column[phase].values[i] for i in members])
+                        - column[phase].median_without(members)
+                        for phase in PHASES
+                    }
+                    slow[("node", node)] = (gap, max(values) - baseline, excess)
+        for index, rank in enumerate(ranks):
+            if index in on_slow_node:
+                continue
+            baseline = column["compute"].median_without([index])
+            value = column["compute"].values[index]
+            gap = value / baseline - 1 if baseline > 0 else 0.0
+            if gap >= self.threshold:
+                excess = {
+                    phase: column[phase].values[index] - column[phase].median_without([index]) for phase in PHASES
+                }
+                slow[("rank", rank)] = (gap, value - baseline, excess)
+        return slow
+
+    def _slow_window(
+        self,
+        key: tuple[str, int | None],
+        start: float,
+        end: float,
+        gap: float,
+        lost_s: float,
+        excess: dict[str, float],
+    ) -> None:
+        streak = self._streaks.get(key)
+        if streak is None:
+            streak = self._streaks[key] = _Streak(start=start)
+        streak.slow += 1
+        streak.normal = 0
+        streak.gap_sum += gap
+        streak.lost_s += lost_s
+        for phase in PHASES:
+            streak.excess[phase] += excess[phase]
+        streak.last_slow_end = end
+        if streak.finding is None and streak.slow >= self.windows:
+            kind, who = key
+            rank = who if kind == "rank" else None
+            node = self.node_of(who) if kind == "rank" and who is not None else who
+            streak.finding = Straggler(rank, node, "forward", streak.start)
+            self.findings.append(streak.finding)
+            self._fresh.append(("start", streak.finding))
+        if streak.finding is not None:
+            finding = streak.finding
+            finding.windows = streak.slow
+            finding.gap_pct = 100 * streak.gap_sum / streak.slow
+            finding.lost_s = streak.lost_s
+            finding.phase = max(PHASES, key=lambda phase: streak.excess[phase])
+
+    def _normal_window(self, key: tuple[str, int | None]) -> None:
+        streak = self._streaks[key]
+        if streak.finding is None:
+            del self._streaks[key]  # slow windows must come in a row
+            return
+        streak.normal += 1
+        if streak.normal >= self.windows:
+            streak.finding.end = streak.last_slow_end
+            self._fresh.append(("end", streak.finding))
+            del self._streaks[key]
+
+
+class _Column:
+    """One window's values across ranks, sorted once, for medians that leave some ranks out."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+        self._order = sorted(range(len(values)), key=values.__getitem__)
+        self._position = {index: position for position, index in enumerate(self._order)}
+
+    def median_without(self, left_out: Iterable[int]) -> float:
+        """The median of the values whose index is not in `left_out` (0.0 when none is left)."""
+        removed = sorted(self._position[index] for index in left_out)
+        count = len(self.values) - len(removed)
+        if count <= 0:
+            return 0.0
+        middle = [self._kth_kept(k, removed) for k in {(count - 1) // 2, count // 2}]
+        return sum(middle) / len(middle)
+
+    def _kth_kept(self, k: int, removed: list[int]) -> float:
+        position = k
+        for gone in removed:  # each removed position at or before ours shifts it one further
+            if gone <= position:
+                position += 1
+            else:
+                break
+        return self.values[self._order[position]]
+
+
+def _middle(values: list[float]) -> float:
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
