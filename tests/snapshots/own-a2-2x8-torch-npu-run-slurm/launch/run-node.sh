@@ -56,6 +56,12 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+if [[ "${1:-}" == --smoke ]]; then
+    # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
+    program=(-m runtime.smoke --launcher torch-npu-run --device npu)
+else
+    program=(-m runtime.userscript 'src/my train.py' --data '/data/my set' --tag 'it'"'"'s')
+fi
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
@@ -224,10 +230,10 @@ run_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_P
 if command -v torch_npu_run >/dev/null 2>&1; then
     # torch_npu_run forces the parallel rendezvous: it needs the node rank, a fixed
     # node count and the master address and port, all given above.
-    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" -m runtime.userscript 'src/my train.py' --data '/data/my set' --tag 'it'"'"'s' "$@"
+    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch_npu_run not found (torch_npu not installed: CPU simulation?); using torchrun with the same flags"
-    start_child "torchrun" torchrun "${run_args[@]}" -m runtime.userscript 'src/my train.py' --data '/data/my set' --tag 'it'"'"'s' "$@"
+    start_child "torchrun" torchrun "${run_args[@]}" "${program[@]}" "$@"
 fi
 
 status=0

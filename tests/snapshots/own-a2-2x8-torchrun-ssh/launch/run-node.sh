@@ -53,6 +53,12 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+if [[ "${1:-}" == --smoke ]]; then
+    # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
+    program=(-m runtime.smoke --launcher torchrun --device npu)
+else
+    program=(-m runtime.userscript 'src/my train.py' --data '/data/my set' --tag 'it'"'"'s')
+fi
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
@@ -218,7 +224,7 @@ wait_children() {
 start_child "torchrun" torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \
     --max-restarts "${NPU_WIZARD_MAX_RESTARTS:-0}" \
-    -m runtime.userscript 'src/my train.py' --data '/data/my set' --tag 'it'"'"'s' "$@"
+    "${program[@]}" "$@"
 
 status=0
 wait_children || status=$?

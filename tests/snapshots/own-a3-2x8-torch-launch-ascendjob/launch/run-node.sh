@@ -55,6 +55,12 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+if [[ "${1:-}" == --smoke ]]; then
+    # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
+    program=(-m runtime.smoke --launcher torch-launch --device npu)
+else
+    program=(-m runtime.userscript src/train_mine.py --data '/data/my set' --tag 'it'"'"'s')
+fi
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
@@ -223,10 +229,10 @@ launch_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPRO
 # Look for the module's file without importing torch (fast, and works before CANN is set up).
 if "${PYTHON:-python3}" -c 'import importlib.util as u, os, sys; s = u.find_spec("torch"); sys.exit(0 if s is None or os.path.exists(os.path.join(os.path.dirname(s.origin), "distributed", "launch.py")) else 1)'; then
     start_child "torch.distributed.launch" "${PYTHON:-python3}" -m torch.distributed.launch "${launch_args[@]}" \
-        -m runtime.userscript src/train_mine.py --data '/data/my set' --tag 'it'"'"'s' "$@"
+        "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch.distributed.launch is gone from this torch; using torchrun with the same flags"
-    start_child "torchrun" torchrun "${launch_args[@]}" -m runtime.userscript src/train_mine.py --data '/data/my set' --tag 'it'"'"'s' "$@"
+    start_child "torchrun" torchrun "${launch_args[@]}" "${program[@]}" "$@"
 fi
 
 status=0

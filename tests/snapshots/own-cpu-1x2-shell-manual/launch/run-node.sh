@@ -52,6 +52,12 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+if [[ "${1:-}" == --smoke ]]; then
+    # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
+    program=(-m runtime.smoke --launcher shell --device cpu)
+else
+    program=(-m runtime.userscript 'src/my train.py' --data '/data/my set' --tag 'it'"'"'s')
+fi
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
@@ -215,7 +221,7 @@ export LOCAL_WORLD_SIZE="$NPROC_PER_NODE"
 for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     export LOCAL_RANK="$local_rank"
     export RANK=$((NODE_RANK * NPROC_PER_NODE + LOCAL_RANK))
-    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" -m runtime.userscript 'src/my train.py' --data '/data/my set' --tag 'it'"'"'s' "$@"
+    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" "${program[@]}" "$@"
 done
 echo "node $NODE_RANK: started ranks $((NODE_RANK * NPROC_PER_NODE))-$((NODE_RANK * NPROC_PER_NODE + NPROC_PER_NODE - 1)) of $WORLD_SIZE"
 

@@ -52,6 +52,12 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+if [[ "${1:-}" == --smoke ]]; then
+    # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
+    program=(-m runtime.smoke --launcher shell --device npu)
+else
+    program=(-m runtime.userscript main.py)
+fi
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
@@ -229,10 +235,10 @@ for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     if ((pin)); then
         cores="$((local_rank * cores_per_rank))-$((local_rank * cores_per_rank + cores_per_rank - 1))"
         start_child "rank $RANK (local rank $LOCAL_RANK, cores $cores)" taskset -c "$cores" \
-            "${PYTHON:-python3}" -m runtime.userscript main.py "$@"
+            "${PYTHON:-python3}" "${program[@]}" "$@"
         continue
     fi
-    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" -m runtime.userscript main.py "$@"
+    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" "${program[@]}" "$@"
 done
 echo "node $NODE_RANK: started ranks $((NODE_RANK * NPROC_PER_NODE))-$((NODE_RANK * NPROC_PER_NODE + NPROC_PER_NODE - 1)) of $WORLD_SIZE"
 
