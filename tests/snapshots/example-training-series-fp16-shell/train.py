@@ -13,7 +13,17 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from runtime import amp, checkpoint, data, device, distributed, events, schedule, smoke, timing
+from runtime import (
+    amp,
+    checkpoint,
+    data,
+    device,
+    distributed,
+    events,
+    schedule,
+    smoke,
+    timing,
+)
 from runtime.errors import SetupError
 
 PROJECT_DIR = Path(__file__).resolve().parent
