@@ -125,7 +125,7 @@ def test_the_readme_of_a_foreign_project_shows_the_backend_lines_and_the_report_
         compile(block, "README.md", "exec")  # each snippet is Python a user can paste
     assert "import torch_npu" in blocks[0] and 'backend = "hccl" if device == "npu" else "gloo"' in blocks[0]
     assert "from runtime import report" in blocks[1]
-    assert "report.step(step, loss=loss.item(), samples=len(batch))" in blocks[1]
+    assert "report.step(step, loss=loss, samples=len(batch))" in blocks[1]
     assert "report.checkpoint(step, path)" in blocks[1]
     assert "python -m runtime.userscript 'src/my main.py' --name 'it'\"'\"'s'" in readme
     assert "the summary names the first rank that failed and quotes the end of its log" in readme
