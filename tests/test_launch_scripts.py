@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.doubles.torch_npu_double import install_torch_npu_double
 from tests.runs import free_port
@@ -120,8 +121,11 @@ def script_env(record: Path, fakes: Path | None = None, **extra: str) -> dict[st
 
 
 def with_fake_train(project: Path, tmp_path: Path) -> Path:
-    """Replace the project's train.py with the fake rank; return the record folder."""
-    (project / "train.py").write_text(FAKE_TRAIN)
+    """Put the fake rank where the training script is (train.py, or the user's own); return the record folder."""
+    answers = yaml.safe_load((project / "answers.yaml").read_text())
+    script = project / ((answers.get("training") or {}).get("script") or "train.py")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(FAKE_TRAIN)
     record = tmp_path / "record"
     record.mkdir(exist_ok=True)
     return record
