@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,13 +11,16 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Label, OptionList
 
 from tests.factories import answers, answers_yaml
+from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
 from tests.tui_driver import field, next_step, pick, problem_text, run_wizard, type_into, until
 from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
+from wizard.render.render import render
 from wizard.tui import create_app
 from wizard.tui.screens import StepScreen
 
 BASE = {"project_name": "board", "device": "cpu", "nodes": 1, "devices_per_node": 2, "amp": "off"}
+TAGS = ("train/loss", "train/lr", "train/samples_per_s")
 
 
 def problems_of(raw: dict) -> list[str]:
@@ -59,6 +64,45 @@ def test_tensorboard_with_the_users_own_script_is_refused_in_one_line() -> None:
     )
     own = resolve({**BASE, "training.script": "src/main.py", "training.tensorboard": False})
     assert own["training.tensorboard"] is False
+
+
+def test_requirements_name_tensorboard_only_when_it_is_on(tmp_path: Path) -> None:
+    off = render(answers(), tmp_path / "off").project_dir
+    on = render(answers(training__tensorboard=True), tmp_path / "on").project_dir
+    assert "tensorboard" not in (off / "requirements.txt").read_text()
+    assert "\ntensorboard\n" in (on / "requirements.txt").read_text()
+    assert "SummaryWriter" not in (off / "train.py").read_text()
+    assert "SummaryWriter(" in (on / "train.py").read_text()
+
+
+@pytest.mark.slow
+def test_rank_0_writes_loss_lr_and_throughput_of_each_logged_step_into_the_run_folder(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    project = render_cpu(tmp_path, "torchrun", tensorboard=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "run", str(project), "--interval", "1", "--plain"],
+        env=node_env(tmp_path / "unused"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run_dir,) = run_dirs(project)
+    (event_file,) = project.rglob("events.out.tfevents.*")  # one writer in the whole project: rank 0's
+    assert event_file.parent == run_dir / "tensorboard"
+    events = events_of(run_dir)
+    assert event_file.name.split(".")[-2] == str(kinds(events[0], "started")[-1]["pid"])
+    logged = kinds(events[0], "step")
+    assert [event["step"] for event in logged] == list(range(4, 65, 4))  # 2 epochs x 32 steps, every 4th
+
+    board = EventAccumulator(str(event_file.parent))
+    board.Reload()
+    assert set(TAGS) <= set(board.Tags()["scalars"])
+    for tag, key in zip(TAGS, ("loss", "lr", "samples_per_s"), strict=True):
+        scalars = board.Scalars(tag)
+        assert [s.step for s in scalars] == [event["step"] for event in logged], tag
+        assert [s.value for s in scalars] == pytest.approx([event[key] for event in logged], rel=1e-6), tag
 
 
 def test_the_training_step_asks_for_tensorboard_and_refuses_it_for_the_users_own_script(tmp_path: Path) -> None:
