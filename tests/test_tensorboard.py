@@ -11,7 +11,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Label, OptionList
 
 from tests.factories import answers, answers_yaml
-from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
+from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs, run_project
 from tests.tui_driver import field, next_step, pick, problem_text, run_wizard, type_into, until
 from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
@@ -103,6 +103,28 @@ def test_rank_0_writes_loss_lr_and_throughput_of_each_logged_step_into_the_run_f
         scalars = board.Scalars(tag)
         assert [s.step for s in scalars] == [event["step"] for event in logged], tag
         assert [s.value for s in scalars] == pytest.approx([event[key] for event in logged], rel=1e-6), tag
+
+
+@pytest.mark.slow
+def test_a_run_resumed_from_an_earlier_checkpoint_draws_each_step_once(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    project = render_cpu(tmp_path, "torchrun", tensorboard=True)  # a checkpoint every 8 steps, logs every 4
+    run_dir = tmp_path / "run"
+    for code, output in run_project(project, run_dir):
+        assert code == 0, output[-3000:]
+    (project / "checkpoints" / "step-000000064.pt").unlink()  # as if the job died after logging step 64
+    for code, output in run_project(project, run_dir):
+        assert code == 0, output[-3000:]
+    assert kinds(events_of(run_dir)[0], "started")[-1]["resumed_step"] == 56
+    assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    last = {event["step"]: event["loss"] for event in kinds(events_of(run_dir)[0], "step")}  # the rerun's win
+
+    board = EventAccumulator(str(run_dir / "tensorboard"))
+    board.Reload()
+    scalars = board.Scalars("train/loss")
+    assert [s.step for s in scalars] == list(range(4, 65, 4))  # 60 and 64 once: the first run's are purged
+    assert [s.value for s in scalars] == pytest.approx([last[s.step] for s in scalars], rel=1e-6)
 
 
 def test_the_training_step_asks_for_tensorboard_and_refuses_it_for_the_users_own_script(tmp_path: Path) -> None:
