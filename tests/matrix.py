@@ -1,8 +1,9 @@
 """The answer sets the snapshot, lint and cookiecutter tests render.
 
 Together they cover every series, launcher and AMP setting, one node and
-several, every model and dataset; the `own-` cases run the user's own script
-(training.script) under every launcher that can start it and every engine.
+several, every model and dataset, TensorBoard on and off; the `own-` cases run
+the user's own script (training.script) under every launcher that can start it
+and every engine.
 """
 
 from __future__ import annotations
@@ -97,6 +98,15 @@ CASES: dict[str, dict[str, Any]] = {
         "network.host_ips": _ips(8),
         "network.connect_timeout": 1200,
         "network.exec_timeout": 3600,
+    },
+    "a2-1x8-torchrun-bf16-tensorboard": {
+        "project_name": "a2-board",
+        "hardware": "atlas-a2",
+        "devices_per_node": 8,
+        "launcher": "torchrun",
+        "amp": "bf16",
+        "network.host_ips": ["10.0.0.10"],
+        "training.tensorboard": True,
     },
     "cpu-1x2-shell-fp16": {
         "project_name": "cpu-shell",

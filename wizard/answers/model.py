@@ -186,6 +186,8 @@ def to_context(answers: Answers) -> dict[str, str]:
             text = ",".join(f"{key}={label}" for key, label in value)
         elif question.kind == "args":
             text = args_text(value)  # the one list whose items may hold commas: shell words, split back on load
+        elif question.kind == "bool":
+            text = "true" if value else "false"  # as JSON and YAML write it; str() would give True
         elif isinstance(value, tuple):
             text = ",".join(value)
         else:

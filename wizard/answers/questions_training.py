@@ -187,4 +187,17 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         step="training",
         help="How often the loss is read and a progress event written.",
     ),
+    Question(
+        name="training.tensorboard",
+        prompt="TensorBoard",
+        kind="bool",
+        default=False,
+        choices=(
+            Choice("false", "Off", "Progress goes to the run folder's events and the monitor only."),
+            Choice("true", "On", "Rank 0 also writes loss, lr and throughput for TensorBoard (needs tensorboard)."),
+        ),
+        step="training",
+        help="Whether rank 0 of train.py writes the loss, the learning rate and the throughput of each logged "
+        "step with torch.utils.tensorboard into <run folder>/tensorboard/ (tensorboard joins requirements.txt).",
+    ),
 )

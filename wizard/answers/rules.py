@@ -181,6 +181,17 @@ def script_launcher(v: Values) -> Iterator[Problem]:
         )
 
 
+def tensorboard_script(v: Values) -> Iterator[Problem]:
+    """TensorBoard logging is the generated train.py's: npu-wizard cannot add it to the user's own script."""
+    if v["training.tensorboard"] and is_foreign(v["training.script"]):
+        yield _error(
+            "training.tensorboard",
+            True,
+            f"TensorBoard logging is a feature of the generated train.py; {v['training.script']} can write its "
+            "own with torch.utils.tensorboard.SummaryWriter: set training.tensorboard to false",
+        )
+
+
 def versions_pair(v: Values) -> Iterator[Problem]:
     """torch_npu X.Y.Z[.postN] needs torch X.Y.Z."""
     npu, torch = v["environment.torch_npu_version"], v["environment.torch_version"]
@@ -298,6 +309,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
     (("launcher", "training.script"), script_launcher),
+    (("training.tensorboard", "training.script"), tensorboard_script),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
     (("nodes", "cluster.engine"), one_ssh_host_per_node),
     (

@@ -62,7 +62,7 @@ class Question:
 
     def allowed(self) -> str:
         """A short text of the values this question accepts."""
-        if self.choices:
+        if self.choices and self.kind != "bool":  # a yes/no question lists its two options as words
             return "one of: " + ", ".join(c.value for c in self.choices)
         if self.kind in ("int", "float") and self.minimum is not None:
             kind = "an integer" if self.kind == "int" else "a number"
@@ -113,6 +113,7 @@ _ALLOWED_TEXT = {
     "labels": "label pairs key=value, separated by commas (in YAML, a mapping); keys may have a prefix/",
     "script": "a .py file inside the project, relative to it (train.py: the generated script)",
     "args": "arguments as a list of strings (typed: one line, split as a shell splits it)",
+    "bool": "true or false",
 }
 
 # Longest accepted text per kind: a value is read by people and shells, never megabytes.
@@ -188,6 +189,19 @@ def _parse_choice(question: Question, raw: Any) -> str:
     if text not in {c.value for c in question.choices}:
         raise Invalid(f"must be {question.allowed()}")
     return text
+
+
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def _parse_bool(question: Question, raw: Any) -> bool:
+    # YAML reads true/yes/on as a bool already; typed text and template variables arrive as words
+    if isinstance(raw, bool):
+        return raw
+    word = raw.strip().lower() if isinstance(raw, str) else None
+    if word not in _BOOL_WORDS:
+        raise Invalid(f"must be {question.allowed()}")
+    return _BOOL_WORDS[word]
 
 
 def _parse_choice_int(question: Question, raw: Any) -> int:
@@ -364,6 +378,7 @@ _PARSERS: dict[str, Callable[[Question, Any], Any]] = {
     "int": _parse_int,
     "float": _parse_float,
     "choice": _parse_choice,
+    "bool": _parse_bool,
     "slug": _parse_pattern(_SLUG),
     "nic": _parse_pattern(_NIC),
     "path": _parse_pattern(_PATH),

@@ -46,6 +46,8 @@ def as_text(question: Question, value: Any) -> str:
         return ""
     if question.kind == "choice" and isinstance(value, bool):
         return "off" if value is False else "on"
+    if question.kind == "bool" and isinstance(value, bool):
+        return "true" if value else "false"
     if question.kind == "labels" and isinstance(value, dict):
         return ", ".join(f"{key}={label}" for key, label in value.items())
     if question.kind == "labels" and isinstance(value, tuple):

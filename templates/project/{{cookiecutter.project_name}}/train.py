@@ -12,6 +12,9 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+{%- if cookiecutter.tensorboard == "true" %}
+from torch.utils.tensorboard import SummaryWriter
+{%- endif %}
 
 from runtime import (
     amp,
@@ -104,6 +107,9 @@ class Trainer:
         target: torch.device,
         recorder: events.EventWriter,
         checkpoint_dir: Path,
+{%- if cookiecutter.tensorboard == "true" %}
+        tensorboard_dir: Path,
+{%- endif %}
     ) -> None:
         self.rank = rank
         self.device = target
@@ -127,6 +133,13 @@ class Trainer:
         resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
         if resumed is not None:
             self._load_checkpoint(*resumed)
+{%- if cookiecutter.tensorboard == "true" %}
+        # rank 0 writes the logged steps for TensorBoard; a resumed run drops those it repeats
+        self.board = None
+        if rank.is_main:
+            purge_step = self.step + 1 if resumed is not None else None
+            self.board = SummaryWriter(tensorboard_dir, purge_step=purge_step)
+{%- endif %}
         # a single process has no gradients to average: DDP would only cost time
         if rank.world_size > 1:
             device_ids = None if target.type == "cpu" else [target.index]
@@ -211,6 +224,12 @@ class Trainer:
             lr=lr,
             **self.timer.window(),  # data_s and forward_s, read after the loss read synchronised
         )
+{%- if cookiecutter.tensorboard == "true" %}
+        if self.board is not None:
+            self.board.add_scalar("train/loss", value, self.step)
+            self.board.add_scalar("train/lr", lr, self.step)
+            self.board.add_scalar("train/samples_per_s", samples_per_s, self.step)
+{%- endif %}
         if self.rank.is_main:
             print(
                 f"epoch {self.epoch + 1} step {self.step}: loss {value:.4f}, "
@@ -241,8 +260,17 @@ class Trainer:
 
     def train(self, max_epochs: int) -> None:
         """Run the epochs left (all of them, unless resumed from a checkpoint)."""
+{%- if cookiecutter.tensorboard == "true" %}
+        try:
+            for epoch in range(self.epoch, max_epochs):
+                self._run_epoch(epoch)
+        finally:
+            if self.board is not None:
+                self.board.close()  # writes out the steps still buffered
+{%- else %}
         for epoch in range(self.epoch, max_epochs):
             self._run_epoch(epoch)
+{%- endif %}
 
 
 def learning_rate(world_size: int, steps_per_epoch: int) -> schedule.LinearWarmup:
@@ -433,6 +461,9 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 target,
                 recorder,
                 folder,
+{%- if cookiecutter.tensorboard == "true" %}
+                run_dir / "tensorboard",
+{%- endif %}
             )
             recorder.started(
                 local_rank=rank.local_rank,
