@@ -293,9 +293,16 @@ def test_dry_run_lists_the_files_and_writes_nothing(tmp_path: Path) -> None:
     before = tree_hash(repo)
     result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert f"would add 28 files to {repo}:" in result.stdout
     assert "  NPU-WIZARD.md\n" in result.stdout
     assert tree_hash(repo) == before
+    # the list is exactly what a real render adds to the same repository
+    listing = result.stdout.split(f" files to {repo}:\n", 1)[1].splitlines()
+    listed_files = {line.strip() for line in listing if line.startswith("  ")}
+    real = user_repo(tmp_path / "real", USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(real)).returncode == 0
+    added = git(real, "status", "--porcelain", "-uall").splitlines()
+    assert listed_files == {line[3:] for line in added if line.startswith("?? ")}
+    assert f"would add {len(listed_files)} files to {repo}:" in result.stdout
 
 
 @pytest.mark.slow

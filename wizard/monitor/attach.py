@@ -125,8 +125,9 @@ def run_folder_path(path: Path) -> Path:
     return path
 
 
-def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO = sys.stdout, poll: float = 0.5) -> None:
+def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None = None, poll: float = 0.5) -> None:
     """Print a progress line per interval until the run ends, then its summary."""
+    out = out or sys.stdout  # looked up now: a test may have swapped it since import
     print(f"run folder: {folder.run_dir}", file=out, flush=True)
     next_line = folder.clock()
     while folder.tick() is None:

@@ -17,8 +17,9 @@ from wizard.monitor.state import JobState
 from wizard.stopping import stop_signals_raise
 
 
-def run_plain(job: RunningJob, *, out: TextIO = sys.stdout, poll: float = 0.2) -> RunningJob:
+def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) -> RunningJob:
     """Start the job, print a progress line per interval and the summary; return the ended job."""
+    out = out or sys.stdout  # looked up now: a test may have swapped it since import
     print(f"run folder: {job.run_dir}", file=out)
     print(
         f"starting node{'s' if len(job.nodes) > 1 else ''} {', '.join(map(str, job.nodes))} of {job.answers['nodes']}",

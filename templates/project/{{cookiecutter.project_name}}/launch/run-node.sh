@@ -2,9 +2,9 @@
 {%- set foreign = cookiecutter.script != "train.py" %}
 {%- if foreign %}
 {#- The user's own script runs under runtime/userscript.py, which records the rank as train.py does. #}
-{%- set program = "-m runtime.userscript " ~ ([cookiecutter.script] + cookiecutter.script_args|shell_words)|map("sh")|join(" ") %}
+{%- set words = ["-m", "runtime.userscript", cookiecutter.script] + cookiecutter.script_args|shell_words %}
 {%- else %}
-{%- set program = "train.py --launcher " ~ cookiecutter.launcher %}
+{%- set words = ["train.py", "--launcher", cookiecutter.launcher] %}
 {%- endif %}
 {%- if cookiecutter.engine in ["slurm", "ascendjob", "pytorchjob"] %}
 # {{ cookiecutter.project_name|sh }}: what every node runs. launch/entry.sh finds which node this is and runs it.
@@ -108,14 +108,15 @@ export HCCL_IF_BASE_PORT
 {%- endif %}
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
+{%- if cookiecutter.launcher != "mp-spawn" %}
+# What every rank runs (after python, or the launcher's flags).
+program=({% for word in words %}{{ word|sh }}{% if not loop.last %} {% endif %}{% endfor %})
+{%- endif %}
 {%- if foreign %}
 if [[ "${1:-}" == --smoke ]]; then
     # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
     program=(-m runtime.smoke --launcher {{ cookiecutter.launcher|sh }} --device {{ cookiecutter.device|sh }})
-else
-    program=({{ program }})
 fi
-{%- set program = '"${program[@]}"' %}
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
@@ -329,11 +330,11 @@ for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     if ((pin)); then
         cores="$((local_rank * cores_per_rank))-$((local_rank * cores_per_rank + cores_per_rank - 1))"
         start_child "rank $RANK (local rank $LOCAL_RANK, cores $cores)" taskset -c "$cores" \
-            "${PYTHON:-python3}" {{ program }} "$@"
+            "${PYTHON:-python3}" "${program[@]}" "$@"
         continue
     fi
 {%- endif %}
-    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" {{ program }} "$@"
+    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" "${program[@]}" "$@"
 done
 echo "node $NODE_RANK: started ranks $((NODE_RANK * NPROC_PER_NODE))-$((NODE_RANK * NPROC_PER_NODE + NPROC_PER_NODE - 1)) of $WORLD_SIZE"
 {%- elif cookiecutter.launcher == "mp-spawn" %}
@@ -347,16 +348,16 @@ launch_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPRO
 # Look for the module's file without importing torch (fast, and works before CANN is set up).
 if "${PYTHON:-python3}" -c 'import importlib.util as u, os, sys; s = u.find_spec("torch"); sys.exit(0 if s is None or os.path.exists(os.path.join(os.path.dirname(s.origin), "distributed", "launch.py")) else 1)'; then
     start_child "torch.distributed.launch" "${PYTHON:-python3}" -m torch.distributed.launch "${launch_args[@]}" \
-        {{ program }} "$@"
+        "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch.distributed.launch is gone from this torch; using torchrun with the same flags"
-    start_child "torchrun" torchrun "${launch_args[@]}" {{ program }} "$@"
+    start_child "torchrun" torchrun "${launch_args[@]}" "${program[@]}" "$@"
 fi
 {%- elif cookiecutter.launcher == "torchrun" %}
 start_child "torchrun" torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \
     --max-restarts "${NPU_WIZARD_MAX_RESTARTS:-0}" \
-    {{ program }} "$@"
+    "${program[@]}" "$@"
 {%- else %}
 run_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE"
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT"
@@ -372,10 +373,10 @@ if command -v torch_npu_run >/dev/null 2>&1; then
     torch_npu_release={{ cookiecutter.torch_npu_version|sh }}
     echo "node $NODE_RANK: NOTE: torch_npu $torch_npu_release has no --enable_tiered_parallel_tcpstore (2.1.0.post12, 2.3.1.post6, 2.4.0.post4, 2.5.1 and later do): every rank connects to the master's store itself"
 {%- endif %}
-    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" {{ program }} "$@"
+    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch_npu_run not found (torch_npu not installed: CPU simulation?); using torchrun with the same flags"
-    start_child "torchrun" torchrun "${run_args[@]}" {{ program }} "$@"
+    start_child "torchrun" torchrun "${run_args[@]}" "${program[@]}" "$@"
 fi
 {%- endif %}
 

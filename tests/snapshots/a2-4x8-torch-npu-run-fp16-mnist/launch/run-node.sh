@@ -48,6 +48,8 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+# What every rank runs (after python, or the launcher's flags).
+program=(train.py --launcher torch-npu-run)
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 # Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.
@@ -210,10 +212,10 @@ run_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_P
 if command -v torch_npu_run >/dev/null 2>&1; then
     # torch_npu_run forces the parallel rendezvous: it needs the node rank, a fixed
     # node count and the master address and port, all given above.
-    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" train.py --launcher torch-npu-run "$@"
+    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch_npu_run not found (torch_npu not installed: CPU simulation?); using torchrun with the same flags"
-    start_child "torchrun" torchrun "${run_args[@]}" train.py --launcher torch-npu-run "$@"
+    start_child "torchrun" torchrun "${run_args[@]}" "${program[@]}" "$@"
 fi
 
 status=0

@@ -48,6 +48,8 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=1200
 export HCCL_EXEC_TIMEOUT=3600
+# What every rank runs (after python, or the launcher's flags).
+program=(train.py --launcher torch-npu-run)
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 # Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.
@@ -213,10 +215,10 @@ if command -v torch_npu_run >/dev/null 2>&1; then
     # 8 nodes: a per-node proxy cuts the TCPStore connections from
     # one per rank to about sqrt(ranks), so the master is not flooded at start-up.
     run_args+=(--enable_tiered_parallel_tcpstore=true)
-    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" train.py --launcher torch-npu-run "$@"
+    start_child "torch_npu_run" torch_npu_run "${run_args[@]}" "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch_npu_run not found (torch_npu not installed: CPU simulation?); using torchrun with the same flags"
-    start_child "torchrun" torchrun "${run_args[@]}" train.py --launcher torch-npu-run "$@"
+    start_child "torchrun" torchrun "${run_args[@]}" "${program[@]}" "$@"
 fi
 
 status=0

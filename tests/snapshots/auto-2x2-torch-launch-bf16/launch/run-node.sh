@@ -47,6 +47,8 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+# What every rank runs (after python, or the launcher's flags).
+program=(train.py --launcher torch-launch)
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 # Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.
@@ -209,10 +211,10 @@ launch_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPRO
 # Look for the module's file without importing torch (fast, and works before CANN is set up).
 if "${PYTHON:-python3}" -c 'import importlib.util as u, os, sys; s = u.find_spec("torch"); sys.exit(0 if s is None or os.path.exists(os.path.join(os.path.dirname(s.origin), "distributed", "launch.py")) else 1)'; then
     start_child "torch.distributed.launch" "${PYTHON:-python3}" -m torch.distributed.launch "${launch_args[@]}" \
-        train.py --launcher torch-launch "$@"
+        "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch.distributed.launch is gone from this torch; using torchrun with the same flags"
-    start_child "torchrun" torchrun "${launch_args[@]}" train.py --launcher torch-launch "$@"
+    start_child "torchrun" torchrun "${launch_args[@]}" "${program[@]}" "$@"
 fi
 
 status=0

@@ -51,6 +51,8 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+# What every rank runs (after python, or the launcher's flags).
+program=(train.py --launcher torchrun)
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 # Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.
@@ -210,7 +212,7 @@ wait_children() {
 start_child "torchrun" torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" \
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \
     --max-restarts "${NPU_WIZARD_MAX_RESTARTS:-0}" \
-    train.py --launcher torchrun "$@"
+    "${program[@]}" "$@"
 
 status=0
 wait_children || status=$?

@@ -47,6 +47,8 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+# What every rank runs (after python, or the launcher's flags).
+program=(train.py --launcher shell)
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 # Each keeps a value set in the environment, e.g. TASK_QUEUE_ENABLE=1 bash launch/node0.sh.
@@ -210,7 +212,7 @@ export LOCAL_WORLD_SIZE="$NPROC_PER_NODE"
 for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     export LOCAL_RANK="$local_rank"
     export RANK=$((NODE_RANK * NPROC_PER_NODE + LOCAL_RANK))
-    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" train.py --launcher shell "$@"
+    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" "${program[@]}" "$@"
 done
 echo "node $NODE_RANK: started ranks $((NODE_RANK * NPROC_PER_NODE))-$((NODE_RANK * NPROC_PER_NODE + NPROC_PER_NODE - 1)) of $WORLD_SIZE"
 

@@ -52,11 +52,11 @@ export HCCL_WHITELIST_DISABLE=1
 export HCCL_IF_BASE_PORT=60000
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+# What every rank runs (after python, or the launcher's flags).
+program=(-m runtime.userscript main.py)
 if [[ "${1:-}" == --smoke ]]; then
     # --smoke never runs your script: npu-wizard's own smoke test, same launcher and environment
     program=(-m runtime.smoke --launcher shell --device npu)
-else
-    program=(-m runtime.userscript main.py)
 fi
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
