@@ -12,10 +12,18 @@ runtime.userscript) each call feeds the rank's events as the generated
 train.py does: the step, the loss, samples per second and, with
 `total_steps`, the ETA. Outside npu-wizard every call returns at once.
 
-A call costs a clock read: the step event is written at most once per
-NPU_WIZARD_REPORT_S seconds (default 1), with the newest loss, the window's
-throughput and its mean data and forward times. `loss` may be a tensor: it is
-read (a host-device synchronisation) only when an event is written.
+A step event is written about once per NPU_WIZARD_REPORT_S seconds (default
+1), with the newest loss, the window's throughput and its mean data and
+forward times. `loss` may be a tensor: it is read (a host-device
+synchronisation) only when an event is written.
+
+Every rank writes at the same steps, so that the monitor can compare their
+windows (wizard/monitor/stragglers.py matches them by step): an event is
+written at the first call past a multiple of a stride, a power of two sized
+from the last window to about the interval. Ranks in one DDP job step
+together and so pick the same stride; where two ranks' picks differ, the
+coarser one's steps are still steps of the finer. A call between events
+costs an integer division and no clock read.
 """
 
 from __future__ import annotations
@@ -39,6 +47,10 @@ class _Window:
         self.every_s = _seconds(os.environ.get(ENV_REPORT_S), DEFAULT_REPORT_S)
         self.world_size = _count(os.environ.get("WORLD_SIZE"), 1)
         self.emitted_at: float | None = None  # when the last step event was written
+        self.emitted_step: int | None = None  # the step it was written at
+        self.stride = (
+            1  # an event at the first call past a multiple of this (a power of two)
+        )
         self.started_at = 0.0  # where the window's time and samples count from
         self.pending = False  # a call not written yet
         self.step = 0
@@ -58,7 +70,6 @@ class _Window:
         forward_s: float | None,
         total_steps: int | None,
     ) -> None:
-        now = time.perf_counter()
         self.step, self.pending, self.calls = step, True, self.calls + 1
         if loss is not None:
             detach = getattr(
@@ -77,8 +88,9 @@ class _Window:
         if total_steps is not None:
             self.total_steps = total_steps
         self.writer.progress(step, self.writer.epoch)
-        if self.emitted_at is None or now - self.emitted_at >= self.every_s:
-            self.emit(now)
+        last = self.emitted_step
+        if last is None or step // self.stride != last // self.stride:
+            self.emit(time.perf_counter())
 
     def emit(self, now: float) -> None:
         fields: dict[str, Any] = {"step": self.step}
@@ -99,10 +111,27 @@ class _Window:
         if self.total_steps is not None:
             fields["total_steps"] = self.total_steps
         self.writer.emit("step", **fields)
+        self._resize(now)
         self.emitted_at = self.started_at = now
+        self.emitted_step = self.step
         self.pending, self.samples, self.calls, self.loss = False, 0, 0, None
         self.data_s = self.forward_s = 0.0
         self.data_calls = self.forward_calls = 0
+
+    def _resize(self, now: float) -> None:
+        """Size the stride from the window just written: the power of two of steps nearest below the interval.
+
+        It at most doubles per event (a first window of one quick step says little)
+        and shrinks at once when steps slow down.
+        """
+        if self.emitted_at is None or self.emitted_step is None:
+            return
+        steps, elapsed = abs(self.step - self.emitted_step), now - self.emitted_at
+        fit = steps * self.every_s / elapsed if elapsed > 0 else float("inf")
+        stride = 1
+        while stride * 2 <= min(fit, self.stride * 2):
+            stride *= 2
+        self.stride = stride
 
 
 _window: _Window | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import time
@@ -42,29 +43,77 @@ def test_outside_npu_wizard_the_calls_do_nothing(tmp_path: Path) -> None:
 
 
 def test_each_window_becomes_one_step_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(report.ENV_REPORT_S, "3600")  # one event, then none until the flush
+    monkeypatch.setenv(report.ENV_REPORT_S, "3600")  # a long interval: the stride only doubles, event by event
     monkeypatch.setenv("WORLD_SIZE", "4")
     writer = EventWriter(tmp_path, 2)
-    began = time.perf_counter()
     try:
         report.step(1, loss=torch.tensor(2.0, requires_grad=True) * 1.0, samples=8)
+        began = time.perf_counter()
         for step in range(2, 11):
             report.step(step, loss=torch.tensor(float(step)), samples=8, data_s=0.01 * step, forward_s=0.5)
         assert writer.step == 10  # the heartbeats know the newest step at once
-        assert [e["step"] for e in step_events(writer)] == [1]
+        assert [e["step"] for e in step_events(writer)] == [1, 2, 4, 8]  # past 1, 2, 4, 8: strides 1, 2, 4, 8
         report.flush()
         within = time.perf_counter() - began
-        first, last = step_events(writer)
+        first, *_, last = step_events(writer)
     finally:
         writer.close()
     assert (first["loss"], first["rank"]) == (2.0, 2)
     assert "samples_per_s" not in first  # the first call's samples took a time nobody measured
     assert (last["step"], last["loss"]) == (10, 10.0) and "total_steps" not in last
-    assert last["data_s"] == pytest.approx(sum(0.01 * s for s in range(2, 11)) / 9)
+    assert last["data_s"] == pytest.approx((0.09 + 0.10) / 2)  # the window since step 8: steps 9 and 10
     assert last["forward_s"] == pytest.approx(0.5)
-    # 9 calls x 8 samples on this rank, as the job's rate (x world size 4), as train.py reports it:
-    # over a window shorter than the whole test took
-    assert last["samples_per_s"] >= 9 * 8 * 4 / within
+    # 2 calls x 8 samples on this rank, as the job's rate (x world size 4), as train.py reports it:
+    # over a window shorter than the calls took
+    assert last["samples_per_s"] >= 2 * 8 * 4 / within
+
+
+class RecordingWriter:
+    """A test double of runtime.events.EventWriter: keeps each emitted event with the fake clock's time."""
+
+    def __init__(self, rank: int, clock: list[float], sink: list[tuple[int, dict]]) -> None:
+        self.rank, self.clock, self.sink, self.epoch = rank, clock, sink, 0
+
+    def progress(self, step: int, epoch: int) -> None:
+        pass
+
+    def emit(self, kind: str, **fields: object) -> None:
+        self.sink.append((self.rank, {"event": kind, "time": self.clock[0], **fields}))
+
+
+def test_every_rank_writes_at_the_same_steps_so_a_slow_rank_is_named_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four ranks in lockstep (a DDP job), each back from its step a random moment apart; rank 3's forward 50% longer.
+
+    With a timer of its own per rank the ranks' events fell on different steps (2 of 473
+    shared by all four) and the detector, matching windows by step, named rank 3 five times
+    with a fifth of the seconds it cost.
+    """
+    from wizard.monitor.stragglers import StragglerDetector
+
+    monkeypatch.setenv(report.ENV_REPORT_S, "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    clock = [1000.0]
+    monkeypatch.setattr(report.time, "perf_counter", lambda: clock[0])
+    sink: list[tuple[int, dict]] = []
+    windows = [report._Window(RecordingWriter(rank, clock, sink)) for rank in range(4)]  # type: ignore[arg-type]
+    jitter = random.Random(1)
+    began = clock[0]
+    for step in range(1, 3000):
+        began += 0.05
+        for rank, window in enumerate(windows):
+            clock[0] = began + jitter.uniform(0, 0.002)
+            window.add(step, 1.0, 32, 0.001, 0.03 if rank == 3 else 0.02, None)
+    steps = {rank: {e["step"] for r, e in sink if r == rank} for rank in range(4)}
+    shared = set.intersection(*steps.values())
+    assert all(len(shared) >= 0.95 * len(own) for own in steps.values()), {r: len(s) for r, s in steps.items()}
+    assert 100 <= len(shared) <= 300  # about one event a second over 150 s
+    found = StragglerDetector(lambda rank: rank // 2)
+    for rank in range(4):
+        found.rank_started(rank)
+    for rank, event in sorted(sink, key=lambda item: item[1]["time"]):
+        found.add(rank, event)
+    assert [(f.rank, f.node, f.end) for f in found.findings] == [(3, 1, None)]
+    assert found.findings[0].gap_pct == pytest.approx(50, abs=5)
 
 
 def test_total_steps_and_a_zero_interval_write_every_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
