@@ -121,11 +121,14 @@ async def test_a_hung_rank_is_named_in_the_alert_line(tmp_path: Path) -> None:
 
 
 def straggling_job_state() -> JobState:
-    """Four ranks on two nodes, all alive; rank 2's forward 50% longer than the others' for 4 windows."""
+    """Four ranks on two nodes, all alive; rank 2's forward 50% longer than the others' for 9 windows.
+
+    The first is each rank's warm-up, the next four only teach the detector the job's jitter, the last four are judged.
+    """
     state = JobState(4, hang_after=30, clock=lambda: NOW)
     for rank in range(4):
         state.ingest(event(rank, "started", 900.0, node=rank // 2, pid=100 + rank, world_size=4, resumed_step=0))
-    for index, step in enumerate(range(10, 50, 10)):
+    for index, step in enumerate(range(10, 100, 10)):
         for rank in range(4):
             forward = 0.012 if rank == 2 else 0.008
             fields = {"step": step, "epoch": 0, "loss": 1.0, "samples_per_s": 4000.0, "lr": 0.1}

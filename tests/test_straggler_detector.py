@@ -2,9 +2,13 @@
 
 Ranks 0-1 are on node 0 and ranks 2-3 on node 1 unless a test says otherwise;
 every window is 10 steps of 1.0 s compute on a normal rank (0.2 s data, 0.8 s forward).
+Synthetic ranks do not jitter, so most detectors here judge from their first
+window on (learn=1) instead of learning the job's jitter first.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from wizard.monitor.report import format_summary, straggler_line, summarize
 from wizard.monitor.state import JobState
@@ -14,9 +18,9 @@ STEPS = 10
 STEP_S = 1.0
 
 
-def detector(ranks_per_node: int = 2) -> StragglerDetector:
-    """A detector for nodes of `ranks_per_node` ranks each."""
-    return StragglerDetector(lambda rank: rank // ranks_per_node)
+def detector(ranks_per_node: int = 2, learn: int = 1) -> StragglerDetector:
+    """A detector for nodes of `ranks_per_node` ranks each, judging once it has seen `learn` windows."""
+    return StragglerDetector(lambda rank: rank // ranks_per_node, learn=learn)
 
 
 def feed(found: StragglerDetector, windows: int, slower: dict[int, float], *, world: int = 4, first: int = 1) -> None:
@@ -102,17 +106,42 @@ def test_the_flag_ends_after_three_normal_windows_at_the_end_of_the_last_slow_on
     assert [kind for kind, _ in found.fresh()] == ["start", "end"]
 
 
-def test_lost_is_the_excess_compute_times_the_slow_steps_over_the_wall_time() -> None:
+def test_lost_is_the_share_of_each_slow_window_a_slower_forward_stands_for() -> None:
     found = detector()
     feed(found, 1, {})
-    feed(found, 4, {3: 1.5}, first=2)  # forward 0.8 -> 1.2: 0.4 s excess a step, 4 windows x 10 steps
+    # forward 0.8 -> 1.2 s, 50% slower: the rest of its step is taken as 50% slower too, so of each
+    # 15 s window the job waited 15 x 0.5 / 1.5 = 5 s; 4 windows: 20 s of 160
+    feed(found, 4, {3: 1.5}, first=2)
     (entry,) = found.as_dicts(wall_s=160.0)
-    assert entry["lost_pct"] == 10.0  # 16 s of 160
+    assert entry["lost_pct"] == 12.5
     assert entry["gap_pct"] == 40.0
     assert entry["end"] is None
     assert describe(entry, until=entry["start"] + 240) == (
-        "rank 3 (node 1) was 40% slower in forward for 4m00s (still slow at the end): the job lost about 10%"
+        "rank 3 (node 1) was 40% slower in forward for 4m00s (still slow at the end): the job lost about 12%"
     )
+
+
+def test_a_node_38_percent_slower_for_the_whole_job_costs_it_27_percent() -> None:
+    found = detector()
+    feed(found, 1, {})
+    feed(found, 8, {2: 1.38, 3: 1.38}, first=2)  # node 1's forward 38% slower from window 2 to the end
+    (entry,) = found.as_dicts(wall_s=8 * 15.0)  # the job: the 8 windows of 15 s
+    assert (entry["rank"], entry["node"]) == (None, 1)
+    assert entry["lost_pct"] == pytest.approx(100 * 0.38 / 1.38, abs=0.1)  # 27.5
+    assert "the job lost about 28%" in describe(entry)
+
+
+def test_a_slow_loader_costs_what_the_other_ranks_waited_for_it() -> None:
+    found = detector()
+    for rank in range(4):
+        found.rank_started(rank)
+    for window in range(0, 6):
+        for rank in range(4):
+            data = 0.5 if rank == 0 and window >= 2 else 0.2  # 0.3 s more per step, forward as fast as the others
+            found.add(rank, {"step": window * STEPS, "time": 1000.0 + 15 * window, "data_s": data, "forward_s": 0.8})
+    (entry,) = found.as_dicts(wall_s=100.0)
+    assert (entry["rank"], entry["phase"]) == (0, "data")
+    assert entry["lost_pct"] == 12.0  # 0.3 s x 10 steps x 4 windows
 
 
 def test_a_window_waits_for_every_rank_and_not_for_one_that_ended() -> None:
@@ -144,9 +173,9 @@ def test_the_summary_lists_each_straggler_with_the_contract_keys_and_says_it() -
     state = JobState(4, nodes=2, clock=lambda: 2000.0)
     for rank in range(4):
         state.ingest({"event": "started", "time": 900.0, "rank": rank, "node": rank // 2, "world_size": 4})
-    for window in range(1, 7):
+    for window in range(1, 12):  # 1: the warm-up; 2-6: the job's jitter is learnt; node 1 slow from 7 on
         for rank in range(4):
-            forward = 1.2 if rank >= 2 and window >= 2 else 0.8
+            forward = 1.2 if rank >= 2 and window >= 7 else 0.8
             fields = {"step": window * STEPS, "epoch": 0, "loss": 1.0, "samples_per_s": 40.0, "lr": 0.1}
             state.ingest(
                 {
@@ -160,17 +189,17 @@ def test_the_summary_lists_each_straggler_with_the_contract_keys_and_says_it() -
             )
     (flag,) = state.stragglers.fresh()
     assert flag[0] == "start" and "STRAGGLER: node 1 is 40% slower in forward" in straggler_line(*flag, 100.0)
-    summary = summarize(state, started_at=1000.0, ended_at=1100.0, outcome="finished")
+    summary = summarize(state, started_at=1000.0, ended_at=1200.0, outcome="finished")
     (entry,) = summary["stragglers"]
     assert entry == {
         "rank": None,
         "node": 1,
         "phase": "forward",
-        "start": 1015.0,
+        "start": 1090.0,
         "end": None,
         "gap_pct": 40.0,
-        "lost_pct": 20.0,
-    }  # 0.4 s x 10 steps x 5 windows = 20 s of 100
-    assert "  node 1 was 40% slower in forward for 1m25s (still slow at the end): the job lost about 20%" in (
+        "lost_pct": 12.5,
+    }  # forward 50% slower: 15 s x 0.5 / 1.5 = 5 s of each of 5 windows, 25 s of 200
+    assert "  node 1 was 40% slower in forward for 1m50s (still slow at the end): the job lost about 12%" in (
         format_summary(summary).splitlines()
     )

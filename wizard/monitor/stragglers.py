@@ -11,29 +11,60 @@ Ranks log at the same steps, so a window is one step number; each rank's
 first window after it (re)started is left out (it holds the start-up: the
 first shuffle, allocations). Once every reporting rank has reached a window,
 each rank's compute time is compared with the median of the other ranks',
-and each node's (with two ranks or more) with the
-median of the ranks on the other nodes, taking its least slow rank: a node
-is slow only when all of its ranks are. One that is at least THRESHOLD (15%)
-above for WINDOWS (3) windows in a row is flagged, from the first of them; a
-rank on a flagged node is named through its node. The flag ends after WINDOWS
-windows in a row below the threshold, at the end of its last slow window.
+and each node's (with two ranks or more) with the median of the ranks on the
+other nodes, taking its least slow rank: a node is slow only when all of its
+ranks are. One that is above the threshold for WINDOWS (3) windows in a row
+is flagged, from the first of them (and of the windows just before that were
+slow by themselves); a rank on a flagged node is named through its node. A
+raised flag stays up on a lower bar (the threshold below with half the
+jitter's part) and ends after WINDOWS windows in a row below that, at the
+end of its last window that was slow by itself.
 
-The share of the job a straggler cost ("lost") is what every rank waited for
-it: its excess compute over that median, per step, times the steps of each of
-its slow windows, summed and divided by the job's wall time. It assumes the
-excess is not hidden behind other work, so it says "about".
+What is compared is robust to the host. Windows of a few hundred
+milliseconds (a small model logging every 40 steps) are at the mercy of the
+scheduler: a rank put off its core for a few milliseconds in a window whose
+forward passes add up to 16 ms reads as 30% slower. So:
+
+- each rank's compute time is the middle (median) of its windows that ended
+  in the last SPAN_S (5) seconds, the newest always included: one odd
+  window moves it not, a rank that stays slower does; a window longer than
+  the span is compared alone;
+- the threshold is THRESHOLD (15%), or NOISE_K (3) times the job's own
+  jitter where that is more. A rank's jitter is how far its windows stray
+  from their own middle (the median deviation, relative) over the last
+  NOISE_S (30) seconds; the job's is the lower third over its ranks (NOISE_RANKS
+  of them at most, evenly spread), so that the ranks a slowdown unsettles do
+  not raise the bar against themselves. Until LEARN_WINDOWS (5) windows are
+  known nothing is judged. On a quiet accelerator the jitter is a few percent
+  and the threshold 15%; four CPU ranks on a loaded two-core machine jitter
+  by 15-25%, and three uniform runs in a row there raised 5-7 flags each
+  with neither, none with both.
+
+The share of the job a straggler cost ("lost") is, per slow window, the
+larger of its excess waiting for data and in forward times the window's
+steps, and the part of the window a forward that much slower stands for if
+the rest of its step is slower by as much (a node 38% slower costs 0.38 /
+1.38 = 27% of the window), summed over its windows and divided by the job's
+wall time. Each window counts with its own times, not the middle. It assumes
+the excess is not hidden behind other work, so it says "about".
 
 Pure: no processes, no clock; JobState feeds it step events.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 THRESHOLD = 0.15  # compute time this far above the median is slow
 WINDOWS = 3  # slow windows in a row that raise a flag, and normal ones that end it
+SPAN_S = 5.0  # the sliding middle's span: a rank's windows that ended this long before its newest
+NOISE_S = 30.0  # the windows a rank's jitter is measured over: those of the last 30 s, and at least NOISE_WINDOWS
+NOISE_WINDOWS = 10
+NOISE_K = 3.0  # a subject is slow only this many times the job's jitter above the others (and THRESHOLD)
+NOISE_RANKS = 64  # the ranks, evenly spread, whose jitter is measured
+LEARN_WINDOWS = 5  # the judged windows the job's jitter is learnt from before any is judged
 PENDING_LIMIT = 64  # windows kept waiting for a lagging rank before they are judged without it
 PHASES = ("data", "forward")
 
@@ -107,6 +138,28 @@ class _Sample:
         return self.data_s + self.forward_s
 
 
+def _sliding(recent: deque[_Sample]) -> _Sample:
+    """The middle of `recent` (the newest last) by compute time, as one window of all their steps."""
+    newest = recent[-1]
+    if len(recent) == 1:
+        return newest
+    ordered = sorted(recent, key=lambda sample: sample.compute_s)
+    middle = ordered[(len(ordered) - 1) // 2 : len(ordered) // 2 + 1]
+    data = sum(sample.data_s for sample in middle) / len(middle)
+    forward = sum(sample.forward_s for sample in middle) / len(middle)
+    return _Sample(newest.time, recent[0].since, sum(sample.steps for sample in recent), data, forward)
+
+
+def _jitter(history: deque[float], learn: int) -> float | None:
+    """How far a rank's compute time strays from its own middle, window to window: the median deviation, relative."""
+    if len(history) < learn:
+        return None
+    middle = _middle(list(history))
+    if middle <= 0:
+        return None
+    return _middle([abs(value - middle) for value in history]) / middle
+
+
 @dataclass
 class _Streak:
     """One subject's run of slow windows, before and while it is flagged."""
@@ -130,10 +183,18 @@ class StragglerDetector:
         *,
         threshold: float = THRESHOLD,
         windows: int = WINDOWS,
+        span_s: float = SPAN_S,
+        noise_k: float = NOISE_K,
+        learn: int = LEARN_WINDOWS,
     ) -> None:
         self.node_of = node_of
         self.threshold = threshold
         self.windows = windows
+        self.span_s = span_s
+        self.noise_k = noise_k
+        self.learn = max(1, learn)
+        self._history: dict[int, deque[float]] = {}  # rank -> compute time of its judged windows of NOISE_S
+        self._history_ends: dict[int, deque[float]] = {}
         self.findings: list[Straggler] = []  # every flag, open and ended, in the order raised
         self._fresh: list[tuple[str, Straggler]] = []
         self._pending: dict[int, dict[int, _Sample]] = {}  # step -> rank -> its window
@@ -141,8 +202,12 @@ class StragglerDetector:
         self._at_step: Counter[int] = Counter()  # step -> ranks whose newest it is: few, as ranks keep in step
         self._warm: set[int] = set()  # ranks past their first window since they started
         self._last: dict[int, tuple[int, float]] = {}  # rank -> (step, time) of its previous window
+        self._recent: dict[int, deque[_Sample]] = {}  # rank -> its judged windows of the last span_s seconds
         self._judged_step: int | None = None
         self._streaks: dict[tuple[str, int | None], _Streak] = {}
+        # (start, end, {subject: seconds lost}) of the judged windows of the last span_s seconds:
+        # the subjects slow in each by itself
+        self._alone: deque[tuple[float, float, dict[tuple[str, int | None], float]]] = deque()
 
     def add(self, rank: int, event: dict) -> None:
         """Take one step event; a window every rank has reached is judged at once."""
@@ -171,6 +236,9 @@ class StragglerDetector:
         self._set_newest(rank, step)
         self._warm.discard(rank)
         self._last.pop(rank, None)
+        self._recent.pop(rank, None)  # its windows before the restart say nothing of the new process
+        self._history.pop(rank, None)
+        self._history_ends.pop(rank, None)
 
     def rank_ended(self, rank: int) -> None:
         """The rank finished or failed: no window waits for it any more."""
@@ -215,16 +283,89 @@ class StragglerDetector:
         start = min(sample.since for sample in samples.values())
         steps = max(sample.steps for sample in samples.values())
         self._judged_step = step
+        for rank, sample in samples.items():
+            recent = self._recent.setdefault(rank, deque())
+            recent.append(sample)
+            while recent[0].time < sample.time - self.span_s:
+                recent.popleft()
         if len(samples) < 2:
             return
-        slow = self._slow_subjects(samples)
-        for key, (gap, excess_s, excess) in slow.items():
-            self._slow_window(key, start, end, gap, excess_s * steps, excess)
+        noise = self._noise(samples)
+        if noise is None:
+            return  # the job's first windows: its jitter is not known yet
+        threshold = max(self.threshold, self.noise_k * noise)
+        hold = max(self.threshold, self.noise_k * noise / 2)  # what keeps a raised flag up
+        sliding = {rank: _sliding(self._recent[rank]) for rank in samples}
+        slow = {
+            key: found
+            for key, found in self._slow_subjects(sliding, hold).items()
+            if found[0] >= threshold or (key in self._streaks and self._streaks[key].finding is not None)
+        }
+        alone = self._slow_subjects(samples, threshold)  # slow in this window by itself
+        alone.update(self._slow_subjects(samples, threshold, only={key: () for key in slow if key not in alone}))
+        window_s = end - start
+        for key, (gap, _, excess, _) in slow.items():
+            if key not in self._streaks:
+                self._streaks[key] = self._new_streak(key, start)
+            own_gap, own_excess_s, _, own_forward_gap = alone[key]
+            lost_s = _lost(own_excess_s * steps, own_forward_gap, window_s)
+            self._slow_window(key, end, gap, lost_s, excess, own_gap >= threshold)
         for key in [key for key in self._streaks if key not in slow]:
             self._normal_window(key)
+        slow_alone = {
+            key: _lost(excess_s * steps, forward_gap, window_s)
+            for key, (gap, excess_s, _, forward_gap) in alone.items()
+            if gap >= threshold
+        }
+        self._alone.append((start, end, slow_alone))
+        while self._alone[0][1] < end - self.span_s:
+            self._alone.popleft()
 
-    def _slow_subjects(self, samples: dict[int, _Sample]) -> dict[tuple[str, int | None], tuple]:
-        """Each slow node and rank of one window: (gap, excess seconds per step, excess per phase)."""
+    def _new_streak(self, key: tuple[str, int | None], start: float) -> _Streak:
+        """A streak for `key`, from the first of the windows just before that were slow by themselves.
+
+        The sliding mean lags a slowdown of a few tens of percent by up to a
+        span: those windows belong to the straggler, and their seconds to what it cost.
+        """
+        lost_s = 0.0
+        for earlier_start, _, slow_alone in reversed(self._alone):
+            if key not in slow_alone:
+                break
+            start, lost_s = earlier_start, lost_s + slow_alone[key]
+        return _Streak(start=start, lost_s=lost_s)
+
+    def _noise(self, samples: dict[int, _Sample]) -> float | None:
+        """The job's own jitter: the lower third over ranks of each one's jitter (a few slow ranks move it not)."""
+        ranks = sorted(samples)
+        every = max(1, len(ranks) // NOISE_RANKS)
+        jitters = []
+        for rank in ranks:
+            history = self._history.setdefault(rank, deque())
+            ends = self._history_ends.setdefault(rank, deque())
+            history.append(samples[rank].compute_s)
+            ends.append(samples[rank].time)
+            while ends[0] < samples[rank].time - NOISE_S and len(ends) > NOISE_WINDOWS:
+                ends.popleft()
+                history.popleft()
+        for rank in ranks[::every]:
+            jitter = _jitter(self._history[rank], self.learn)
+            if jitter is not None:
+                jitters.append(jitter)
+        if not jitters:
+            return None
+        jitters.sort()
+        return jitters[(len(jitters) - 1) // 3]
+
+    def _slow_subjects(
+        self,
+        samples: dict[int, _Sample],
+        threshold: float,
+        only: dict[tuple[str, int | None], tuple] | None = None,
+    ) -> dict[tuple[str, int | None], tuple]:
+        """Each slow node and rank of one window: (gap, excess seconds per step, excess per phase, forward gap).
+
+        With `only`, each of those subjects instead, slow or not: how far it was above in `samples`.
+        """
         ranks = sorted(samples)
         column = {
             "compute": _Column([samples[r].compute_s for r in ranks]),
@@ -238,51 +379,51 @@ class StragglerDetector:
         on_slow_node: set[int] = set()
         if len(nodes) > 1:
             for node, members in nodes.items():
-                if node is None or len(members) < 2:
+                if node is None or len(members) < 2 or (only is not None and ("node", node) not in only):
                     continue
                 baseline = column["compute"].median_without(members)
                 values = [column["compute"].values[i] for i in members]
                 gap = min(values) / baseline - 1 if baseline > 0 else 0.0
-                if gap >= self.threshold:
+                if gap >= threshold or only is not None:
                     on_slow_node.update(members)
-                    excess = {
-                        phase: _middle([column[phase].values[i] for i in members])
-                        - column[phase].median_without(members)
-                        for phase in PHASES
-                    }
-                    slow[("node", node)] = (gap, max(values) - baseline, excess)
+                    middle = {phase: _middle([column[phase].values[i] for i in members]) for phase in PHASES}
+                    others = {phase: column[phase].median_without(members) for phase in PHASES}
+                    excess = {phase: middle[phase] - others[phase] for phase in PHASES}
+                    forward_gap = middle["forward"] / others["forward"] - 1 if others["forward"] > 0 else 0.0
+                    slow[("node", node)] = (gap, max(values) - baseline, excess, forward_gap)
         for index, rank in enumerate(ranks):
-            if index in on_slow_node:
+            if index in on_slow_node or (only is not None and ("rank", rank) not in only):
                 continue
             baseline = column["compute"].median_without([index])
             value = column["compute"].values[index]
             gap = value / baseline - 1 if baseline > 0 else 0.0
-            if gap >= self.threshold:
-                excess = {
-                    phase: column[phase].values[index] - column[phase].median_without([index]) for phase in PHASES
-                }
-                slow[("rank", rank)] = (gap, value - baseline, excess)
+            if gap >= threshold or only is not None:
+                others = {phase: column[phase].median_without([index]) for phase in PHASES}
+                excess = {phase: column[phase].values[index] - others[phase] for phase in PHASES}
+                forward = column["forward"].values[index]
+                forward_gap = forward / others["forward"] - 1 if others["forward"] > 0 else 0.0
+                slow[("rank", rank)] = (gap, value - baseline, excess, forward_gap)
         return slow
 
     def _slow_window(
         self,
         key: tuple[str, int | None],
-        start: float,
         end: float,
         gap: float,
         lost_s: float,
         excess: dict[str, float],
+        slow_alone: bool,
     ) -> None:
-        streak = self._streaks.get(key)
-        if streak is None:
-            streak = self._streaks[key] = _Streak(start=start)
+        """One more window in which `key`'s sliding mean was slow; `slow_alone`: this window by itself was too."""
+        streak = self._streaks[key]
         streak.slow += 1
         streak.normal = 0
         streak.gap_sum += gap
         streak.lost_s += lost_s
         for phase in PHASES:
             streak.excess[phase] += excess[phase]
-        streak.last_slow_end = end
+        if slow_alone or not streak.last_slow_end:  # a mean still high after a recovery does not extend the flag
+            streak.last_slow_end = end
         if streak.finding is None and streak.slow >= self.windows:
             kind, who = key
             rank = who if kind == "rank" else None
@@ -334,6 +475,18 @@ class _Column:
             else:
                 break
         return self.values[self._order[position]]
+
+
+def _lost(excess_s: float, forward_gap: float, window_s: float) -> float:
+    """The seconds a window of `window_s` lost to a straggler: what its excess cost, the larger of two readings.
+
+    Its excess waiting for data and in forward (`excess_s`) is time every rank
+    waited, as is the share of the rest of its step that a forward `forward_gap`
+    slower suggests: a slower device or host runs the backward pass slower by as
+    much (a node 38% slower costs the job 0.38 / 1.38, 27% of its time).
+    """
+    slower = max(forward_gap, 0.0)
+    return max(0.0, min(window_s, max(excess_s, window_s * slower / (1 + slower))))
 
 
 def _middle(values: list[float]) -> float:
