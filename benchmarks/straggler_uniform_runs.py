@@ -3,7 +3,7 @@
 Each run is the 2 x 2 CPU job of tests/test_stragglers.py (shell launcher,
 nodes simulated on 127.0.0.1, the default MLP, a window every 40 steps) under
 `npu-wizard run --plain`, with no rank slowed: it trains for --seconds after
-every rank logged its first windows, then is stopped with Ctrl-C, and its
+every rank logged its first windows, then is stopped (SIGTERM, which the runner takes as Ctrl-C), and its
 summary.json's `stragglers` are read. Printed per run: the flags (who, gap,
 how long), the windows judged and the spread of the ranks' compute time
 around the median of the others (the share of rank-windows 15% or more
@@ -12,7 +12,7 @@ machine whose cores are unevenly loaded. The machine's load average is
 printed with each run: on a small machine shared with other work, CPU ranks
 are genuinely unequal, and the detector says so.
 
-    python benchmarks/straggler_uniform_runs.py [--runs 10] [--seconds 60]
+    python benchmarks/straggler_uniform_runs.py [--runs 10] [--seconds 60] [--keep DIR]
     python benchmarks/straggler_uniform_runs.py --smoke   # one short run (tests/test_benchmarks_smoke.py)
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -62,7 +63,7 @@ def spread(windows: dict[int, dict[int, float]]) -> tuple[int, float, float]:
     return len(steps), sum(gap >= THRESHOLD for gap in gaps) / len(gaps), gaps[int(0.95 * (len(gaps) - 1))]
 
 
-def one_run(folder: Path, seconds: float) -> tuple[list[dict], int, float, float, float]:
+def one_run(folder: Path, seconds: float, keep: Path | None = None) -> tuple[list[dict], int, float, float, float]:
     """Run the job once; (its flags, windows judged, share over the threshold, p95 gap, its end time)."""
     project = render_cpu(folder, "shell", nodes=2, **JOB)
     runner = start_runner(project, "--interval", "30")
@@ -72,10 +73,12 @@ def one_run(folder: Path, seconds: float) -> tuple[list[dict], int, float, float
         wait_for(ready, START_S, "every rank's first windows", step=0.5)
         began = time.monotonic()
         wait_for(lambda: time.monotonic() - began >= seconds, seconds + 5, "the run's length", step=0.5)
-        runner.send_signal(signal.SIGINT)
+        runner.send_signal(signal.SIGTERM)  # as Ctrl-C; a benchmark started with & ignores SIGINT, and so its runner
         runner.communicate(timeout=60)
     finally:
         clean_up(project, runner)
+        for kept in run_dirs(project) if keep is not None else []:  # for a look after the temporary folder is gone
+            shutil.copytree(kept, keep / folder.name, ignore=shutil.ignore_patterns("checkpoints"))
     summary = json.loads((run_dir / "summary.json").read_text())
     count, over, p95 = spread(timed_windows(run_dir))
     return summary["stragglers"], count, over, p95, summary["ended_at"]
@@ -86,6 +89,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=60.0, help="training time of each run after its start")
+    parser.add_argument("--keep", type=Path, help="copy each run folder (events, logs, summary) into this folder")
     parser.add_argument("--smoke", action="store_true", help="one short run: checks that it runs")
     args = parser.parse_args()
     if args.smoke:
@@ -95,7 +99,7 @@ def main() -> int:
         for run in range(1, args.runs + 1):
             load = os.getloadavg()[0]
             try:
-                flags, windows, over, p95, ended_at = one_run(Path(folder) / f"run-{run}", args.seconds)
+                flags, windows, over, p95, ended_at = one_run(Path(folder) / f"run-{run}", args.seconds, args.keep)
             except AssertionError as error:  # a start too slow for the machine's load: no figure, say so
                 print(f"run {run}: not counted, {error} (load {load:.1f})", flush=True)
                 continue
