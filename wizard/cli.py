@@ -156,26 +156,23 @@ def build_run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _at_least_one(value: str) -> int:
-    """An argparse type: a whole number of 1 or more."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of 1 or more")
-    return number
+def _whole_number(least: int, what: str = "a whole number") -> Callable[[str], int]:
+    """An argparse type: a whole number of `least` or more, `what` saying what it counts."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = least - 1
+        if number < least:
+            raise argparse.ArgumentTypeError(f"{value!r}: give {what}, {least} or more")
+        return number
+
+    return parse
 
 
-def _message_size(value: str) -> int:
-    """An argparse type: a message size in bytes, 4096 (the smallest the check measures) or more."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 4096:
-        raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of bytes, 4096 or more")
-    return number
+_at_least_one = _whole_number(1)
+_message_size = _whole_number(4096, "a whole number of bytes")  # 4 KiB: the smallest the check measures
 
 
 def _port(value: str) -> int:
