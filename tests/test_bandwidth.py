@@ -242,3 +242,14 @@ def test_without_the_limit_no_link_is_named(tmp_path: Path, hosts: SshHosts) -> 
     assert len(result["links"]) == 6
     assert min(link["GBps"] for link in result["links"]) > 4 * LIMIT_GBPS, output
     assert "no slow link: the slowest, node " in output
+
+
+def test_a_one_rank_project_is_refused_the_check_and_nothing_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = render_cpu(tmp_path, "torchrun", devices_per_node=1)
+    code = main(["run", str(project), "--plain", "--smoke", "--bandwidth"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "--bandwidth needs 2 ranks or more" in err and "Use --smoke alone" in err
+    assert run_dirs(project) == []

@@ -35,6 +35,8 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
         return
     if fresh:  # before anything moves or a run folder is made
         refuse_fresh(project)
+    if "--bandwidth" in options.train_args:
+        refuse_one_rank_bandwidth(project)
     job = Job(project, options)
     if fresh:
         folder = checkpoint_dir(job.project)
@@ -56,6 +58,16 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     if job.submitted:  # a job stopped before it started has nothing to draw
         print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
     job.raise_for_outcome()
+
+
+def refuse_one_rank_bandwidth(project: Path) -> None:
+    """Refuse the network check of a one-rank job: its collectives cross no link and measure nothing."""
+    ranks = load_project(project.resolve()).world_size
+    if ranks < 2:
+        raise TargetError(
+            f"--bandwidth needs 2 ranks or more; {project} has 1 (1 node x 1 device): "
+            "with one rank no collective crosses a link. Use --smoke alone"
+        )
 
 
 def refuse_fresh(project: Path) -> None:
