@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from wizard.errors import TargetError, WizardError
 from wizard.monitor.attach import run_folder_path
+from wizard.monitor.report import write_atomically
 
 REPORT_FILE = "report.html"
 
@@ -34,14 +34,14 @@ def write_report(run_dir: Path, png_dir: Path | None = None) -> Written:
     record = read_run(run_dir)
     plots = draw_all(record)
     page = run_dir / REPORT_FILE
-    _write_atomically(page, render_page(record, plots).encode())
+    write_atomically(page, render_page(record, plots).encode())
     pngs = []
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
         for plot in plots:
             if plot.png is not None:
                 pngs.append(png_dir / f"{plot.name}.png")
-                _write_atomically(pngs[-1], plot.png)
+                write_atomically(pngs[-1], plot.png)
     return Written(page, pngs)
 
 
@@ -63,9 +63,3 @@ def report_at_end(run_dir: Path) -> str:
     except (WizardError, OSError, ValueError) as error:
         return f"warning: no report written ({error})"
     return report_line(run_dir)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
