@@ -20,6 +20,7 @@ from wizard.report.record import RunRecord
 
 EVERY_PROCESS = 64  # up to this many ranks the processes table has a row each; beyond, a row per node
 SHOWN_ROWS = 100  # rows of a long table (checkpoints, restarts) shown, the newest
+OUTCOMES = {"finished", "failed", "hung", "interrupted", "abandoned", "unknown", "running"}  # each has a colour
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1060px; color: #1f2328; background: #f6f8fa; }
@@ -107,28 +108,33 @@ def root_cause_text(record: RunRecord, summary: dict[str, Any]) -> str | None:
 
 
 def _overview(record: RunRecord, summary: dict[str, Any], outcome: str) -> str:
-    nodes = record.info.get("node_count") or len({record.node_of(r) for r in record.state.ranks} - {None}) or "?"
+    said = record.info.get("node_count")  # a count, or nothing: run.json is as anyone wrote it
+    nodes = said if type(said) is int and said > 0 else len({record.node_of(r) for r in record.state.ranks} - {None})
     rate, loss = summary.get("samples_per_s"), summary.get("final_loss")
-    rows = {
-        "outcome": f'<span class="outcome {escape(outcome.split()[0])}">{escape(outcome)}</span>'
-        + (" (no summary.json: figures read from the events)" if summary.get("inferred") else ""),
-        "ranks": f"{record.world_size} on {nodes} node(s)" + _launcher(record),
-        "started": escape(_clock(record.started_at)) if record.started_at else "?",
-        "wall time": escape(duration(summary.get("wall_s"))),
-        "steps": escape(str(summary.get("steps", "?"))),
+    rows = {  # plain text, escaped below; the outcome alone is markup
+        "ranks": f"{record.world_size} on {nodes or '?'} node(s)" + _launcher(record),
+        "started": _clock(record.started_at) if record.started_at else "?",
+        "wall time": duration(summary.get("wall_s")),
+        "steps": str(summary.get("steps", "?")),
         "throughput": f"{rate:,.0f} samples/s overall" if isinstance(rate, (int, float)) else "no step logged",
         "final loss": f"{loss:.4f}" if isinstance(loss, (int, float)) else "none logged",
-        "restarts": escape(str(summary.get("restarts", 0))),
+        "restarts": str(summary.get("restarts", 0)),
     }
     if record.skipped_lines:
         rows["note"] = f"{record.skipped_lines} event line(s) too long to read were skipped"
-    body = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in rows.items())
+    kind = (outcome.split() or ["unknown"])[0]
+    shown = f'<span class="outcome {kind if kind in OUTCOMES else "unknown"}">{escape(outcome)}</span>' + (
+        " (no summary.json: figures read from the events)" if summary.get("inferred") else ""
+    )
+    body = f"<dt>outcome</dt><dd>{shown}</dd>" + "".join(
+        f"<dt>{name}</dt><dd>{escape(value)}</dd>" for name, value in rows.items()
+    )
     return f'<div class="box"><dl>{body}</dl></div>'
 
 
 def _launcher(record: RunRecord) -> str:
     launcher, engine = record.info.get("launcher"), record.info.get("engine")
-    said = ", ".join(escape(str(x)) for x in (launcher, engine) if x)
+    said = ", ".join(str(x) for x in (launcher, engine) if x)
     return f" ({said})" if said else ""
 
 

@@ -88,7 +88,8 @@ class RunRecord:
         first = [r.starts[0] for r in self.ranks.values() if r.starts] + [
             r.times[0] for r in self.ranks.values() if r.times
         ]
-        return self.info.get("started_at") or (self.summary or {}).get("started_at") or min(first, default=0.0)
+        said = [self.info.get("started_at"), (self.summary or {}).get("started_at")]
+        return next((t for t in said if _time(t)), min(first, default=0.0))
 
     @property
     def has_steps(self) -> bool:
@@ -116,7 +117,8 @@ def read_run(run_dir: Path) -> RunRecord:
             f"{run_dir} holds ranks up to {world_size - 1}: npu-wizard runs 1 to {MAX_WORLD_SIZE} ranks, "
             "so this is no run folder of its own"
         )
-    state = JobState(world_size, nodes=info.get("node_count"), hang_after=math.inf)
+    nodes = info.get("node_count")
+    state = JobState(world_size, nodes=nodes if type(nodes) is int and nodes > 0 else None, hang_after=math.inf)
     record = RunRecord(run_dir, info, summary, state, {}, [])
     samples = max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLED_POINTS // max(1, len(files))))
     batch = Batch(record)
@@ -262,6 +264,11 @@ def _rare_event(event: dict[str, Any] | None, ranked: RankRecord, record: RunRec
         record.checkpoints.append(
             {"rank": ranked.rank, "time": event.get("time"), "step": event.get("step"), "path": event.get("path")}
         )
+
+
+def _time(value: object) -> bool:
+    """Whether `value` is a time: a finite number of seconds, not 0 (a file may say anything)."""
+    return type(value) in NUMBERS and math.isfinite(value) and value != 0
 
 
 def _number(value: object) -> float:
