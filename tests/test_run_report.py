@@ -127,6 +127,53 @@ def test_stragglers_from_the_summary_are_listed_and_the_spread_drawn(tmp_path: P
     assert "<td>rank 3 (node 1)</td><td>forward</td><td>50%</td><td>20%</td>" in page
 
 
+def forward_skew_run(run_dir: Path, *, slow_rank: int, windows: int = 40) -> Path:
+    """Four ranks on two nodes, no summary.json (the runner killed, or the launch scripts run by hand).
+
+    Every rank logs a step event every 10 steps, one window a second, as runtime/report.py does; `slow_rank`
+    spends 5x the others' forward time in every window.
+    """
+    writers = [EventWriter(run_dir, rank) for rank in range(4)]
+    begun = writers[0].started(local_rank=0, node=0, device="cpu", world_size=4)["time"]
+    for rank, writer in enumerate(writers[1:], start=1):
+        writer.started(local_rank=rank % 2, node=rank // 2, device="cpu", world_size=4)
+    for window in range(1, windows + 1):
+        for rank, writer in enumerate(writers):
+            forward = 0.05 if rank == slow_rank else 0.01
+            at = begun + window + rank * 0.01
+            writer.emit(
+                "step", time=at, step=10 * window, loss=1.0, samples_per_s=400.0, forward_s=forward, data_s=0.001
+            )
+    for writer in writers:
+        writer.close()
+    return run_dir
+
+
+def test_without_summary_json_the_stragglers_are_judged_from_every_step_event(tmp_path: Path) -> None:
+    """The page said "none" for a run without summary.json: the record had only each rank's last step."""
+    page = report_text(forward_skew_run(tmp_path / "run", slow_rank=1))
+    assert "no summary.json: figures read from the events" in page
+    assert "<td>rank 1 (node 0)</td><td>forward</td><td>" in page
+    assert page.count("<td>rank ") == 1 and "none: no rank or node was slower" not in page
+
+
+def test_even_ranks_without_summary_json_have_no_straggler(tmp_path: Path) -> None:
+    page = report_text(forward_skew_run(tmp_path / "run", slow_rank=-1))
+    assert "<h2>Stragglers</h2><p>none: no rank or node was slower than the others for long.</p>" in page
+
+
+def test_stragglers_that_cannot_be_judged_are_not_called_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    untimed = report_text(user_script_run(tmp_path / "untimed", steps=True))
+    said = "<h2>Stragglers</h2><p>not judged: no step event carries forward_s or data_s</p>"
+    assert said in untimed
+    import wizard.report.inferred
+
+    monkeypatch.setattr(wizard.report.inferred, "REPLAY_BYTES", 1000)
+    big = report_text(forward_skew_run(tmp_path / "big", slow_rank=1))
+    assert "<h2>Stragglers</h2><p>not judged: the events files hold " in big
+    assert "none: no rank" not in big and "<td>rank 1" not in big
+
+
 # ---- real runs, and the browser ---------------------------------------------------------------------------
 
 

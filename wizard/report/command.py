@@ -25,6 +25,7 @@ def write_report(run_dir: Path, png_dir: Path | None = None) -> Written:
     if png_dir is not None and png_dir.exists() and not png_dir.is_dir():
         raise TargetError(f"--png {png_dir}: that is a file; give a folder for the PNG files")
     try:
+        from wizard.report.inferred import effective_summary
         from wizard.report.page import render_page
         from wizard.report.plots import draw_all
     except ImportError as error:  # matplotlib is a dependency; a broken install says which part is missing
@@ -32,9 +33,10 @@ def write_report(run_dir: Path, png_dir: Path | None = None) -> Written:
     from wizard.report.record import read_run
 
     record = read_run(run_dir)
-    plots = draw_all(record)
+    summary = effective_summary(record)
+    plots = draw_all(record, summary)
     page = run_dir / REPORT_FILE
-    write_atomically(page, render_page(record, plots).encode())
+    write_atomically(page, render_page(record, plots, summary).encode())
     pngs = []
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from wizard.monitor import procs
 from wizard.monitor.ranks import Failure, where
-from wizard.monitor.report import duration, failure_report, summarize
+from wizard.monitor.report import duration, failure_report
+from wizard.report.inferred import effective_summary
 from wizard.report.plots import Plot
 from wizard.report.record import RunRecord
 
@@ -43,9 +43,9 @@ dt { color: #57606a; }
 """
 
 
-def render_page(record: RunRecord, plots: list[Plot]) -> str:
-    """The whole report as HTML text."""
-    summary = effective_summary(record)
+def render_page(record: RunRecord, plots: list[Plot], summary: dict[str, Any] | None = None) -> str:
+    """The whole report as HTML text (`summary`: the run's effective summary, when it was made already)."""
+    summary = effective_summary(record) if summary is None else summary
     project = Path(str(record.info.get("project") or "")).name or record.run_dir.name
     outcome = str(summary.get("outcome") or "unknown")
     parts = [
@@ -67,26 +67,6 @@ def render_page(record: RunRecord, plots: list[Plot]) -> str:
         "</body></html>",
     ]
     return "\n".join(part for part in parts if part) + "\n"
-
-
-def effective_summary(record: RunRecord) -> dict[str, Any]:
-    """summary.json as the runner wrote it; without one, the same figures from the events, outcome inferred."""
-    if record.summary is not None:
-        return record.summary
-    state = record.state
-    pid = record.info.get("runner_pid")
-    if isinstance(pid, int) and procs.is_alive(pid):
-        outcome = "running"
-    elif state.finished():
-        outcome = "finished"
-    elif state.root_cause() is not None:
-        outcome = "failed"
-    else:
-        outcome = "unknown"
-    ended = max((v.last_seen for v in state.ranks.values() if v.last_seen), default=record.started_at)
-    made = summarize(state, started_at=record.started_at, ended_at=ended, outcome=outcome, failure=state.root_cause())
-    made["inferred"] = True
-    return made
 
 
 def root_cause_text(record: RunRecord, summary: dict[str, Any]) -> str | None:
@@ -172,6 +152,8 @@ def _figure(plot: Plot) -> str:
 
 def _stragglers(summary: dict[str, Any]) -> str:
     found = summary.get("stragglers")
+    if summary.get("stragglers_not_judged"):
+        return f"<h2>Stragglers</h2><p>not judged: {escape(str(summary['stragglers_not_judged']))}</p>"
     if found is None:
         return ""
     if not found:

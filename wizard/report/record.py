@@ -76,6 +76,7 @@ class RunRecord:
     ranks: dict[int, RankRecord]
     checkpoints: list[dict[str, Any]]
     skipped_lines: int = 0
+    files: dict[int, list[Path]] = field(default_factory=dict)  # each rank's events files
 
     @property
     def world_size(self) -> int:
@@ -119,7 +120,7 @@ def read_run(run_dir: Path) -> RunRecord:
         )
     nodes = info.get("node_count")
     state = JobState(world_size, nodes=nodes if type(nodes) is int and nodes > 0 else None, hang_after=math.inf)
-    record = RunRecord(run_dir, info, summary, state, {}, [])
+    record = RunRecord(run_dir, info, summary, state, {}, [], files=files)
     samples = max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLED_POINTS // max(1, len(files))))
     batch = Batch(record)
     for rank in sorted(files):
@@ -203,7 +204,7 @@ class Batch:
         owners = piece_of_line[wanted].tolist()
         lines = [body[a:b] for a, b in zip(starts[wanted].tolist(), ends[wanted].tolist(), strict=True)]
         for event, piece, rare_line, sample, last in zip(
-            _parse(lines), owners, (~routine[wanted]).tolist(), is_sampled, is_last, strict=True
+            parse_lines(lines), owners, (~routine[wanted]).tolist(), is_sampled, is_last, strict=True
         ):
             ranked = pieces[piece][0]
             if event is None or event.get("rank") != ranked.rank:
@@ -235,7 +236,7 @@ def _sort_lines(body: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return starts, ends, steps, routine
 
 
-def _parse(lines: list[bytes]) -> list[dict[str, Any] | None]:
+def parse_lines(lines: list[bytes]) -> list[dict[str, Any] | None]:
     """Each line as its JSON object (None for a line that is none): one parse for all, line by line if one is bad."""
     try:
         events = json.loads(b"[" + b",".join(lines) + b"]")
