@@ -32,18 +32,24 @@ def write_report(run_dir: Path, png_dir: Path | None = None) -> Written:
         raise TargetError(f"the report needs matplotlib ({error}): pip install matplotlib") from error
     from wizard.report.record import read_run
 
-    record = read_run(run_dir)
+    try:
+        record = read_run(run_dir)
+    except OSError as error:
+        raise TargetError(f"cannot read the run folder {run_dir}: {error}") from error
     summary = effective_summary(record)
     plots = draw_all(record, summary)
     page = run_dir / REPORT_FILE
-    write_atomically(page, render_page(record, plots, summary).encode())
+    _write(page, render_page(record, plots, summary).encode())
     pngs = []
     if png_dir is not None:
-        png_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            png_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TargetError(f"--png {png_dir}: cannot make that folder ({error.strerror or error})") from error
         for plot in plots:
             if plot.png is not None:
                 pngs.append(png_dir / f"{plot.name}.png")
-                write_atomically(pngs[-1], plot.png)
+                _write(pngs[-1], plot.png)
     return Written(page, pngs)
 
 
@@ -62,6 +68,16 @@ def report_at_end(run_dir: Path) -> str:
     """Write the report of a run that just ended (`run --report`); a report that fails says so, never raises."""
     try:
         write_report(run_dir)
-    except (WizardError, OSError, ValueError) as error:
-        return f"warning: no report written ({error})"
+    except Exception as error:  # whatever drawing met, the run's own outcome, root cause and exit code stand
+        said = str(error) if isinstance(error, WizardError) else f"{type(error).__name__}: {error}"
+        return f"warning: report not written ({(said.splitlines() or [''])[0]})"
     return report_line(run_dir)
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        write_atomically(path, data)
+    except OSError as error:
+        raise TargetError(
+            f"cannot write {path}: {error.strerror or error} (make {path.parent} writable, or move what is in the way)"
+        ) from error

@@ -30,7 +30,7 @@ PARSED_AT_ONCE = 4096  # lines handed to one json call
 def effective_summary(record: RunRecord) -> dict[str, Any]:
     """summary.json as the runner wrote it; without one, the same figures from the events, outcome inferred."""
     if record.summary is not None:
-        return record.summary
+        return checked(record.summary)
     state = record.state
     pid = record.info.get("runner_pid")
     if isinstance(pid, int) and procs.is_alive(pid):
@@ -49,6 +49,76 @@ def effective_summary(record: RunRecord) -> dict[str, Any]:
     if isinstance(found, str):
         made["stragglers_not_judged"] = found
     return made
+
+
+def checked(summary: dict[str, Any]) -> dict[str, Any]:
+    """summary.json with each figure the page and the plots read of the kind they read it as, else left out.
+
+    The runner writes it, but a run folder is anyone's to write into: a value of another kind is no figure.
+    """
+    ranks, warnings, stragglers = (summary.get(key) for key in ("ranks", "warnings", "stragglers"))
+    failure = summary.get("failure")
+    return {
+        **{key: _finite_or_none(summary.get(key)) for key in ("started_at", "ended_at", "wall_s")},
+        **{key: _finite_or_none(summary.get(key)) for key in ("samples_per_s", "final_loss")},
+        "outcome": summary.get("outcome") if isinstance(summary.get("outcome"), str) else "unknown",
+        "steps": _whole(summary.get("steps")),
+        "restarts": _whole(summary.get("restarts")) or 0,
+        "failure": _checked_failure(failure) if isinstance(failure, dict) else None,
+        "ranks": {
+            str(int(key)): {
+                "node": _whole(info.get("node")),
+                "state": str(info.get("state")),
+                "step": _whole(info.get("step")),
+                "loss": _finite_or_none(info.get("loss")),
+                "restarts": _whole(info.get("restarts")) or 0,
+            }
+            for key, info in (ranks.items() if isinstance(ranks, dict) else ())
+            if isinstance(key, str) and key.isdecimal() and isinstance(info, dict)
+        },
+        "warnings": [
+            {"ranks": [r for r in _list(w.get("ranks")) if _whole(r) is not None], "message": str(w.get("message"))}
+            for w in _list(warnings)
+            if isinstance(w, dict)
+        ],
+        "stragglers": None
+        if stragglers is None
+        else [_checked_straggler(s) for s in _list(stragglers) if isinstance(s, dict)],
+    }
+
+
+def _checked_failure(failure: dict[str, Any]) -> dict[str, Any]:
+    hint = failure.get("hint")
+    return {
+        "rank": _whole(failure.get("rank")),
+        "node": _whole(failure.get("node")),
+        "kind": str(failure.get("kind")),
+        "summary": str(failure.get("summary")),
+        "time": _finite_or_none(failure.get("time")),
+        "hint": str(hint) if hint else None,
+    }
+
+
+def _checked_straggler(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rank": _whole(entry.get("rank")),
+        "node": _whole(entry.get("node")),
+        "phase": str(entry.get("phase")),
+        **{key: _finite_or_none(entry.get(key)) for key in ("start", "end")},
+        **{key: _finite_or_none(entry.get(key)) or 0.0 for key in ("gap_pct", "lost_pct")},
+    }
+
+
+def _whole(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _finite_or_none(value: object) -> float | None:
+    return value if type(value) in NUMBERS and math.isfinite(value) else None
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def replayed_stragglers(record: RunRecord, wall_s: float) -> list[dict[str, object]] | str:

@@ -95,7 +95,7 @@ def _overview(record: RunRecord, summary: dict[str, Any], outcome: str) -> str:
         "ranks": f"{record.world_size} on {nodes or '?'} node(s)" + _launcher(record),
         "started": _clock(record.started_at) if record.started_at else "?",
         "wall time": duration(summary.get("wall_s")),
-        "steps": str(summary.get("steps", "?")),
+        "steps": "?" if summary.get("steps") is None else str(summary["steps"]),
         "throughput": f"{rate:,.0f} samples/s overall" if isinstance(rate, (int, float)) else "no step logged",
         "final loss": f"{loss:.4f}" if isinstance(loss, (int, float)) else "none logged",
         "restarts": str(summary.get("restarts", 0)),
@@ -128,7 +128,8 @@ def _failure(record: RunRecord, summary: dict[str, Any]) -> str:
             )
         return ""
     said = summary["failure"]
-    headline = f"{where(said.get('rank'), said.get('node'))}: {str(said.get('summary')).splitlines()[0]}"
+    first_line = (str(said.get("summary")).splitlines() or ["(no message)"])[0]
+    headline = f"{where(said.get('rank'), said.get('node'))}: {first_line}"
     return (
         '<div class="box failure" id="failure"><h2>Failure: root cause</h2>'
         f"<p><b>{escape(headline)}</b></p><pre>{escape(text)}</pre></div>"

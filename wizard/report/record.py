@@ -54,7 +54,7 @@ class RankRecord:
     def add_step(self, event: dict[str, Any], world_size: int) -> None:
         """Keep one sampled step event (a repeat of the newest is dropped)."""
         at = event.get("time")
-        if type(at) not in NUMBERS or (self.times and at <= self.times[-1]):
+        if not _time(at) or (self.times and at <= self.times[-1]):
             return
         rate, loss, forward, data = (event.get(k) for k in ("samples_per_s", "loss", "forward_s", "data_s"))
         rate = rate if type(rate) in NUMBERS else NAN
@@ -118,8 +118,7 @@ def read_run(run_dir: Path) -> RunRecord:
             f"{run_dir} holds ranks up to {world_size - 1}: npu-wizard runs 1 to {MAX_WORLD_SIZE} ranks, "
             "so this is no run folder of its own"
         )
-    nodes = info.get("node_count")
-    state = JobState(world_size, nodes=nodes if type(nodes) is int and nodes > 0 else None, hang_after=math.inf)
+    state = JobState(world_size, nodes=info.get("node_count"), hang_after=math.inf)  # a node_count not a count: None
     record = RunRecord(run_dir, info, summary, state, {}, [], files=files)
     samples = max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLED_POINTS // max(1, len(files))))
     batch = Batch(record)
@@ -240,12 +239,12 @@ def parse_lines(lines: list[bytes]) -> list[dict[str, Any] | None]:
     """Each line as its JSON object (None for a line that is none): one parse for all, line by line if one is bad."""
     try:
         events = json.loads(b"[" + b",".join(lines) + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a line nested deeper than the parser goes
         events = []
         for line in lines:
             try:
                 events.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 events.append(None)
     return [event if isinstance(event, dict) else None for event in events]
 
@@ -259,12 +258,12 @@ def _rare_event(event: dict[str, Any] | None, ranked: RankRecord, record: RunRec
             ranked.last_step = event
         return
     record.state.ingest(event)
-    if kind == "started" and isinstance(event.get("time"), (int, float)):
-        ranked.starts.append(float(event["time"]))
-    elif kind == "checkpoint":
-        record.checkpoints.append(
-            {"rank": ranked.rank, "time": event.get("time"), "step": event.get("step"), "path": event.get("path")}
-        )
+    at, step = event.get("time"), event.get("step")
+    if kind == "started" and _time(at):
+        ranked.starts.append(float(at))
+    elif kind == "checkpoint" and _time(at):
+        step = step if type(step) is int else None  # the page groups by it
+        record.checkpoints.append({"rank": ranked.rank, "time": at, "step": step, "path": str(event.get("path"))})
 
 
 def _time(value: object) -> bool:
@@ -286,7 +285,7 @@ def _world_size(info: dict[str, Any], summary: dict[str, Any] | None, files: dic
                 for line in handle.read(64 * 1024).split(b"\n")[:-1]:
                     try:
                         size = json.loads(line).get("world_size")
-                    except (ValueError, AttributeError):
+                    except (ValueError, AttributeError, RecursionError):
                         continue
                     if isinstance(size, int) and size > 0:
                         return max(size, max(files) + 1)
@@ -296,6 +295,6 @@ def _world_size(info: dict[str, Any], summary: dict[str, Any] | None, files: dic
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
