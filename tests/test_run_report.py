@@ -94,6 +94,32 @@ def test_the_png_folder_holds_each_drawn_plot_and_a_file_in_its_place_is_refused
     assert "--png " in capsys.readouterr().err
 
 
+def test_png_files_already_in_the_folder_are_named_and_kept_unless_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`report --png DIR` used to overwrite the loss.png (and the rest) already in a folder the user named."""
+    run_dir = user_script_run(tmp_path / "run", steps=True)
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "loss.png").write_bytes(b"the user's own loss.png")
+    (plots / "throughput-nodes.png").symlink_to(tmp_path / "elsewhere.png")  # a link counts, whatever it points at
+    (plots / "notes.txt").write_text("kept")
+    assert main(["report", str(run_dir), "--png", str(plots)]) == 1
+    said = capsys.readouterr().err
+    assert said == (
+        f"npu-wizard: --png {plots}: loss.png and throughput-nodes.png are there already; nothing was written "
+        "(add --force to replace them, or give another folder)\n"
+    )
+    assert (plots / "loss.png").read_bytes() == b"the user's own loss.png"
+    assert sorted(p.name for p in plots.iterdir()) == ["loss.png", "notes.txt", "throughput-nodes.png"]
+    assert not (run_dir / "report.html").exists()
+    assert main(["report", str(run_dir), "--png", str(plots), "--force"]) == 0
+    assert (plots / "loss.png").read_bytes().startswith(b"\x89PNG")
+    assert not (plots / "throughput-nodes.png").is_symlink() and not (tmp_path / "elsewhere.png").exists()
+    assert (plots / "notes.txt").read_text() == "kept"
+    assert main(["report", str(run_dir)]) == 0  # report.html is the run folder's own: replaced without --force
+
+
 def test_a_folder_that_is_no_run_is_refused_and_nothing_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

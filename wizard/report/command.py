@@ -20,8 +20,11 @@ class Written:
     pngs: list[Path]
 
 
-def write_report(run_dir: Path, png_dir: Path | None = None) -> Written:
-    """Read the run folder `run_dir`, write `report.html` in it (and each plot into `png_dir`); return the paths."""
+def write_report(run_dir: Path, png_dir: Path | None = None, *, force: bool = False) -> Written:
+    """Read the run folder `run_dir`, write `report.html` in it (and each plot into `png_dir`); return the paths.
+
+    report.html is the run folder's own and is replaced; a PNG file already in `png_dir` only with `force`.
+    """
     if png_dir is not None and png_dir.exists() and not png_dir.is_dir():
         raise TargetError(f"--png {png_dir}: that is a file; give a folder for the PNG files")
     try:
@@ -38,24 +41,28 @@ def write_report(run_dir: Path, png_dir: Path | None = None) -> Written:
         raise TargetError(f"cannot read the run folder {run_dir}: {error}") from error
     summary = effective_summary(record)
     plots = draw_all(record, summary)
+    drawn = [(png_dir / f"{plot.name}.png", plot.png) for plot in plots if png_dir is not None and plot.png]
+    taken = [path.name for path, _ in drawn if path.is_symlink() or path.exists()]
+    if taken and not force:
+        raise TargetError(
+            f"--png {png_dir}: {_names(taken)} {'is' if len(taken) == 1 else 'are'} there already; nothing was "
+            f"written (add --force to replace {'it' if len(taken) == 1 else 'them'}, or give another folder)"
+        )
     page = run_dir / REPORT_FILE
     _write(page, render_page(record, plots, summary).encode())
-    pngs = []
     if png_dir is not None:
         try:
             png_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise TargetError(f"--png {png_dir}: cannot make that folder ({error.strerror or error})") from error
-        for plot in plots:
-            if plot.png is not None:
-                pngs.append(png_dir / f"{plot.name}.png")
-                _write(pngs[-1], plot.png)
-    return Written(page, pngs)
+    for path, png in drawn:
+        _write(path, png)
+    return Written(page, [path for path, _ in drawn])
 
 
-def report(path: Path, png_dir: Path | None = None) -> Written:
+def report(path: Path, png_dir: Path | None = None, *, force: bool = False) -> Written:
     """The report of the run folder at `path`, or of the newest run of the project at `path`."""
-    return write_report(run_folder_path(path), png_dir)
+    return write_report(run_folder_path(path), png_dir, force=force)
 
 
 def report_line(run_dir: Path) -> str:
@@ -72,6 +79,10 @@ def report_at_end(run_dir: Path) -> str:
         said = str(error) if isinstance(error, WizardError) else f"{type(error).__name__}: {error}"
         return f"warning: report not written ({(said.splitlines() or [''])[0]})"
     return report_line(run_dir)
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _write(path: Path, data: bytes) -> None:
