@@ -4,6 +4,8 @@ launch scripts), worked out from the events as the monitor works them out live.
 The stragglers need every step event of every rank in time order: the record keeps a sample of them, so they
 are replayed here from the events files through a JobState of their own, up to REPLAY_BYTES of files. A run
 whose stragglers cannot be judged that way says why; it is never said to have none.
+
+A summary.json, where there is one, is read through `checked`: the run folder is anyone's to write into.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ def effective_summary(record: RunRecord) -> dict[str, Any]:
     made = summarize(state, started_at=record.started_at, ended_at=ended, outcome=outcome, failure=state.root_cause())
     made["inferred"] = True
     found = replayed_stragglers(record, made["wall_s"])
-    made["stragglers"] = None if isinstance(found, str) else found
     if isinstance(found, str):
-        made["stragglers_not_judged"] = found
+        made["stragglers"], made["stragglers_not_judged"] = None, found
+    else:
+        made["stragglers"] = found
     return made
 
 
