@@ -22,7 +22,7 @@ from PIL import Image
 
 from runtime.events import EventWriter
 from tests.browser import can_isolate_network, chromium, visit
-from tests.runs import clean_up, render_cpu, run_dirs, start_runner, started_pid, wait_for
+from tests.runs import clean_up, node_env, render_cpu, run_dirs, start_runner, started_pid, wait_for
 from wizard.cli import main
 
 PLOTS = {"loss": (1000, 360), "throughput-ranks": (1000, 360), "throughput-nodes": (1000, 360)}
@@ -94,6 +94,32 @@ def test_the_png_folder_holds_each_drawn_plot_and_a_file_in_its_place_is_refused
     assert "--png " in capsys.readouterr().err
 
 
+def test_png_files_already_in_the_folder_are_named_and_kept_unless_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`report --png DIR` used to overwrite the loss.png (and the rest) already in a folder the user named."""
+    run_dir = user_script_run(tmp_path / "run", steps=True)
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "loss.png").write_bytes(b"the user's own loss.png")
+    (plots / "throughput-nodes.png").symlink_to(tmp_path / "elsewhere.png")  # a link counts, whatever it points at
+    (plots / "notes.txt").write_text("kept")
+    assert main(["report", str(run_dir), "--png", str(plots)]) == 1
+    said = capsys.readouterr().err
+    assert said == (
+        f"npu-wizard: --png {plots}: loss.png and throughput-nodes.png are there already; nothing was written "
+        "(add --force to replace them, or give another folder)\n"
+    )
+    assert (plots / "loss.png").read_bytes() == b"the user's own loss.png"
+    assert sorted(p.name for p in plots.iterdir()) == ["loss.png", "notes.txt", "throughput-nodes.png"]
+    assert not (run_dir / "report.html").exists()
+    assert main(["report", str(run_dir), "--png", str(plots), "--force"]) == 0
+    assert (plots / "loss.png").read_bytes().startswith(b"\x89PNG")
+    assert not (plots / "throughput-nodes.png").is_symlink() and not (tmp_path / "elsewhere.png").exists()
+    assert (plots / "notes.txt").read_text() == "kept"
+    assert main(["report", str(run_dir)]) == 0  # report.html is the run folder's own: replaced without --force
+
+
 def test_a_folder_that_is_no_run_is_refused_and_nothing_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,6 +151,53 @@ def test_stragglers_from_the_summary_are_listed_and_the_spread_drawn(tmp_path: P
     page = report_text(run_dir)
     assert 'id="plot-compute-spread"' in page
     assert "<td>rank 3 (node 1)</td><td>forward</td><td>50%</td><td>20%</td>" in page
+
+
+def forward_skew_run(run_dir: Path, *, slow_rank: int, windows: int = 40) -> Path:
+    """Four ranks on two nodes, no summary.json (the runner killed, or the launch scripts run by hand).
+
+    Every rank logs a step event every 10 steps, one window a second, as runtime/report.py does; `slow_rank`
+    spends 5x the others' forward time in every window.
+    """
+    writers = [EventWriter(run_dir, rank) for rank in range(4)]
+    begun = writers[0].started(local_rank=0, node=0, device="cpu", world_size=4)["time"]
+    for rank, writer in enumerate(writers[1:], start=1):
+        writer.started(local_rank=rank % 2, node=rank // 2, device="cpu", world_size=4)
+    for window in range(1, windows + 1):
+        for rank, writer in enumerate(writers):
+            forward = 0.05 if rank == slow_rank else 0.01
+            at = begun + window + rank * 0.01
+            writer.emit(
+                "step", time=at, step=10 * window, loss=1.0, samples_per_s=400.0, forward_s=forward, data_s=0.001
+            )
+    for writer in writers:
+        writer.close()
+    return run_dir
+
+
+def test_without_summary_json_the_stragglers_are_judged_from_every_step_event(tmp_path: Path) -> None:
+    """The page said "none" for a run without summary.json: the record had only each rank's last step."""
+    page = report_text(forward_skew_run(tmp_path / "run", slow_rank=1))
+    assert "no summary.json: figures read from the events" in page
+    assert "<td>rank 1 (node 0)</td><td>forward</td><td>" in page
+    assert page.count("<td>rank ") == 1 and "none: no rank or node was slower" not in page
+
+
+def test_even_ranks_without_summary_json_have_no_straggler(tmp_path: Path) -> None:
+    page = report_text(forward_skew_run(tmp_path / "run", slow_rank=-1))
+    assert "<h2>Stragglers</h2><p>none: no rank or node was slower than the others for long.</p>" in page
+
+
+def test_stragglers_that_cannot_be_judged_are_not_called_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    untimed = report_text(user_script_run(tmp_path / "untimed", steps=True))
+    said = "<h2>Stragglers</h2><p>not judged: no step event carries forward_s or data_s</p>"
+    assert said in untimed
+    import wizard.report.inferred
+
+    monkeypatch.setattr(wizard.report.inferred, "REPLAY_BYTES", 1000)
+    big = report_text(forward_skew_run(tmp_path / "big", slow_rank=1))
+    assert "<h2>Stragglers</h2><p>not judged: the events files hold " in big
+    assert "none: no rank" not in big and "<td>rank 1" not in big
 
 
 # ---- real runs, and the browser ---------------------------------------------------------------------------
@@ -221,6 +294,45 @@ def test_a_run_where_a_rank_raises_writes_a_report_naming_that_rank(tmp_path: Pa
     assert '<span class="outcome failed">failed</span>' in page
     assert "<b>rank 3 (node 1): RuntimeError: rank 3 stops here on purpose (tests/test_run_report.py)</b>" in page
     assert "last lines of" in page and 'id="plot-loss"' in page
+
+
+A_DRAWING_BUG = """
+import sys
+import wizard.report.plots
+from wizard.cli import main
+
+
+def a_drawing_bug(*args):  # stands in for whatever drawing may yet meet: the known ones are fixed
+    raise RuntimeError("a drawing bug (tests/test_run_report.py)")
+
+
+wizard.report.plots.draw_all = a_drawing_bug
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_report_that_fails_leaves_a_failed_runs_exit_code_and_root_cause(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun")
+    train = project / "train.py"
+    said = "        value = loss.item()\n"
+    failing = "            raise RuntimeError('rank 1 stops here on purpose (tests/test_run_report.py)')\n"
+    train.write_text(
+        train.read_text().replace(said, f"{said}        if self.rank.rank == 1 and self.step >= 8:\n{failing}")
+    )
+    command = [sys.executable, "-c", A_DRAWING_BUG, "run", str(project), "--plain", "--interval", "2", "--report"]
+    runner = subprocess.Popen(
+        command, env=node_env(project / "runs" / "unused"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        output, _ = runner.communicate(timeout=300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    assert "warning: report not written (RuntimeError: a drawing bug (tests/test_run_report.py))" in output
+    assert "rank 1 (node 0): RuntimeError: rank 1 stops here on purpose" in output
+    (run_dir,) = run_dirs(project)
+    assert not (run_dir / "report.html").exists()
 
 
 @pytest.mark.slow

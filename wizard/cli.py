@@ -206,10 +206,14 @@ def build_report_parser() -> argparse.ArgumentParser:
         "network access) with the loss per rank, the throughput per rank and per node, the compute-time spread "
         "with the stragglers the monitor found, restarts, checkpoints and the failure with its root cause. "
         "Works on finished, failed, interrupted and still-running runs.",
-        epilog="Exit codes: 0 written (its path printed), 1 no such run folder or nothing to write to.",
+        epilog="Exit codes: 0 written (its path printed), 1 no such run folder, nothing to write to, or PNG "
+        "files of the same names in DIR without --force (each named; nothing written).",
     )
     parser.add_argument("run", help="the run folder (or a project folder: its newest run)")
     parser.add_argument("--png", metavar="DIR", help="also write each plot as a PNG file into DIR (made if missing)")
+    parser.add_argument(
+        "--force", action="store_true", help="with --png: replace the PNG files of the same names already in DIR"
+    )
     return parser
 
 
@@ -348,7 +352,7 @@ def _monitor(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from wizard.report.command import report
 
-    written = report(Path(args.run), Path(args.png) if args.png else None)
+    written = report(Path(args.run), Path(args.png) if args.png else None, force=args.force)
     print(f"report: {written.page}")
     for png in written.pngs:
         print(f"plot: {png}")

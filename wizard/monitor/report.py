@@ -7,6 +7,7 @@ import math
 import os
 import re
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +288,21 @@ def straggler_line(kind: str, finding: Straggler, wall_s: float) -> str:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write `data` atomically (a reader never sees half a file)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(temporary, path)
+    write_atomically(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a new temporary file beside it, moved into place (mode 0644).
+
+    The temporary file is made with a name of its own (O_EXCL): a link someone planted in a shared run folder
+    is never followed, and `path` itself, a link or not, is replaced, never written through.
+    """
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            os.fchmod(file.fileno(), 0o644)  # what a plain file gets; mkstemp's 0600 would hide it from others
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -11,6 +11,7 @@ be watched for days.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -43,7 +44,7 @@ class JobState:
         start_deadline: float | None = None,
     ) -> None:
         self.world_size = world_size
-        self.nodes = nodes
+        self.nodes = _count(nodes, None) or None  # run.json's node_count: as anyone wrote it
         self.hang_after = hang_after
         self.start_deadline = start_deadline  # seconds from now for every rank to report `started`
         self.expected: set[int] | None = None  # the ranks that report here (None: all); the deadline counts these
@@ -71,6 +72,8 @@ class JobState:
         rank, kind, at = event.get("rank"), event.get("event"), event.get("time")
         if not isinstance(rank, int) or not isinstance(kind, str) or not isinstance(at, (int, float)):
             return
+        if not math.isfinite(at):  # NaN and Infinity parse as floats: no time
+            return
         view = self.view(rank)
         # one process writes a rank's events in time order: one no newer than the newest of its kind was seen
         if at <= view.newest.get(kind, float("-inf")):
@@ -89,13 +92,13 @@ class JobState:
 
     def _on_started(self, view: RankView, event: dict, at: float) -> None:
         view.starts += 1
-        view.node = event.get("node", view.node)
+        view.node = _count(event.get("node"), view.node)
         view.host = event.get("host", view.host)
         view.device = event.get("device", view.device)
         view.pid = event.get("pid", view.pid)
-        view.world_size = event.get("world_size", view.world_size)
-        view.total_steps = event.get("total_steps", view.total_steps)
-        view.resumed_step = event.get("resumed_step", 0) or 0
+        view.world_size = _count(event.get("world_size"), view.world_size) or None
+        view.total_steps = _count(event.get("total_steps"), view.total_steps)
+        view.resumed_step = _count(event.get("resumed_step"), 0)
         view.step = view.resumed_step
         view.started_at = view.started_at or event["time"]
         view.progress_at = at
@@ -105,12 +108,12 @@ class JobState:
     def _on_step(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
         view.first_step_at = view.first_step_at or event["time"]
-        if isinstance(event.get("total_steps"), int):  # a user's script says it with its steps (runtime/report.py)
-            view.total_steps = event["total_steps"]
+        # a user's script says its total with its steps (runtime/report.py)
+        view.total_steps = _count(event.get("total_steps"), view.total_steps)
         if isinstance(event.get("loss"), (int, float)):
             view.loss = float(event["loss"])
             view.losses.append(view.loss)
-        if isinstance(event.get("samples_per_s"), (int, float)):
+        if isinstance(event.get("samples_per_s"), (int, float)) and math.isfinite(event["samples_per_s"]):
             view.samples_per_s = event["samples_per_s"] / (view.world_size or self.world_size or 1)
             if view.samples_per_s > 0:
                 view.rate_count += 1
@@ -129,15 +132,15 @@ class JobState:
                 view.progress_at = max(view.progress_at, view.printed_at)
 
     def _progress(self, view: RankView, event: dict, at: float) -> None:
-        step = event.get("step", view.step)
+        step = _count(event.get("step"), view.step)
         if step != view.step or view.progress_at is None:
             view.progress_at = at
         view.step = step
-        view.epoch = event.get("epoch", view.epoch)
+        view.epoch = _count(event.get("epoch"), view.epoch)
 
     def _on_finished(self, view: RankView, event: dict, at: float) -> None:
         view.outcome, view.ended_at = FINISHED, event["time"]
-        view.step = event.get("step", view.step)
+        view.step = _count(event.get("step"), view.step)
         view.exit_code = event.get("exit_code", view.exit_code)
         self.stragglers.rank_ended(view.rank)
 
@@ -361,6 +364,11 @@ class JobState:
         failures = self.failures()
         primary = [failure for failure in failures if not failure.secondary]
         return (primary or failures or [None])[0]
+
+
+def _count(value: object, otherwise: int | None) -> int | None:
+    """`value` where it is a whole number of zero or more, else `otherwise`: an events file may say anything."""
+    return value if type(value) is int and value >= 0 else otherwise
 
 
 def _on_node(view: RankView) -> str:

@@ -12,14 +12,15 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from wizard.monitor import procs
 from wizard.monitor.ranks import Failure, where
-from wizard.monitor.report import duration, failure_report, summarize
+from wizard.monitor.report import duration, failure_report
+from wizard.report.inferred import effective_summary
 from wizard.report.plots import Plot
 from wizard.report.record import RunRecord
 
 EVERY_PROCESS = 64  # up to this many ranks the processes table has a row each; beyond, a row per node
 SHOWN_ROWS = 100  # rows of a long table (checkpoints, restarts) shown, the newest
+OUTCOMES = {"finished", "failed", "hung", "interrupted", "abandoned", "unknown", "running"}  # each has a colour
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1060px; color: #1f2328; background: #f6f8fa; }
@@ -42,9 +43,9 @@ dt { color: #57606a; }
 """
 
 
-def render_page(record: RunRecord, plots: list[Plot]) -> str:
-    """The whole report as HTML text."""
-    summary = effective_summary(record)
+def render_page(record: RunRecord, plots: list[Plot], summary: dict[str, Any] | None = None) -> str:
+    """The whole report as HTML text (`summary`: the run's effective summary, when it was made already)."""
+    summary = effective_summary(record) if summary is None else summary
     project = Path(str(record.info.get("project") or "")).name or record.run_dir.name
     outcome = str(summary.get("outcome") or "unknown")
     parts = [
@@ -68,26 +69,6 @@ def render_page(record: RunRecord, plots: list[Plot]) -> str:
     return "\n".join(part for part in parts if part) + "\n"
 
 
-def effective_summary(record: RunRecord) -> dict[str, Any]:
-    """summary.json as the runner wrote it; without one, the same figures from the events, outcome inferred."""
-    if record.summary is not None:
-        return record.summary
-    state = record.state
-    pid = record.info.get("runner_pid")
-    if isinstance(pid, int) and procs.is_alive(pid):
-        outcome = "running"
-    elif state.finished():
-        outcome = "finished"
-    elif state.root_cause() is not None:
-        outcome = "failed"
-    else:
-        outcome = "unknown"
-    ended = max((v.last_seen for v in state.ranks.values() if v.last_seen), default=record.started_at)
-    made = summarize(state, started_at=record.started_at, ended_at=ended, outcome=outcome, failure=state.root_cause())
-    made["inferred"] = True
-    return made
-
-
 def root_cause_text(record: RunRecord, summary: dict[str, Any]) -> str | None:
     """The failure report the monitor prints (root cause, traceback, log tail, hint), or None for no failure."""
     said = summary.get("failure")
@@ -107,28 +88,33 @@ def root_cause_text(record: RunRecord, summary: dict[str, Any]) -> str | None:
 
 
 def _overview(record: RunRecord, summary: dict[str, Any], outcome: str) -> str:
-    nodes = record.info.get("node_count") or len({record.node_of(r) for r in record.state.ranks} - {None}) or "?"
+    said = record.info.get("node_count")  # a count, or nothing: run.json is as anyone wrote it
+    nodes = said if type(said) is int and said > 0 else len({record.node_of(r) for r in record.state.ranks} - {None})
     rate, loss = summary.get("samples_per_s"), summary.get("final_loss")
-    rows = {
-        "outcome": f'<span class="outcome {escape(outcome.split()[0])}">{escape(outcome)}</span>'
-        + (" (no summary.json: figures read from the events)" if summary.get("inferred") else ""),
-        "ranks": f"{record.world_size} on {nodes} node(s)" + _launcher(record),
-        "started": escape(_clock(record.started_at)) if record.started_at else "?",
-        "wall time": escape(duration(summary.get("wall_s"))),
-        "steps": escape(str(summary.get("steps", "?"))),
+    rows = {  # plain text, escaped below; the outcome alone is markup
+        "ranks": f"{record.world_size} on {nodes or '?'} node(s)" + _launcher(record),
+        "started": _clock(record.started_at) if record.started_at else "?",
+        "wall time": duration(summary.get("wall_s")),
+        "steps": "?" if summary.get("steps") is None else str(summary["steps"]),
         "throughput": f"{rate:,.0f} samples/s overall" if isinstance(rate, (int, float)) else "no step logged",
         "final loss": f"{loss:.4f}" if isinstance(loss, (int, float)) else "none logged",
-        "restarts": escape(str(summary.get("restarts", 0))),
+        "restarts": str(summary.get("restarts", 0)),
     }
     if record.skipped_lines:
         rows["note"] = f"{record.skipped_lines} event line(s) too long to read were skipped"
-    body = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in rows.items())
+    kind = (outcome.split() or ["unknown"])[0]
+    shown = f'<span class="outcome {kind if kind in OUTCOMES else "unknown"}">{escape(outcome)}</span>' + (
+        " (no summary.json: figures read from the events)" if summary.get("inferred") else ""
+    )
+    body = f"<dt>outcome</dt><dd>{shown}</dd>" + "".join(
+        f"<dt>{name}</dt><dd>{escape(value)}</dd>" for name, value in rows.items()
+    )
     return f'<div class="box"><dl>{body}</dl></div>'
 
 
 def _launcher(record: RunRecord) -> str:
     launcher, engine = record.info.get("launcher"), record.info.get("engine")
-    said = ", ".join(escape(str(x)) for x in (launcher, engine) if x)
+    said = ", ".join(str(x) for x in (launcher, engine) if x)
     return f" ({said})" if said else ""
 
 
@@ -142,7 +128,8 @@ def _failure(record: RunRecord, summary: dict[str, Any]) -> str:
             )
         return ""
     said = summary["failure"]
-    headline = f"{where(said.get('rank'), said.get('node'))}: {str(said.get('summary')).splitlines()[0]}"
+    first_line = (str(said.get("summary")).splitlines() or ["(no message)"])[0]
+    headline = f"{where(said.get('rank'), said.get('node'))}: {first_line}"
     return (
         '<div class="box failure" id="failure"><h2>Failure: root cause</h2>'
         f"<p><b>{escape(headline)}</b></p><pre>{escape(text)}</pre></div>"
@@ -166,6 +153,8 @@ def _figure(plot: Plot) -> str:
 
 def _stragglers(summary: dict[str, Any]) -> str:
     found = summary.get("stragglers")
+    if summary.get("stragglers_not_judged"):
+        return f"<h2>Stragglers</h2><p>not judged: {escape(str(summary['stragglers_not_judged']))}</p>"
     if found is None:
         return ""
     if not found:

@@ -11,6 +11,7 @@ import io
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -44,8 +45,9 @@ class Plot:
 class Series:
     """Every rank's sampled values on one time axis (seconds since the run started)."""
 
-    def __init__(self, record: RunRecord) -> None:
+    def __init__(self, record: RunRecord, summary: dict[str, Any] | None = None) -> None:
         self.record = record
+        self.summary = (record.summary or {}) if summary is None else summary  # stragglers, failure: as the page says
         self.t0 = record.started_at
         ranks = [r for r in sorted(record.ranks) if len(record.ranks[r].times)]
         self.ranks = ranks
@@ -91,9 +93,9 @@ class Series:
         return dict(sorted(found.items()))
 
 
-def draw_all(record: RunRecord) -> list[Plot]:
-    """Every plot of the report, in the order the page shows them."""
-    series = Series(record)
+def draw_all(record: RunRecord, summary: dict[str, Any] | None = None) -> list[Plot]:
+    """Every plot of the report, in the order the page shows them (`summary`: the run's effective summary)."""
+    series = Series(record, summary)
     if not series.ranks:
         said = "no step events were recorded: the ranks logged no training step"
         if record.ranks:
@@ -177,7 +179,7 @@ def _per_node(series: Series) -> Plot:
 
 def _spread(series: Series) -> Plot:
     title = "Compute-time spread"
-    stragglers = (series.record.summary or {}).get("stragglers") or []
+    stragglers = series.summary.get("stragglers") or []
     phases = [(name, label) for name, label in (("forward_s", "forward"), ("data_s", "data wait")) if series.has(name)]
     if not phases:
         said = (
@@ -241,7 +243,7 @@ def _finish(axes: Axes, series: Series, title: str, unit: str, *, legend: bool =
             transform=axes.get_xaxis_transform(),
             label="checkpoint",
         )
-    failure = (record.summary or {}).get("failure") or {}
+    failure = series.summary.get("failure") or {}
     failed_at = _seconds(failure.get("time"), series)
     if failed_at is not None:
         axes.axvline(failed_at, color=FAILURE, linewidth=1.5, label="failure")

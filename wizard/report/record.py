@@ -54,7 +54,7 @@ class RankRecord:
     def add_step(self, event: dict[str, Any], world_size: int) -> None:
         """Keep one sampled step event (a repeat of the newest is dropped)."""
         at = event.get("time")
-        if type(at) not in NUMBERS or (self.times and at <= self.times[-1]):
+        if not _time(at) or (self.times and at <= self.times[-1]):
             return
         rate, loss, forward, data = (event.get(k) for k in ("samples_per_s", "loss", "forward_s", "data_s"))
         rate = rate if type(rate) in NUMBERS else NAN
@@ -76,6 +76,7 @@ class RunRecord:
     ranks: dict[int, RankRecord]
     checkpoints: list[dict[str, Any]]
     skipped_lines: int = 0
+    files: dict[int, list[Path]] = field(default_factory=dict)  # each rank's events files
 
     @property
     def world_size(self) -> int:
@@ -88,7 +89,8 @@ class RunRecord:
         first = [r.starts[0] for r in self.ranks.values() if r.starts] + [
             r.times[0] for r in self.ranks.values() if r.times
         ]
-        return self.info.get("started_at") or (self.summary or {}).get("started_at") or min(first, default=0.0)
+        said = [self.info.get("started_at"), (self.summary or {}).get("started_at")]
+        return next((t for t in said if _time(t)), min(first, default=0.0))
 
     @property
     def has_steps(self) -> bool:
@@ -116,8 +118,8 @@ def read_run(run_dir: Path) -> RunRecord:
             f"{run_dir} holds ranks up to {world_size - 1}: npu-wizard runs 1 to {MAX_WORLD_SIZE} ranks, "
             "so this is no run folder of its own"
         )
-    state = JobState(world_size, nodes=info.get("node_count"), hang_after=math.inf)
-    record = RunRecord(run_dir, info, summary, state, {}, [])
+    state = JobState(world_size, nodes=info.get("node_count"), hang_after=math.inf)  # a node_count not a count: None
+    record = RunRecord(run_dir, info, summary, state, {}, [], files=files)
     samples = max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLED_POINTS // max(1, len(files))))
     batch = Batch(record)
     for rank in sorted(files):
@@ -201,7 +203,7 @@ class Batch:
         owners = piece_of_line[wanted].tolist()
         lines = [body[a:b] for a, b in zip(starts[wanted].tolist(), ends[wanted].tolist(), strict=True)]
         for event, piece, rare_line, sample, last in zip(
-            _parse(lines), owners, (~routine[wanted]).tolist(), is_sampled, is_last, strict=True
+            parse_lines(lines), owners, (~routine[wanted]).tolist(), is_sampled, is_last, strict=True
         ):
             ranked = pieces[piece][0]
             if event is None or event.get("rank") != ranked.rank:
@@ -233,16 +235,16 @@ def _sort_lines(body: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return starts, ends, steps, routine
 
 
-def _parse(lines: list[bytes]) -> list[dict[str, Any] | None]:
+def parse_lines(lines: list[bytes]) -> list[dict[str, Any] | None]:
     """Each line as its JSON object (None for a line that is none): one parse for all, line by line if one is bad."""
     try:
         events = json.loads(b"[" + b",".join(lines) + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a line nested deeper than the parser goes
         events = []
         for line in lines:
             try:
                 events.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 events.append(None)
     return [event if isinstance(event, dict) else None for event in events]
 
@@ -256,12 +258,17 @@ def _rare_event(event: dict[str, Any] | None, ranked: RankRecord, record: RunRec
             ranked.last_step = event
         return
     record.state.ingest(event)
-    if kind == "started" and isinstance(event.get("time"), (int, float)):
-        ranked.starts.append(float(event["time"]))
-    elif kind == "checkpoint":
-        record.checkpoints.append(
-            {"rank": ranked.rank, "time": event.get("time"), "step": event.get("step"), "path": event.get("path")}
-        )
+    at, step = event.get("time"), event.get("step")
+    if kind == "started" and _time(at):
+        ranked.starts.append(float(at))
+    elif kind == "checkpoint" and _time(at):
+        step = step if type(step) is int else None  # the page groups by it
+        record.checkpoints.append({"rank": ranked.rank, "time": at, "step": step, "path": str(event.get("path"))})
+
+
+def _time(value: object) -> bool:
+    """Whether `value` is a time: a finite number of seconds, not 0 (a file may say anything)."""
+    return type(value) in NUMBERS and math.isfinite(value) and value != 0
 
 
 def _number(value: object) -> float:
@@ -278,7 +285,7 @@ def _world_size(info: dict[str, Any], summary: dict[str, Any] | None, files: dic
                 for line in handle.read(64 * 1024).split(b"\n")[:-1]:
                     try:
                         size = json.loads(line).get("world_size")
-                    except (ValueError, AttributeError):
+                    except (ValueError, AttributeError, RecursionError):
                         continue
                     if isinstance(size, int) and size > 0:
                         return max(size, max(files) + 1)
@@ -288,6 +295,6 @@ def _world_size(info: dict[str, Any], summary: dict[str, Any] | None, files: dic
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
