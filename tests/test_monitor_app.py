@@ -123,7 +123,8 @@ async def test_a_hung_rank_is_named_in_the_alert_line(tmp_path: Path) -> None:
 def straggling_job_state() -> JobState:
     """Four ranks on two nodes, all alive; rank 2's forward 50% longer than the others' for 9 windows.
 
-    The first is each rank's warm-up, the next four only teach the detector the job's jitter, the last four are judged.
+    The first is each rank's warm-up, the next four only teach the detector the job's jitter, the last four are
+    judged: 20 s of them, past the 15 s a straggler must last.
     """
     state = JobState(4, hang_after=30, clock=lambda: NOW)
     for rank in range(4):
@@ -132,7 +133,7 @@ def straggling_job_state() -> JobState:
         for rank in range(4):
             forward = 0.012 if rank == 2 else 0.008
             fields = {"step": step, "epoch": 0, "loss": 1.0, "samples_per_s": 4000.0, "lr": 0.1}
-            state.ingest(event(rank, "step", 990.0 + index, data_s=0.002, forward_s=forward, **fields))
+            state.ingest(event(rank, "step", 950.0 + 5 * index, data_s=0.002, forward_s=forward, **fields))
     return state
 
 

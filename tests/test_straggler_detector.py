@@ -87,7 +87,7 @@ def test_a_slow_loader_is_named_as_data() -> None:
     found = detector()
     for rank in range(4):
         found.rank_started(rank)
-    for window in range(1, 5):
+    for window in range(1, 20):  # 1 s apart: 18 s of them judged, past the 15 s a straggler must last
         for rank in range(4):
             data = 0.5 if rank == 0 else 0.2
             found.add(rank, {"step": window * STEPS, "time": 1000.0 + window, "data_s": data, "forward_s": 0.8})
@@ -203,3 +203,34 @@ def test_the_summary_lists_each_straggler_with_the_contract_keys_and_says_it() -
     assert "  node 1 was 40% slower in forward for 1m50s (still slow at the end): the job lost about 12%" in (
         format_summary(summary).splitlines()
     )
+
+
+def short_windows(found: StragglerDetector, slow: dict[int, float], windows: int = 130, every_s: float = 0.3) -> None:
+    """`windows` windows of 10 steps, `every_s` apart, from 4 ranks; rank 3's forward `slow[W]` times longer in W."""
+    for rank in range(4):
+        found.rank_started(rank)
+    for window in range(windows + 1):  # window 0 is each rank's warm-up
+        for rank in range(4):
+            forward = 0.0008 * (slow.get(window, 1.0) if rank == 3 else 1.0)  # 1 ms compute of a 30 ms step
+            event = {"step": window * STEPS, "time": 1000.0 + window * every_s, "data_s": 0.0002, "forward_s": forward}
+            found.add(rank, event)
+
+
+def test_a_slowdown_of_a_second_or_of_ten_is_the_host_and_one_of_24_s_is_a_straggler() -> None:
+    """Windows 0.3 s apart, as the CPU demo logs them: a rank put off its core for 0.9 s, or slowed by a busy
+    neighbour for 10 s, is no straggler; 20% slower for 24 s is, from its first slow window."""
+    burst, neighbour, lasting = detector(), detector(), detector()
+    short_windows(burst, dict.fromkeys(range(20, 23), 1.5))  # 40% slower compute, three windows in a row
+    short_windows(neighbour, dict.fromkeys(range(20, 53), 1.6))  # 48% slower for 33 windows, 10 s
+    short_windows(lasting, dict.fromkeys(range(20, 100), 1.25))  # 20% slower compute for 80 windows, 24 s
+    assert burst.findings == []
+    assert neighbour.findings == []
+    (flag,) = lasting.findings
+    assert (flag.rank, flag.node, flag.phase) == (3, 1, "forward")
+    # the middle of 5 s of windows passes 15% some windows into the slowdown; the flag reaches back to its
+    # first window (which starts where window 19 ended) and counts what every window of it cost
+    assert flag.start == pytest.approx(1000.0 + 19 * 0.3)
+    assert flag.end == pytest.approx(1000.0 + 99 * 0.3)  # the last window slow by itself, not the middle's lag
+    assert flag.gap_pct == pytest.approx(20)
+    # each of the 80 windows of 0.3 s: a forward 25% slower stands for 0.3 x 0.25 / 1.25 = 0.06 s
+    assert flag.lost_s == pytest.approx(80 * 0.06)

@@ -36,8 +36,9 @@ START_S = 300  # a loaded two-core machine takes a while to start four torch pro
 DETECT_S = 30  # the bound: flagged within 30 s of the slowdown
 QUOTA = 0.05  # of one core, for the slowed rank
 PERIOD_US = 20_000  # the quota's period: 20 ms, so that 5% of it is the smallest quota there is (1 ms)
-# ~0.5 s windows on this machine; enough steps to train for several minutes, stopped by the test
-JOB = {"samples": 1 << 20, "epochs": 1, "batch_size": 16, "log_every": 40, "checkpoint_every": 0}
+# ~0.25 s windows on this machine (a slowed rank's last seconds, not minutes); enough steps to train for
+# several minutes, stopped by the test
+JOB = {"samples": 1 << 20, "epochs": 1, "batch_size": 16, "log_every": 20, "checkpoint_every": 0}
 
 
 def can_cut_cpu() -> bool:

@@ -13,12 +13,13 @@ first shuffle, allocations). Once every reporting rank has reached a window,
 each rank's compute time is compared with the median of the other ranks',
 and each node's (with two ranks or more) with the median of the ranks on the
 other nodes, taking its least slow rank: a node is slow only when all of its
-ranks are. One that is above the threshold for WINDOWS (3) windows in a row
-is flagged, from the first of them (and of the windows just before that were
-slow by themselves); a rank on a flagged node is named through its node. A
-raised flag stays up on a lower bar (the threshold below with half the
-jitter's part) and ends after WINDOWS windows in a row below that, at the
-end of its last window that was slow by itself.
+ranks are. One above the threshold for WINDOWS (3) windows, and slow for
+FLAG_S (15) seconds at least, is flagged, from the first of its slow windows
+(and of the windows just before that were slow by themselves); a rank on a
+flagged node is named through its node. Once above the threshold, a subject
+stays slow on a lower bar (the threshold below with half the jitter's part);
+one window below that ends a streak not yet flagged, and WINDOWS windows in a
+row end a flag, at the end of its last window that was slow by itself.
 
 What is compared is robust to the host. Windows of a few hundred
 milliseconds (a small model logging every 40 steps) are at the mercy of the
@@ -37,8 +38,15 @@ forward passes add up to 16 ms reads as 30% slower. So:
   not raise the bar against themselves. Until LEARN_WINDOWS (5) windows are
   known nothing is judged. On a quiet accelerator the jitter is a few percent
   and the threshold 15%; four CPU ranks on a loaded two-core machine jitter
-  by 15-25%, and three uniform runs in a row there raised 5-7 flags each
-  with neither, none with both.
+  by 10-25%;
+- a flag waits for FLAG_S: such a machine also slows one rank by 40-90% for
+  ten seconds at a time, while a straggler that matters lasts minutes.
+
+Replayed on 20 uniform 2 x 2 CPU runs of a minute at loads of 3 to 13
+(benchmarks/straggler_uniform_runs.py --keep), the windows as they are raised
+5-7 flags a run; the middle and the jitter left 3 flags in 2 of the 20 runs,
+the 15 s none; a rank cut to 10% of a core for 30 s at a load of 10 is flagged from
+1 s after the cut for 33 s.
 
 The share of the job a straggler cost ("lost") is, per slow window, the
 larger of its excess waiting for data and in forward times the window's
@@ -59,6 +67,7 @@ from dataclasses import dataclass, field
 
 THRESHOLD = 0.15  # compute time this far above the median is slow
 WINDOWS = 3  # slow windows in a row that raise a flag, and normal ones that end it
+FLAG_S = 15.0  # and the seconds they must last: a host puts a rank off its cores for seconds, not minutes
 SPAN_S = 5.0  # the sliding middle's span: a rank's windows that ended this long before its newest
 NOISE_S = 30.0  # the windows a rank's jitter is measured over: those of the last 30 s, and at least NOISE_WINDOWS
 NOISE_WINDOWS = 10
@@ -166,6 +175,7 @@ class _Streak:
 
     start: float
     slow: int = 0
+    strong: int = 0  # of them, those above the full threshold (the others were above the lower bar only)
     normal: int = 0  # normal windows in a row since the last slow one, while flagged
     gap_sum: float = 0.0
     lost_s: float = 0.0
@@ -299,7 +309,7 @@ class StragglerDetector:
         slow = {
             key: found
             for key, found in self._slow_subjects(sliding, hold).items()
-            if found[0] >= threshold or (key in self._streaks and self._streaks[key].finding is not None)
+            if found[0] >= threshold or key in self._streaks
         }
         alone = self._slow_subjects(samples, threshold)  # slow in this window by itself
         alone.update(self._slow_subjects(samples, threshold, only={key: () for key in slow if key not in alone}))
@@ -309,7 +319,7 @@ class StragglerDetector:
                 self._streaks[key] = self._new_streak(key, start)
             own_gap, own_excess_s, _, own_forward_gap = alone[key]
             lost_s = _lost(own_excess_s * steps, own_forward_gap, window_s)
-            self._slow_window(key, end, gap, lost_s, excess, own_gap >= threshold)
+            self._slow_window(key, end, gap, lost_s, excess, own_gap >= threshold, gap >= threshold)
         for key in [key for key in self._streaks if key not in slow]:
             self._normal_window(key)
         slow_alone = {
@@ -413,10 +423,15 @@ class StragglerDetector:
         lost_s: float,
         excess: dict[str, float],
         slow_alone: bool,
+        strong: bool,
     ) -> None:
-        """One more window in which `key`'s sliding mean was slow; `slow_alone`: this window by itself was too."""
+        """One more window in which `key` was slow: above the full threshold (`strong`) or the lower bar.
+
+        `slow_alone`: this window by itself was above the threshold too.
+        """
         streak = self._streaks[key]
         streak.slow += 1
+        streak.strong += strong
         streak.normal = 0
         streak.gap_sum += gap
         streak.lost_s += lost_s
@@ -424,7 +439,7 @@ class StragglerDetector:
             streak.excess[phase] += excess[phase]
         if slow_alone or not streak.last_slow_end:  # a mean still high after a recovery does not extend the flag
             streak.last_slow_end = end
-        if streak.finding is None and streak.slow >= self.windows:
+        if streak.finding is None and streak.strong >= self.windows and end - streak.start >= FLAG_S:
             kind, who = key
             rank = who if kind == "rank" else None
             node = self.node_of(who) if kind == "rank" and who is not None else who
