@@ -427,3 +427,20 @@ def test_a_render_killed_after_its_commit_is_finished_by_the_next_one(tmp_path: 
     )
     assert set(new_files(repo)) == generated(repo)
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+
+
+@pytest.mark.parametrize("extra", [["--force"], ["--force", "--clean"], ["--force", "--dry-run"]])
+def test_force_with_o_is_refused_on_a_folder_rendered_into(tmp_path: Path, extra: list[str]) -> None:
+    repo = user_repo(tmp_path, {**USER_FILES, "src/main.py": "print('mine')\n", "notes.md": "my notes\n"})
+    document = yaml.safe_load(answers_file(tmp_path, script="src/main.py").read_text())
+    answers = tmp_path / "as-project.yaml"
+    answers.write_text(answers_yaml({**document, "project_name": repo.name}))
+    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    before = tree_hash(repo)
+    result = npu_wizard("--answers", str(answers), "-o", str(repo.parent), *extra)
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = result.stderr.splitlines()[-1]
+    assert f"{repo} was rendered with --into" in line
+    assert f"npu-wizard --answers FILE --into {repo} --force" in line and f"npu-wizard update {repo}" in line
+    assert tree_hash(repo) == before
+    assert (repo / ".git").is_dir() and (repo / "notes.md").read_text() == "my notes\n"

@@ -128,7 +128,21 @@ def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
         raise TargetError(f"{target} exists and is not a folder; remove it or choose another -o")
     if target.exists() and not force:
         raise TargetError(f"{target} already exists; use --force to replace it whole, or choose another -o")
+    if target.exists():
+        _refuse_into_folder(target)
     return target.exists()
+
+
+def _refuse_into_folder(target: Path) -> None:
+    """TargetError for a folder of the user's rendered --into: -o --force would replace their repository whole."""
+    from wizard.render.into import is_into  # into renders through this module
+
+    if is_into(target):
+        raise TargetError(
+            f"{target} was rendered with --into: it is your folder, and --force with -o would replace it whole; "
+            f"to replace npu-wizard's files there (yours kept) use npu-wizard --answers FILE --into {target} "
+            f"--force, or change its answers with npu-wizard update {target}"
+        )
 
 
 def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None) -> Path:
