@@ -144,7 +144,20 @@ def test_a_users_train_py_clashes_with_the_generated_script(tmp_path: Path) -> N
     assert result.returncode == 1, result.stdout + result.stderr
     assert "already has 1 path(s)" in result.stderr
     assert "\n  train.py\n" in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "`training.script: train.py` names the model script npu-wizard generates; to use your own train.py, "
+        "rename it (e.g. to my_train.py) and set training.script to that name"
+    )
     assert tree_hash(repo) == before
+
+
+def test_a_users_train_py_renamed_as_the_refusal_says_is_the_script_that_runs(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, {**USER_FILES, "train.py": "print('mine')\n"})
+    git(repo, "mv", "train.py", "my_train.py")
+    result = npu_wizard("--answers", str(answers_file(tmp_path, script="my_train.py")), "--into", str(repo))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (repo / "my_train.py").read_text() == "print('mine')\n" and not (repo / "train.py").exists()
+    assert "my_train.py" in (repo / "launch" / "run-node.sh").read_text()
 
 
 def test_into_a_clean_repository_adds_only_npu_wizards_files(tmp_path: Path) -> None:
