@@ -150,7 +150,7 @@ def _refuse_into_folder(target: Path) -> None:
 
     if is_into(target):
         raise TargetError(
-            f"{target} was rendered with --into: it is your folder, and --force with -o would replace it whole; "
+            f"{target} was rendered with --into: it is your folder, not a project -o made, so -o --force is refused; "
             f"to replace npu-wizard's files there (yours kept) use npu-wizard --answers FILE --into {target} "
             f"--force, or change its answers with npu-wizard update {target}"
         )
