@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import answers
+from tests.factories import answers, answers_yaml
 from wizard.answers.model import Answers
+from wizard.cli import main
 from wizard.errors import TargetError
 from wizard.render.render import render
 from wizard.render.replace import mounts_inside
@@ -366,3 +368,211 @@ def test_the_render_after_a_render_killed_while_it_wrote_names_its_staging_folde
         f"rm -r {staging}"
     ]
     assert project.is_dir() and staging.is_dir()
+
+
+# A project whose answers run the user's own script: their code lives in the project folder beside npu-wizard's.
+OWN_CODE = {
+    "src/main.py": "from src.model import MODEL\n",
+    "src/model.py": "MODEL = 'mine'\n",
+    "configs/base.yaml": "lr: 0.1\n",
+    ".git/HEAD": "ref: refs/heads/main\n",
+    "notes.md": "my notes\n",
+    "launch/mine.sh": "echo my own helper\n",  # in a folder npu-wizard makes
+}
+
+
+def own_script_answers(tmp_path: Path, script: str, name: str = "a.yaml", **training: str) -> Path:
+    """An answers file of project demo whose ranks run the user's `script`."""
+    path = tmp_path / name
+    document = {
+        "project_name": PROJECT,
+        "device": "cpu",
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "off",
+        "training": {"script": script, **training},
+    }
+    path.write_text(answers_yaml(document))
+    return path
+
+
+def wizard(*args: str | Path) -> int:
+    """npu-wizard's command line, in this process."""
+    return main([str(arg) for arg in args])
+
+
+def add(project: Path, files: dict[str, str]) -> None:
+    """Write the user's `files` into `project`."""
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file and link under `root`: its text, or where it links."""
+    found = {}
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(folder) / name
+            key = path.relative_to(root).as_posix()
+            found[key] = f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes().hex()
+    return found
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_force_keeps_every_file_of_the_users_beside_their_script(tmp_path: Path, clean: bool) -> None:
+    answers_file = own_script_answers(tmp_path, "src/main.py")
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out") == 0
+    project = tmp_path / "out" / PROJECT
+    add(project, OWN_CODE)
+    grow(project)
+    (project / "launch" / "run-node.sh").write_text("edited")
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force", *(["--clean"] if clean else [])) == 0
+    assert {name: (project / name).read_text() for name in OWN_CODE} == OWN_CODE
+    assert (project / "launch" / "run-node.sh").read_text() != "edited"  # npu-wizard's own file: replaced
+    assert (project / "checkpoints").exists() is not clean and (project / "runs").exists() is not clean
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_force_keeps_the_files_beside_a_top_level_script(tmp_path: Path) -> None:
+    answers_file = own_script_answers(tmp_path, "main.py")
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out") == 0
+    project = tmp_path / "out" / PROJECT
+    add(project, {"main.py": "import model\n", "model.py": "MODEL = 'mine'\n"})
+    for clean in ([], ["--clean"]):
+        assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force", *clean) == 0
+        assert (project / "model.py").read_text() == "MODEL = 'mine'\n"
+        assert (project / "main.py").read_text() == "import model\n"
+
+
+def test_force_with_another_script_keeps_the_folder_of_the_old_one(tmp_path: Path) -> None:
+    assert wizard("--answers", own_script_answers(tmp_path, "src/main.py"), "-o", tmp_path / "out") == 0
+    project = tmp_path / "out" / PROJECT
+    add(project, {**OWN_CODE, "app/main.py": "print('the new one')\n"})
+    moved = own_script_answers(tmp_path, "app/main.py", "b.yaml")
+    assert wizard("--answers", moved, "-o", tmp_path / "out", "--force", "--clean") == 0
+    assert {name: (project / name).read_text() for name in OWN_CODE} == OWN_CODE
+    assert (project / "app" / "main.py").read_text() == "print('the new one')\n"
+
+
+def test_force_refuses_a_file_of_the_users_where_the_new_render_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert wizard("--answers", own_script_answers(tmp_path, "main.py"), "-o", tmp_path / "out") == 0
+    project = tmp_path / "out" / PROJECT
+    add(project, {"main.py": "print('mine')\n", "train.py": "print('my own train.py')\n"})
+    before = tree(project)
+    capsys.readouterr()
+    generated_script = own_script_answers(tmp_path, "train.py", "b.yaml")
+    assert wizard("--answers", generated_script, "-o", tmp_path / "out", "--force") == 1
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert "holds 1 path(s) of yours that the new render writes: train.py;" in line
+    assert "rename it (e.g. to my_train.py) and set training.script to that name" in line
+    assert tree(project) == before and leftovers(tmp_path / "out") == []
+
+
+def test_force_without_a_record_of_the_generated_files_names_the_users_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers_file = own_script_answers(tmp_path, "src/main.py")
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out") == 0
+    project = tmp_path / "out" / PROJECT
+    (project / ".npu-wizard" / "pristine.json.gz").unlink()  # as an older npu-wizard left it
+    add(project, OWN_CODE)
+    grow(project)
+    before = tree(project)
+    capsys.readouterr()
+    for clean in ([], ["--clean"], ["--dry-run"]):
+        assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force", *clean) == 1
+        line = capsys.readouterr().err.splitlines()[-1]
+        assert "has no record of the files npu-wizard generated there" in line
+        assert "holds 5 path(s) a render would not make: .git, configs, launch/mine.sh, notes.md, ..." in line
+        assert f"npu-wizard update {project} --rebase" in line
+        assert tree(project) == before
+    for name in (".git", "configs", "src"):  # with only its run-time folders besides npu-wizard's it is replaced
+        shutil.rmtree(project / name)
+    (project / "notes.md").unlink()
+    (project / "launch" / "mine.sh").unlink()
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force") == 0
+    assert (project / "checkpoints" / "step-8.pt").read_bytes() == b"weights"
+
+
+def test_force_dry_run_lists_what_is_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    answers_file = own_script_answers(tmp_path, "src/main.py")
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out") == 0
+    project = tmp_path / "out" / PROJECT
+    add(project, OWN_CODE)
+    grow(project)
+    before = tree(project)
+    capsys.readouterr()
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force", "--dry-run") == 0
+    kept = capsys.readouterr().out.split("would keep 8 paths of the old project:\n", 1)[1].splitlines()
+    assert kept == [
+        "  .git",
+        "  checkpoints",
+        "  checkpoints.old-20260101-000000",
+        "  configs",
+        "  launch/mine.sh",
+        "  notes.md",
+        "  runs",
+        "  src",
+    ]
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force", "--clean", "--dry-run") == 0
+    kept = capsys.readouterr().out.split("would keep 5 paths of the old project:\n", 1)[1].splitlines()
+    assert kept == ["  .git", "  configs", "  launch/mine.sh", "  notes.md", "  src"]
+    assert tree(project) == before
+
+
+def test_clean_refuses_to_delete_a_data_folder_that_holds_the_script(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The project read MNIST from src/; the new answers run the user's script, which they put there.
+    assert render(mnist_at("src"), tmp_path / "out").project_dir == tmp_path / "out" / PROJECT
+    project = tmp_path / "out" / PROJECT
+    download(project / "src")
+    add(project, OWN_CODE)
+    before = tree(project)
+    answers_file = own_script_answers(tmp_path, "src/main.py")
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force", "--clean") == 1
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert "training.script src/main.py lies in src, the data folder --clean deletes" in line
+    assert tree(project) == before
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force") == 0
+    assert {name: (project / name).read_text() for name in OWN_CODE} == OWN_CODE
+
+
+def test_force_on_a_folder_that_is_no_project_names_its_files_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "out" / PROJECT
+    add(folder, {"thesis.tex": "my thesis\n", "figures/loss.png": "png\n"})
+    before = tree(folder)
+    answers_file = own_script_answers(tmp_path, "train.py")
+    assert wizard("--answers", answers_file, "-o", tmp_path / "out", "--force") == 1
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert "is not an npu-wizard project (no answers.yaml) and holds 2 path(s) a render would not make" in line
+    assert "figures, thesis.tex" in line
+    assert tree(folder) == before and leftovers(tmp_path / "out") == []
+
+
+def test_force_moves_only_the_users_files_out_of_a_folder_npu_wizard_no_longer_makes(tmp_path: Path) -> None:
+    project = render(answers(cluster__engine="slurm"), tmp_path / "out").project_dir
+    add(project, {"slurm/my-partition.txt": "npu\n"})
+    render(answers(), tmp_path / "out", force=True)
+    assert sorted(os.listdir(project / "slurm")) == ["my-partition.txt"]  # job.sbatch was npu-wizard's
+
+
+def test_clean_drops_the_data_folder_but_not_the_users_file_beside_it(tmp_path: Path) -> None:
+    project = render(mnist_at("datasets/mnist"), tmp_path / "out").project_dir
+    download(project / "datasets" / "mnist")
+    add(project, {"datasets/README.md": "where the data comes from\n"})
+    render(mnist_at("datasets/mnist"), tmp_path / "out", force=True, clean=True)
+    assert sorted(os.listdir(project / "datasets")) == ["README.md"]
+
+
+def test_force_keeps_a_file_npu_wizard_no_longer_makes_when_it_was_edited(tmp_path: Path) -> None:
+    project = render(answers(nodes=2, network__host_ips=["127.0.0.1"] * 2), tmp_path / "out").project_dir
+    (project / "train.py").write_text("my model, grown from the generated script\n")
+    assert wizard("--answers", own_script_answers(tmp_path, "main.py"), "-o", tmp_path / "out", "--force") == 0
+    assert (project / "train.py").read_text() == "my model, grown from the generated script\n"
+    assert not (project / "launch" / "node1.sh").exists()  # unedited and no longer made: npu-wizard's to drop

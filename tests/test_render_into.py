@@ -144,7 +144,20 @@ def test_a_users_train_py_clashes_with_the_generated_script(tmp_path: Path) -> N
     assert result.returncode == 1, result.stdout + result.stderr
     assert "already has 1 path(s)" in result.stderr
     assert "\n  train.py\n" in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "`training.script: train.py` names the model script npu-wizard generates; to use your own train.py, "
+        "rename it (e.g. to my_train.py) and set training.script to that name"
+    )
     assert tree_hash(repo) == before
+
+
+def test_a_users_train_py_renamed_as_the_refusal_says_is_the_script_that_runs(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, {**USER_FILES, "train.py": "print('mine')\n"})
+    git(repo, "mv", "train.py", "my_train.py")
+    result = npu_wizard("--answers", str(answers_file(tmp_path, script="my_train.py")), "--into", str(repo))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (repo / "my_train.py").read_text() == "print('mine')\n" and not (repo / "train.py").exists()
+    assert "my_train.py" in (repo / "launch" / "run-node.sh").read_text()
 
 
 def test_into_a_clean_repository_adds_only_npu_wizards_files(tmp_path: Path) -> None:
@@ -427,3 +440,20 @@ def test_a_render_killed_after_its_commit_is_finished_by_the_next_one(tmp_path: 
     )
     assert set(new_files(repo)) == generated(repo)
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+
+
+@pytest.mark.parametrize("extra", [["--force"], ["--force", "--clean"], ["--force", "--dry-run"]])
+def test_force_with_o_is_refused_on_a_folder_rendered_into(tmp_path: Path, extra: list[str]) -> None:
+    repo = user_repo(tmp_path, {**USER_FILES, "src/main.py": "print('mine')\n", "notes.md": "my notes\n"})
+    document = yaml.safe_load(answers_file(tmp_path, script="src/main.py").read_text())
+    answers = tmp_path / "as-project.yaml"
+    answers.write_text(answers_yaml({**document, "project_name": repo.name}))
+    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    before = tree_hash(repo)
+    result = npu_wizard("--answers", str(answers), "-o", str(repo.parent), *extra)
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = result.stderr.splitlines()[-1]
+    assert f"{repo} was rendered with --into" in line
+    assert f"npu-wizard --answers FILE --into {repo} --force" in line and f"npu-wizard update {repo}" in line
+    assert tree_hash(repo) == before
+    assert (repo / ".git").is_dir() and (repo / "notes.md").read_text() == "my notes\n"

@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import Input, OptionList
+from textual.widgets import Input, OptionList, Static
 
+from tests.factories import answers
 from tests.tui_driver import answer, answer_all, field, next_step, pick, problem_text, render_into, run_wizard
 from wizard.answers.hardware import BF16_REFUSAL
+from wizard.render.render import render
+from wizard.tui import create_app
 from wizard.tui.review import DoneScreen, ReviewScreen
 from wizard.tui.screens import ConfirmScreen, StepScreen
 
@@ -147,19 +150,19 @@ def test_back_and_forward_keep_what_was_entered() -> None:
     run_wizard(scenario)
 
 
-def test_replacing_an_existing_project_needs_confirmation(tmp_path: Path) -> None:
-    target = tmp_path / "ddp-npu"
+def test_replacing_an_existing_project_needs_confirmation_and_keeps_the_users_files(tmp_path: Path) -> None:
+    target = render(answers(project_name="ddp-npu"), tmp_path).project_dir  # an earlier render of the project
+    (target / "mine.txt").write_text("keep me")
+    (target / "launch" / "run-node.sh").write_text("edited")
 
     async def scenario(pilot: Pilot[int]) -> None:
         await answer_all(pilot, {"device": "cpu"})
-        target.mkdir()
-        (target / "mine.txt").write_text("keep me")
         await render_into(pilot, tmp_path)
         assert isinstance(pilot.app.screen, ConfirmScreen)
         await pilot.press("n")
         await pilot.pause()
         assert isinstance(pilot.app.screen, ReviewScreen)
-        assert (target / "mine.txt").read_text() == "keep me"
+        assert (target / "launch" / "run-node.sh").read_text() == "edited"
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert isinstance(pilot.app.screen, ConfirmScreen)
@@ -170,8 +173,33 @@ def test_replacing_an_existing_project_needs_confirmation(tmp_path: Path) -> Non
         assert isinstance(pilot.app.screen, DoneScreen)
 
     run_wizard(scenario)
-    assert not (target / "mine.txt").exists()
-    assert (target / "launch" / "node0.sh").is_file()
+    assert (target / "mine.txt").read_text() == "keep me"  # --force's rule: the user's files move over
+    assert (target / "launch" / "run-node.sh").read_text() != "edited"
+
+
+def test_replacing_a_folder_that_is_no_project_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "ddp-npu"
+    target.mkdir()
+    (target / "mine.txt").write_text("keep me")
+
+    async def scenario(pilot: Pilot[int]) -> None:
+        await answer_all(pilot, {"device": "cpu"})
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        files = str(pilot.app.screen.query_one("#files", Static).render())
+        assert "launch/" in files and "node0.sh" in files  # the preview lists the files all the same
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, ReviewScreen)
+
+    run_wizard(scenario, create_app(blink=False, output_dir=tmp_path))
+    assert [path.name for path in target.iterdir()] == ["mine.txt"]
+    assert (target / "mine.txt").read_text() == "keep me"
 
 
 def test_the_review_refuses_to_render_while_an_error_remains(tmp_path: Path) -> None:

@@ -49,14 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing project folder; its checkpoints/ (and those --fresh set aside), runs/ "
-        "and a data folder inside it (training.data_dir, relative or absolute) move into the new one (see --clean); "
-        "Ctrl-C or SIGTERM on the way puts the old project back. Refused while a run of the project is alive, "
-        "a mount point is inside it, or its data folder is the project folder, holds it or is one the render makes. "
+        help="render an existing project folder again: the files npu-wizard generated there (its "
+        ".npu-wizard/pristine.json.gz names them) are replaced, edits and all; everything else (your own files, "
+        "its checkpoints/ and those --fresh set aside, runs/, a data folder inside it) moves into the new one "
+        "(see --clean); --dry-run lists what is kept. Ctrl-C or SIGTERM on the way puts the old project back. "
+        "Refused while a run of the project is alive, a mount point is inside it, its data folder is the project "
+        "folder, holds it or is one the render makes, a file of yours is where the render writes, the folder was "
+        "rendered --into, or it has no record of npu-wizard's files and holds others. "
         "With --into: only npu-wizard's own files of an earlier --into are replaced, never yours",
     )
     parser.add_argument(
-        "--clean", action="store_true", help="with --force: drop the old checkpoints/, runs/ and data folder too"
+        "--clean",
+        action="store_true",
+        help="with --force: drop the old checkpoints/, runs/ and data folder too (never your own files)",
     )
     parser.add_argument("--dry-run", action="store_true", help="list the files and warnings; write nothing")
     parser.add_argument("--edit", action="store_true", help="open the interactive wizard pre-filled from --answers")

@@ -18,6 +18,11 @@ class Invalid(ValueError):
 
 
 GENERATED_SCRIPT = "train.py"
+# What to do when a user's own train.py is where the generated one goes.
+OWN_TRAIN_PY = (
+    "`training.script: train.py` names the model script npu-wizard generates; to use your own train.py, "
+    "rename it (e.g. to my_train.py) and set training.script to that name"
+)
 # Folders npu-wizard writes (and replaces on update): a script there would be overwritten.
 GENERATED_FOLDERS = ("launch", "runtime", "slurm", "k8s", "sysctl", ".npu-wizard", "runs", "checkpoints")
 MAX_ARGS = 256

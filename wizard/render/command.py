@@ -6,7 +6,9 @@ from pathlib import Path
 
 from wizard.answers.model import load_text
 from wizard.answers.source import answers_base, print_warnings, read_answers_text
+from wizard.errors import shown
 from wizard.render.render import RenderResult, render
+from wizard.render.replace import named
 
 
 def render_from_file(
@@ -47,6 +49,12 @@ def _report(result: RenderResult, dry_run: bool, dry: tuple[str, str], done: tup
         print(dry[result.replaced].format(n=len(result.files), dir=result.project_dir))
         for name in result.files:
             print(f"  {name}")
+        if result.kept:
+            print(f"would keep {len(result.kept)} paths of the old project:")
+            for name in result.kept:
+                print(f"  {shown(name)}")
         return
     print(done[result.replaced].format(n=len(result.files), dir=result.project_dir))
+    if result.kept:
+        print(f"kept {len(result.kept)} paths of the old project: {named(result.kept)}")
     print(f"next: read {result.project_dir / result.readme} for what to run on each node")

@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from wizard.answers.model import Answers
+from wizard.answers.script import GENERATED_SCRIPT, OWN_TRAIN_PY
 from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
 from wizard.render import journal, pristine
 from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR
@@ -95,10 +96,11 @@ def refuse_clashes(folder: Path, lines: list[str], doing: str) -> None:
     if not lines:
         return
     listed = "\n".join(f"  {line}" for line in lines)
+    own_script = any(line.split(" (", 1)[0] == GENERATED_SCRIPT for line in lines)
     raise TargetError(
         f"{folder} already has {len(lines)} path(s) npu-wizard would {doing}, and they are not npu-wizard's, "
         f"so nothing was written:\n{listed}\nnpu-wizard never overwrites a file it did not generate: move or "
-        "rename those, then run it again"
+        "rename those, then run it again" + (f"\n{OWN_TRAIN_PY}" if own_script else "")
     )
 
 

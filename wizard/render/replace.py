@@ -1,11 +1,12 @@
-"""Replacing an existing project with --force without destroying anything alive or mounted.
+"""Replacing an existing project with --force without destroying anything alive, mounted or the user's.
 
 A project may be training (its run folder names the runner's pid, and every
 process of a job carries NPU_WIZARD_RUN_DIR), may hold a mount point (a
-checkpoint disk bound into it), and grows folders at run time that a new
-render would not make: checkpoints/ and runs/, and a dataset downloaded into
-its data folder, move into the new project unless the user asks for a clean
-replacement.
+checkpoint disk bound into it), and holds what a new render would not make:
+the user's own code beside npu-wizard's files (every path the earlier render
+did not write, as its pristine copy says), and folders grown at run time
+(checkpoints/ and runs/, a dataset downloaded into its data folder). All of it
+moves into the new project; a clean replacement drops the run-time folders only.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from wizard.errors import TargetError
+from wizard.answers.script import GENERATED_SCRIPT, OWN_TRAIN_PY
+from wizard.errors import TargetError, shown
+from wizard.render.pristine import STATE_DIR
 
 KEPT = ("checkpoints", "runs")
 RUN_FILE = "run.json"
 PROC = Path("/proc")
+_NAMED = 4  # paths a refusal names before '...'
 
 
 def check_replaceable(target: Path) -> None:
@@ -76,8 +80,8 @@ def live_runs(project: Path) -> list[str]:
     return alive
 
 
-def carried_paths(target: Path, generated: Collection[str], data_dirs: Sequence[tuple[str, str]]) -> list[str]:
-    """What moves from the project `target` into its replacement: relative paths, none inside another.
+def run_time_paths(target: Path, generated: Collection[str], data_dirs: Sequence[tuple[str, str]]) -> list[str]:
+    """What the project `target` grows at run time (what --clean drops): relative paths, none inside another.
 
     KEPT, checkpoints set aside (checkpoints.old-*), and each data folder
     inside the project (`data_dirs`: (training.data_dir, whose answers)),
@@ -106,7 +110,65 @@ def carried_paths(target: Path, generated: Collection[str], data_dirs: Sequence[
             )
         paths.append(inside)
     unique = list(dict.fromkeys(paths))
-    return [path for path in unique if not any(_under(path, other) for other in unique if other != path)]
+    return [path for path in unique if not any(is_under(path, other) for other in unique if other != path)]
+
+
+def with_folders(files: Collection[str]) -> set[str]:
+    """Every file of `files` and every folder that holds one, as relative paths."""
+    made = set(files)
+    for name in files:
+        made.update(parent.as_posix() for parent in Path(name).parents if parent != Path("."))
+    return made
+
+
+def users_paths(target: Path, written: Collection[str], made: Collection[str], dropped: Sequence[str]) -> list[str]:
+    """What of the project `target` is not npu-wizard's: relative paths, none inside another, sorted.
+
+    `written`: the files the earlier render wrote (npu-wizard's, replaced with
+    any edits); `made`: every file and folder the new render makes; `dropped`:
+    what --clean deletes. A folder is looked into where a render makes it or
+    something in it is dropped, and otherwise kept whole; npu-wizard's state
+    (.npu-wizard/) is the new render's.
+    """
+    looked_into = with_folders(written) | set(made)
+    found: list[str] = []
+
+    def visit(folder: str) -> None:
+        for entry in sorted(os.scandir(target / folder), key=lambda entry: entry.name):
+            path = f"{folder}/{entry.name}" if folder else entry.name
+            if path == STATE_DIR or any(is_under(path, gone) for gone in dropped):
+                continue
+            if entry.is_dir(follow_symlinks=False) and (
+                path in looked_into or any(is_under(gone, path) for gone in dropped)
+            ):
+                visit(path)
+            elif path not in written:
+                found.append(path)
+
+    visit("")
+    return found
+
+
+def refuse_overwrites(target: Path, kept: Sequence[str], files: Collection[str], made: Collection[str]) -> None:
+    """TargetError naming each path of the user's (`kept`) that the new render (`files`, `made`) would write over."""
+    clashes = [
+        path
+        for path in kept
+        if path in made or any(parent.as_posix() in files for parent in Path(path).parents if parent != Path("."))
+    ]
+    if not clashes:
+        return
+    hint = f"; {OWN_TRAIN_PY}" if GENERATED_SCRIPT in clashes else ""
+    raise TargetError(
+        f"{target} holds {len(clashes)} path(s) of yours that the new render writes: {named(clashes)}; "
+        f"--force never overwrites a file npu-wizard did not generate: move or rename them, then render "
+        f"again{hint}; nothing was changed"
+    )
+
+
+def named(paths: Sequence[str]) -> str:
+    """The first few of `paths`, comma-separated, '...' for the rest."""
+    return ", ".join(shown(path) for path in paths[:_NAMED]) + (", ..." if len(paths) > _NAMED else "")
 
 
 def data_folder_inside(target: Path, data_dir: str) -> str | None:
@@ -119,40 +181,42 @@ def data_folder_inside(target: Path, data_dir: str) -> str | None:
         (base, os.path.normpath(os.path.join(base, data_dir))),  # as written: links inside the project kept
         (os.path.realpath(base), os.path.realpath(os.path.join(base, data_dir))),  # as it is on disk
     ):
-        if _under(root, path):
+        if is_under(root, path):
             return ".." if root != path else "."
-        if _under(path, root):
+        if is_under(path, root):
             return os.path.relpath(path, root)
     return None
 
 
-def _under(path: str, folder: str) -> bool:
-    """Whether `path` is `folder` or lies below it (both normalised)."""
+def is_under(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies below it (both normalised, both relative or both absolute)."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def carry_over(old: Path, new: Path, paths: Sequence[str]) -> list[str]:
     """Move `paths` from the project `old` into `new`; return what moved (for `give_back`).
 
-    Each moves whole at its first folder the new project lacks (`launch/data`
-    moves as launch/data into the new launch/); a symlink moves as a link,
-    its target never touched. On an OSError what moved goes back first.
+    Each moves as it is, into its folder in the new project, made where the
+    new render lacks it (its other entries are npu-wizard's, or dropped); a
+    symlink moves as a link, its target never touched. On an OSError what
+    moved goes back first.
     """
     moved: list[str] = []
     try:
         for path in paths:
-            parts = Path(path).parts
-            for depth in range(1, len(parts) + 1):
-                sub = Path(*parts[:depth])
-                source, dest = old / sub, new / sub
-                if not os.path.lexists(source):
-                    break
-                if not os.path.lexists(dest):
-                    source.rename(dest)
-                    moved.append(sub.as_posix())
-                    break
-                if source.is_symlink() or dest.is_symlink() or not (source.is_dir() and dest.is_dir()):
-                    break  # what the user made into a link or a file is left in the old project
+            source, dest = old / path, new / path
+            if not os.path.lexists(source):
+                continue
+            parent = Path(path).parent
+            for depth in range(1, len(parent.parts) + 1):
+                folder = new / Path(*parent.parts[:depth])
+                if not os.path.lexists(folder):
+                    folder.mkdir()  # in the new project: deleted with it if the replacement is undone
+            if os.path.lexists(dest) or not dest.parent.is_dir() or dest.parent.is_symlink():
+                # refuse_overwrites names these first; never lose the user's path with the old project
+                raise FileExistsError(f"{path} of the old project is in the way of the new render's files")
+            source.rename(dest)
+            moved.append(path)
     except OSError:
         give_back(new, old, moved)
         raise

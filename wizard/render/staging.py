@@ -3,8 +3,9 @@
 A render writes the new project into `.NAME.staging-PID-XXXX/NAME` beside
 the project folder and moves it into place. --force first sets the old
 project aside in the staging folder as `.replaced`, moves the new one in,
-carries the old one's run-time folders over (checkpoints, runs, the data
-folder), then deletes what is left; Ctrl-C, SIGTERM or SIGHUP on the way
+carries over what of the old one is not npu-wizard's (the user's files,
+checkpoints, runs, the data folder), then deletes what is left (npu-wizard's
+files); Ctrl-C, SIGTERM or SIGHUP on the way
 puts the old project back whole. A SIGKILL cannot be caught: the next render
 of the project finds the staging folder it left, restores the old project
 from it when the project folder is missing, and otherwise says what it holds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,12 @@ def build_preview(answers: Answers, output_dir: Path) -> Preview:
     from wizard.render.shellquote import template_environment
     from wizard.render.templates import project_template
 
-    result = render(answers, output_dir, force=True, dry_run=True)
+    target = output_dir / answers["project_name"]
+    exists = target.is_dir() and not target.is_symlink()
+    with tempfile.TemporaryDirectory(prefix="npu-wizard-preview-") as scratch:
+        # Over an existing project the files are the same; what replacing it keeps, or why it is refused,
+        # is for the render after asking (and an --edit updates it instead).
+        result = render(answers, Path(scratch) if exists else output_dir, force=True, dry_run=True)
     context = to_context(answers)
     folder = project_template() / "{{cookiecutter.project_name}}"
     environment = template_environment()
@@ -46,8 +52,8 @@ def build_preview(answers: Answers, output_dir: Path) -> Preview:
             cookiecutter=context
         )
     return Preview(
-        target=result.project_dir,
-        exists=result.replaced,
+        target=target,
+        exists=exists,
         files=result.files,
         launch_script=launch.render(cookiecutter=context),
         sysctl_snippet=sysctl.render(cookiecutter=context),

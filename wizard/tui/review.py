@@ -160,7 +160,7 @@ class ReviewScreen(Screen[None]):
             self.update(target)
         elif target.exists():
             self.show_target()  # the folder may have appeared since the page was drawn
-            question = f"{target} already exists.\nReplace it whole with the new project?"
+            question = f"{target} already exists.\nReplace npu-wizard's files in it? Yours are kept."
             self.app.push_screen(ConfirmScreen(question), self.confirmed)
         else:
             self.write(force=False)
