@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.runs import BIN, start_runner, wait_for
 from wizard.answers.model import resolve
 from wizard.render import k8s
+from wizard.render.k8s_code import LAYOUT_KEY
 from wizard.render.render import render
 
 DOUBLE = Path(__file__).parent / "kubectl_double.py"
@@ -224,11 +226,29 @@ def test_dry_run_prints_the_manifest_and_submits_nothing(tmp_path: Path) -> None
     assert kubectl.calls() == []
 
 
-def test_a_file_the_manifest_does_not_mount_is_refused_before_anything_is_applied(tmp_path: Path) -> None:
+def test_a_module_added_to_the_project_travels_with_the_next_run(tmp_path: Path) -> None:
     project = k8s_project(tmp_path, "ascendjob")
     (project / "helpers.py").write_text("ANSWER = 42\n")
     kubectl = Kubectl(tmp_path / "kubectl", "succeed")
     code, output = finish(start_runner(project, env=kubectl.env))
+    assert code == 0, output
+    applied = yaml.safe_load((kubectl.state / "applied-ConfigMap.yaml").read_text())
+    assert applied["data"]["helpers.py"] == "ANSWER = 42\n"
+    assert "helpers.py helpers.py\n" in applied["data"][LAYOUT_KEY]
+
+
+def test_a_manifest_listing_files_the_project_no_longer_matches_is_refused_before_anything_is_applied(
+    tmp_path: Path,
+) -> None:
+    project = k8s_project(tmp_path, "ascendjob")
+    manifest = project / k8s.manifest_file("ascendjob")
+    job = k8s.load_manifest(manifest)
+    for replica in job["spec"]["replicaSpecs"].values():  # as an earlier npu-wizard mounted the files: one by one
+        (volume,) = [v for v in replica["template"]["spec"]["volumes"] if v["name"] == "project"]
+        volume["configMap"]["items"] = [{"key": "train.py", "path": "train.py"}]
+    manifest.write_text(yaml.safe_dump(job))
+    kubectl = Kubectl(tmp_path / "kubectl", "succeed")
+    code, output = finish(start_runner(project, env=kubectl.env))
     assert code == 1, output
-    assert "helpers.py" in output and "render the project again" in output
+    assert "runtime/data.py" in output and f"npu-wizard update {project} renders a manifest" in output
     assert not kubectl.called("apply")

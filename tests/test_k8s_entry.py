@@ -1,8 +1,8 @@
 """The pods of an AscendJob or a PyTorchJob train for real, under the variables each operator sets.
 
 No cluster runs here, so each pod is played on this host as the operator
-would set it up for 2 pods x 2 devices: its own copy of the ConfigMap's files
-at the item paths the manifest names, its own workspace, the container's
+would set it up for 2 pods x 2 devices: the ConfigMap's keys as the kubelet
+mounts them (a file each), its own workspace, the container's
 command from the manifest, and the operator's variables (CLUSTERS.md: for
 AscendJob RANK is the pod's node rank, WORLD_SIZE the device count and
 LOCAL_RANK the list "0,1"; for PyTorchJob PET_NNODES, PET_NODE_RANK,
@@ -97,7 +97,7 @@ def pod_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def play_pod(project: Path, engine: str, node: int, root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Set pod `node` up as the kubelet would (ConfigMap files at their item paths) and run its command."""
+    """Set pod `node` up as the kubelet would (a file per ConfigMap key) and run its command."""
     (job,) = load_all(project / k8s.manifest_file(engine))
     (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
     role = "Master" if node == 0 else "Worker"
@@ -105,7 +105,9 @@ def play_pod(project: Path, engine: str, node: int, root: Path, env: dict[str, s
     spec = replica["template"]["spec"]
     (volume,) = [v for v in spec["volumes"] if v["name"] == "project"]
     source, workspace = root / "source", root / "workspace"
-    for item in volume["configMap"]["items"]:
+    # A configMap volume without items: each key a file of that name.
+    assert "items" not in volume["configMap"], "the whole ConfigMap is mounted: the pod's command lays it out"
+    for item in [{"key": key, "path": key} for key in configmap["data"]]:
         target = source / item["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(configmap["data"][item["key"]])

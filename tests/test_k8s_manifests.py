@@ -20,6 +20,7 @@ from tests.kube_schemas import core_problems, load_all, problems
 from wizard.answers.model import Answers
 from wizard.errors import AnswersError
 from wizard.render import k8s
+from wizard.render.k8s_code import LAYOUT_KEY
 from wizard.render.render import render
 
 IMAGE = "swr.example.com/ascend/pytorch:2.9.0-cann9.1"
@@ -182,12 +183,13 @@ def test_data_comes_from_a_host_path_or_a_claim(tmp_path: Path, overrides: dict[
 
 def test_the_configmap_carries_the_project_to_its_paths(tmp_path: Path) -> None:
     project, job, configmap = rendered(tmp_path, "pytorchjob")
-    items = {v["name"]: v for v in replicas(job)["Master"]["template"]["spec"]["volumes"]}["project"]["configMap"]
-    assert items["name"] == configmap["metadata"]["name"] == "demo-project"
-    paths = {item["path"] for item in items["items"]}
-    assert {"train.py", "runtime/distributed.py", "answers.yaml"} <= paths
-    for item in items["items"]:
-        assert configmap["data"][item["key"]] == (project / item["path"]).read_text()
+    volume = {v["name"]: v for v in replicas(job)["Master"]["template"]["spec"]["volumes"]}["project"]["configMap"]
+    assert volume == {"name": configmap["metadata"]["name"]} and volume["name"] == "demo-project"  # every key
+    layout = dict(line.split(" ", 1) for line in configmap["data"][LAYOUT_KEY].splitlines())
+    assert {"train.py", "runtime/distributed.py", "answers.yaml"} <= set(layout.values())
+    assert set(layout) == set(configmap["data"]) - {LAYOUT_KEY}
+    for key, path in layout.items():
+        assert configmap["data"][key] == (project / path).read_text()
 
 
 def test_the_configmap_carries_any_file_text_exactly(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.runs import free_port
 from tests.test_launch_scripts import project_answers, run_node, script_env
@@ -134,12 +135,15 @@ def test_the_kubernetes_configmap_carries_the_users_script_once_it_exists(tmp_pa
     )
     answers = resolve(raw)
     project = render(answers, tmp_path).project_dir
-    assert "path: src/train_mine.py" in (project / "k8s" / "pytorchjob.yaml").read_text()
     assert "src.train_mine.py" not in (project / "k8s" / "project.yaml").read_text()
     (project / "src").mkdir()
     (project / "src" / "train_mine.py").write_text("print('mine')\n")
     refresh_configmap(project, answers)  # as `npu-wizard run` does before it submits
     assert "src.train_mine.py: |\n    print('mine')" in (project / "k8s" / "project.yaml").read_text()
+    assert (
+        "src.train_mine.py src/train_mine.py"
+        in yaml.safe_load((project / "k8s" / "project.yaml").read_text())["data"]["npu-wizard.paths"]
+    )
 
 
 def test_a_kubernetes_script_name_must_fit_a_configmap_key() -> None:

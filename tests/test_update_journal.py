@@ -201,13 +201,15 @@ def test_a_journal_writing_through_a_linked_folder_is_refused(tmp_path: Path) ->
     project = render_project(tmp_path / "projects", project_raw(2))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (project / "data").symlink_to(elsewhere)
-    plant_journal(project, {"format": 2, "write": {"data/x.sh": sha256(PLANTED)}, "remove": {}}, {"data/x.sh": PLANTED})
+    shutil.rmtree(project / "sysctl")
+    (project / "sysctl").symlink_to(elsewhere)
+    name = "sysctl/reserve-ports.sh"
+    plant_journal(project, {"format": 2, "write": {name: sha256(PLANTED)}, "remove": {}}, {name: PLANTED})
 
     result = update(project)
 
     assert result.returncode == 1
-    assert "asks to write 'data/x.sh', which is refused: data/x.sh: data is a symbolic link" in result.stderr
+    assert f"asks to write '{name}', which is refused: {name}: sysctl is a symbolic link" in result.stderr
     assert list(elsewhere.iterdir()) == []
 
 
@@ -228,29 +230,28 @@ def test_a_staged_file_unlike_its_journal_entry_is_refused(tmp_path: Path) -> No
 
 def test_a_journal_removes_only_files_still_holding_the_bytes_the_update_saw(tmp_path: Path) -> None:
     project = render_project(tmp_path / "projects", project_raw(2))
-    (project / "checkpoints").mkdir()
-    (project / "checkpoints" / "last.pt").write_bytes(b"weights of three days\n")
-    (project / "scratch.txt").write_bytes(b"old\n")
+    (project / "launch" / "node1.sh").write_bytes(b"my own node script\n")
+    unedited = (project / "sysctl" / "README.md").read_bytes()
     document = {
         "format": 2,
         "write": {},
-        "remove": {"checkpoints/last.pt": sha256(b"something else\n"), "scratch.txt": sha256(b"old\n")},
+        "remove": {"launch/node1.sh": sha256(b"the generated script\n"), "sysctl/README.md": sha256(unedited)},
     }
     plant_journal(project, document, {})
 
     result = update(project)
 
     assert result.returncode == 0, result.stderr
-    assert "  kept     checkpoints/last.pt (changed since that update began: not removed)" in result.stdout
-    assert (project / "checkpoints" / "last.pt").read_bytes() == b"weights of three days\n"
-    assert not (project / "scratch.txt").exists()
+    assert "  kept     launch/node1.sh (changed since that update began: not removed)" in result.stdout
+    assert (project / "launch" / "node1.sh").read_bytes() == b"my own node script\n"
+    assert not (project / "sysctl" / "README.md").exists()
 
 
 def test_names_from_a_crafted_journal_or_pristine_copy_reach_the_terminal_escaped(tmp_path: Path) -> None:
     project = render_project(tmp_path / "projects", project_raw(2))
     kept = "a\x1b]0;owned\x07\x1b[2J.txt"  # sets the terminal's title, clears its screen
     (project / kept).write_bytes(b"mine\n")
-    plant_journal(project, {"format": 2, "write": {}, "remove": {kept: sha256(b"theirs\n")}}, {})
+    staging = plant_journal(project, {"format": 2, "write": {}, "remove": {kept: sha256(b"mine\n")}}, {})
     removed = "b\x1b[31m.txt"
     (project / removed).write_text("generated once\n")
     copy = load(project)
@@ -258,13 +259,16 @@ def test_names_from_a_crafted_journal_or_pristine_copy_reach_the_terminal_escape
         encode(Pristine(copy.generator, {**copy.files, removed: "generated once\n"}, copy.executable))
     )
 
-    result = update(project)
+    refused_journal = update(project)
+    shutil.rmtree(staging)
+    refused_copy = update(project)
 
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout
-    assert f"  kept     {kept!r} (changed since that update began: not removed)" in result.stdout
-    assert f"  removed  {removed!r} (no longer generated)" in result.stdout
-    assert not (project / removed).exists() and (project / kept).read_bytes() == b"mine\n"
+    for result in (refused_journal, refused_copy):
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout + result.stderr
+    assert f"asks to remove {kept!r}, which is not a file npu-wizard generates" in refused_journal.stderr
+    assert f"is damaged ({removed!r} is not a file npu-wizard generates)" in refused_copy.stderr
+    assert (project / removed).exists() and (project / kept).read_bytes() == b"mine\n"
 
 
 # ---- durable: fsync in the order the commit needs, a damaged journal reported ------------

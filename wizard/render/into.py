@@ -24,24 +24,18 @@ from wizard.answers.model import Answers
 from wizard.answers.script import GENERATED_SCRIPT, OWN_TRAIN_PY
 from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
 from wizard.render import journal, pristine
-from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR
+from wizard.render.generated import RENAMED
+from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR, is_into
 from wizard.render.render import RenderResult, render
 from wizard.render.replace import live_runs
 from wizard.render.update_lock import LOCK, update_lock
 from wizard.stopping import stop_signals_raise
 
-README = "NPU-WIZARD.md"
-# The generated files whose usual names a user's repository has already: renamed when rendering --into.
-RENAMED = {"README.md": README, "requirements.txt": "requirements-npu-wizard.txt"}
+README = RENAMED["README.md"]
 MARKER_TEXT = (
     "This folder is the user's; npu-wizard rendered its files into it (npu-wizard --into).\n"
     "npu-wizard update and --force change only the files npu-wizard generated (pristine.json.gz names them).\n"
 )
-
-
-def is_into(folder: Path) -> bool:
-    """Whether `folder` was rendered --into: its marker, or (the state lost) NPU-WIZARD.md in place of README.md."""
-    return os.path.lexists(folder / INTO_MARKER) or (folder / README).is_file()
 
 
 def requirements_file(project: Path | None) -> str:
@@ -148,7 +142,11 @@ def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run:
 
 
 def _finish_interrupted(folder: Path) -> str:
-    """Finish a render or update of `folder` killed after its commit (its files are npu-wizard's); a note if so."""
+    """Finish a render or update of `folder` killed after its commit; a note if so.
+
+    The journal came with the folder: journal.roll_forward refuses it, changing nothing, unless each file it
+    writes or removes is one a render writes.
+    """
     if not journal.pending(folder):
         return ""
     with update_lock(folder, f"npu-wizard --into {folder}"):

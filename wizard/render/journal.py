@@ -10,11 +10,13 @@ the commit needs: the staged files and their folders, the journal and its
 rename, each folder a file moved into or out of, and only then the journal's
 removal. A journal a crash damaged anyway is reported, never guessed at.
 
-A project may come from anyone, journal included, so `roll_forward` finishes
-only what an update staged: plain relative names inside the project, each
-write a staged file whose SHA-256 the journal holds, each removal a file still
-holding the bytes the update saw, nothing through a symbolic link. Anything
-else is refused before a file changes.
+A project may come from anyone, journal and digests included, so
+`roll_forward` finishes only what an update or render could have staged:
+plain relative names inside the project that a render writes
+(wizard.render.generated: never .git, a hidden path or the user's own files),
+each write a staged file whose SHA-256 the journal holds, each removal a file
+still holding the bytes the update saw, nothing through a symbolic link.
+Anything else is refused before a file changes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from pathlib import Path
 
 from wizard import errors
 from wizard.errors import TargetError
-from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR
+from wizard.render import generated
+from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR, is_into
 
 STAGING = f"{STATE_DIR}/update"
 JOURNAL = "journal.json"
@@ -139,9 +142,10 @@ def _read_journal(project: Path, journal: Path) -> Entries:
         raise _damaged(project, journal, "nested too deep to be a journal") from None
     except (OSError, ValueError) as error:
         raise _damaged(project, journal, str(error)) from None
+    into = _rendered_into(project, entries.write)
     for action, names in (("write", entries.write), ("remove", entries.remove)):
         for name, digest in names.items():
-            problem = _name_problem(name, action)
+            problem = _name_problem(name, action, into)
             if not problem and (obstacle := target_problem(project, name)):
                 problem = f"is refused: {obstacle}"
             if not problem and action == "write":
@@ -166,8 +170,13 @@ def _entries(document: object) -> Entries:
     return Entries(*tables)
 
 
-def _name_problem(name: str, action: str) -> str:
-    """Why `name` is not a name an update writes or removes ("" when it is)."""
+def _rendered_into(project: Path, writes: Iterable[str]) -> bool:
+    """Whether the journal's files go into a folder rendered --into (the first such render writes its marker)."""
+    return is_into(project) or INTO_MARKER in writes
+
+
+def _name_problem(name: str, action: str, into: bool) -> str:
+    """Why `name` is not a name an update writes or removes ("" when it is); `into`: a folder rendered --into."""
     if not name or "\0" in name:
         return "is not a file name"
     if name.startswith("/"):
@@ -178,7 +187,9 @@ def _name_problem(name: str, action: str) -> str:
         action == "write" and name in (PRISTINE, INTO_MARKER)
     ):
         return "is npu-wizard's own state, which no update writes or removes"
-    return ""
+    if name in (PRISTINE, INTO_MARKER):
+        return ""
+    return generated.name_problem(name, into=into)
 
 
 def _staged_problem(staging: Path, name: str, digest: str) -> str:
@@ -195,9 +206,8 @@ def _not_ours(project: Path, journal: Path, action: str, name: str, problem: str
     shown = repr(name[:200] + "..." if len(name) > 200 else name)
     return TargetError(
         f"{project}: the journal of an interrupted update, {journal}, asks to {action} {shown}, which {problem}; "
-        "npu-wizard finishes only an update it staged itself inside the project, so nothing was changed. "
-        f"If that update was not yours (a project you received), delete {journal.parent} and run npu-wizard "
-        "update again"
+        "npu-wizard finishes only an update or render it staged itself, so nothing was changed. "
+        f"If you did not start one (a folder you received), delete {journal.parent}, then run npu-wizard again"
     )
 
 
@@ -313,7 +323,18 @@ def _is_sha256(text: str) -> bool:
 
 
 def check_targets(project: Path, writes: Iterable[str], removes: Iterable[str]) -> None:
-    """Refuse (TargetError, nothing changed) when a file to write or remove cannot be replaced by a plain file."""
+    """Refuse (TargetError, nothing changed) a file to write or remove that is not one a render writes (named by a
+    pristine copy npu-wizard did not write), or that cannot be replaced by a plain file."""
+    writes, removes = sorted(writes), sorted(removes)
+    into = _rendered_into(project, writes)
+    for action, names in (("write", writes), ("remove", removes)):
+        for name in names:
+            if problem := _name_problem(name, action, into):
+                raise TargetError(
+                    f"{project}: its pristine copy {PRISTINE} names {errors.shown(name)}, which {problem}; "
+                    "npu-wizard did not write that copy (a folder you received?), so nothing was changed: "
+                    f"npu-wizard update {project} --rebase records a new one"
+                )
     problems = [problem for name in sorted({*writes, *removes}) if (problem := target_problem(project, name))]
     if problems:
         listed = "\n".join(f"  - {problem}" for problem in problems)

@@ -2,9 +2,10 @@
 
 Every user value goes into a Python structure that PyYAML writes out, so no
 answer can break the YAML; the one shell line inside (the container command)
-quotes its values with shlex. The project reaches the pods as a ConfigMap
-(its source files, read-only), which each pod copies into a writable
-workspace before it runs `launch/entry.sh`.
+quotes its values with shlex. The project's code reaches the pods as a
+ConfigMap (read-only; wizard.render.k8s_code says which files), which each
+pod copies into a writable workspace, every file at its own path, before it
+runs `launch/entry.sh`.
 """
 
 from __future__ import annotations
@@ -19,25 +20,19 @@ import yaml
 from wizard.answers.model import Answers
 from wizard.answers.questions_cluster import OPERATOR_MASTER_PORTS
 from wizard.answers.questions_k8s import DRIVER_DIR, SOURCE_DIR, WORKSPACE, data_mount_point, pod_project_path
-from wizard.answers.script import is_foreign
-from wizard.errors import WizardError
+from wizard.render.k8s_code import configmap_data, project_files, restore_command
 
 ENGINES = ("ascendjob", "pytorchjob")
 NPU_RESOURCE = "huawei.com/Ascend910"
 JOB_LABEL = "npu-wizard/job"
 POD_IP_ENV = "NPU_WIZARD_POD_IP"
 CONFIGMAP_FILE = "k8s/project.yaml"
-CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses bigger ConfigMaps
 # The ascend-operator reads the master port from the container port of this name (default 2222);
 # the training operator's default port name and number for PyTorchJob.
 ASCENDJOB_PORT = ("ascendjob-port", OPERATOR_MASTER_PORTS["ascendjob"])
 PYTORCHJOB_PORT = ("pytorchjob-port", OPERATOR_MASTER_PORTS["pytorchjob"])
 # The card type label the Ascend Volcano plug-in schedules by. A3 under ascend-910b is not confirmed on a cluster.
 RING_CONTROLLER = {"atlas-training": "ascend-910", "atlas-a2": "ascend-910b", "atlas-a3": "ascend-910b"}
-
-
-class ConfigMapTooLarge(WizardError):
-    """The project's files do not fit in one ConfigMap."""
 
 
 def manifest_file(engine: str) -> str:
@@ -133,12 +128,10 @@ def _field_env(name: str, field_path: str) -> dict[str, Any]:
 
 
 def container_command(answers: Answers) -> list[str]:
-    """The container's command: copy the project out of the ConfigMap, then run the entry script."""
-    workdir = shlex.quote(project_path(answers))
-    script = (
-        f"set -e; mkdir -p {workdir}; cp -RL {shlex.quote(SOURCE_DIR)}/* {workdir}/; "
-        f"cd {workdir}; exec bash launch/entry.sh"
-    )
+    """The container's command: copy the project out of the ConfigMap, each file to its path, then run the entry
+    script."""
+    workdir = project_path(answers)
+    script = f"set -e; {restore_command(SOURCE_DIR, workdir)}; cd {shlex.quote(workdir)}; exec bash launch/entry.sh"
     return ["/bin/bash", "-c", script]
 
 
@@ -212,36 +205,9 @@ def configmap_name(answers: Answers) -> str:
     return f"{job_name(answers['project_name'])}-project"
 
 
-def project_files(project: Path, script: str | None = None) -> list[str]:
-    """The files a pod needs, relative to the project: the Python sources, the launch scripts, the answers.
-
-    The user's own `script` (training.script) is listed even before it exists: the manifest mounts it by name,
-    and the ConfigMap carries it once it is there.
-    """
-    names = [p.name for p in sorted(project.glob("*.py"))]
-    if is_foreign(script) and script not in names:
-        names.append(script)
-    names += [p.relative_to(project).as_posix() for p in sorted((project / "runtime").rglob("*.py"))]
-    names += [p.relative_to(project).as_posix() for p in sorted((project / "launch").glob("*.sh"))]
-    names += [name for name in ("requirements.txt", "answers.yaml") if (project / name).is_file()]
-    return [name for name in names if "__pycache__" not in name]
-
-
-def configmap_key(path: str) -> str:
-    """A ConfigMap key for a project path (keys may not contain '/')."""
-    return path.replace("/", ".")
-
-
 def configmap(answers: Answers, project: Path) -> dict[str, Any]:
-    """The ConfigMap with the project's files, each mounted back at its own path."""
-    files = project_files(project, answers["training.script"])
-    data = {configmap_key(name): (project / name).read_bytes().decode() for name in files if (project / name).exists()}
-    size = sum(len(text.encode()) for text in data.values())
-    if size > CONFIGMAP_LIMIT:
-        raise ConfigMapTooLarge(
-            f"the project's files come to {size} bytes, over a ConfigMap's {CONFIGMAP_LIMIT}: "
-            "build them into the image and drop the project volume from the manifest"
-        )
+    """The ConfigMap with the project's code as it is now (k8s_code.ConfigMapError when it cannot carry it)."""
+    data = configmap_data(project, project_files(project, answers["training.script"], answers.get("training.data_dir")))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -254,18 +220,9 @@ def configmap(answers: Answers, project: Path) -> dict[str, Any]:
     }
 
 
-def with_items(manifest: dict[str, Any], files: list[str]) -> dict[str, Any]:
-    """The job manifest with its project volume listing each file at its nested path."""
-    items = [{"key": configmap_key(name), "path": name} for name in files]
-    for replica in _replica_specs(manifest).values():
-        for volume in replica["template"]["spec"]["volumes"]:
-            if volume["name"] == "project":
-                volume["configMap"]["items"] = items
-    return manifest
-
-
 def listed_files(manifest: Mapping[str, Any]) -> list[str]:
-    """The project files a job manifest's project volume mounts (the paths of its items)."""
+    """The project files the project volume of a job manifest rendered by an earlier npu-wizard mounts (the paths
+    of its items; none since the whole ConfigMap is mounted)."""
     listed: list[str] = []
     for replica in _replica_specs(manifest).values():
         for volume in replica["template"]["spec"].get("volumes", []):
@@ -313,8 +270,7 @@ def write_manifests(project: Path, answers: Answers) -> list[str]:
     """Write the job manifest and the project ConfigMap into `project/k8s`; return their paths."""
     engine = answers["cluster.engine"]
     (project / "k8s").mkdir(exist_ok=True)
-    files = project_files(project, answers["training.script"])
-    job = with_items(job_manifest(answers), files)
+    job = job_manifest(answers)
     job_file = manifest_file(engine)
     (project / job_file).write_text(
         dump(job, _HEADER.format(what=job["kind"], how="Apply with the ConfigMap: kubectl apply -f k8s/"))

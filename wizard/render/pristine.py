@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import posixpath
 import stat
 import zlib
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wizard import __version__
+from wizard.render.generated import RENAMED, name_problem
 
 STATE_DIR = ".npu-wizard"
 PRISTINE = f"{STATE_DIR}/pristine.json.gz"
@@ -35,6 +37,11 @@ class Pristine:
     generator: str
     files: dict[str, str]
     executable: frozenset[str]
+
+
+def is_into(folder: Path) -> bool:
+    """Whether `folder` was rendered --into: its marker, or (the state lost) NPU-WIZARD.md in place of README.md."""
+    return os.path.lexists(folder / INTO_MARKER) or (folder / RENAMED["README.md"]).is_file()
 
 
 def is_generated(name: str) -> bool:
@@ -77,6 +84,10 @@ def decode(data: bytes) -> Pristine:
         strays = [name for name in [*files, *executable] if not is_project_name(name)]
         if strays:
             raise ValueError(f"{strays[0]!r} is not a file name inside a project")
+        # Whoever wrote the copy wrote its names: an update removes what it names, so only what a render writes.
+        foreign = next(((name, problem) for name in files if (problem := name_problem(name))), None)
+        if foreign:
+            raise ValueError(f"{foreign[0]!r} {foreign[1]}")
         return Pristine(str(document["generator"]), dict(files), frozenset(executable))
     except (ValueError, EOFError, KeyError, TypeError, AttributeError, RecursionError, zlib.error) as error:
         raise ValueError(f"{PRISTINE} is damaged ({error})") from None

@@ -27,6 +27,7 @@ from typing import Any
 from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
 from wizard.render import k8s
+from wizard.render.k8s_code import project_files
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import run_command
 from wizard.run.engines.k8s_pods import failed_codes, job_condition, node_of, pod_phase
@@ -173,13 +174,17 @@ class KubernetesEngine(Engine):
         script = launch.answers["training.script"]
         if is_foreign(script) and not (launch.project / script).is_file():
             raise EngineError(f"{launch.project / script} is missing: put your script there (training.script)")
+        # A manifest of an earlier npu-wizard mounts only the files its items list; today's, the whole ConfigMap.
         listed = k8s.listed_files(k8s.load_manifest(manifest))
-        current = k8s.project_files(launch.project, launch.answers["training.script"])
-        if set(listed) != set(current):
+        current = project_files(
+            launch.project, launch.answers["training.script"], launch.answers.get("training.data_dir")
+        )
+        if listed and set(listed) != set(current):
             differ = sorted(set(listed) ^ set(current))
             raise EngineError(
                 f"the project's files ({', '.join(differ)}) differ from those {k8s.manifest_file(self.name)} mounts: "
-                "render the project again (--force), or list them in the project volume's items"
+                f"npu-wizard update {launch.project} renders a manifest that mounts them all, or list them in the "
+                "project volume's items"
             )
         problem = kubectl_problem()
         if problem is not None:

@@ -1,0 +1,179 @@
+"""A Kubernetes pod gets the project's code, the user's own script with the modules and packages it imports.
+
+The ConfigMap (k8s/project.yaml, written again by `npu-wizard run` from the
+files as they are) carries the script's folder tree; each pod's command puts
+every file back at its own path, though a ConfigMap key cannot hold a '/'. No
+cluster runs here: each pod's project volume is laid out as the kubelet lays
+out a configMap volume, and the container's command runs for real.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.factories import answers
+from tests.kube_schemas import load_all, problems
+from wizard.answers.model import Answers
+from wizard.render import k8s, k8s_code
+from wizard.render.render import render
+
+IMAGE = "registry.example.com/ml/pytorch:2.9.0"
+# A script at src/main.py importing a module beside it and a package below it.
+CODE = {
+    "src/main.py": "import model\nfrom pkg import NAME\n\nprint('imported', model.WIDTH, NAME)\n",
+    "src/model.py": "WIDTH = 4\n",
+    "src/pkg/__init__.py": "NAME = 'pkg'\n",
+}
+# What the script's folder may hold besides its code: none of it is code the pod needs.
+NOT_CODE = {
+    "src/__pycache__/model.cpython-311.py": "stale\n",
+    "src/.cache/notes.py": "hidden\n",
+    "src/runs/latest/config.py": "a run's copy\n",
+    "src/checkpoints/last.py": "a checkpoint's copy\n",
+    "src/venv/pyvenv.cfg": "home = /usr/bin\n",
+    "src/venv/lib/site.py": "a virtual environment\n",
+    "tool.py": "print('a helper of the repository, not of the script')\n",
+}
+
+
+def k8s_answers(engine: str = "pytorchjob", **overrides: Any) -> Answers:
+    """A CPU job of 2 pods x 1 process running the user's own src/main.py."""
+    settings = {
+        "nodes": 2,
+        "devices_per_node": 1,
+        "cluster__engine": engine,
+        "cluster__image": IMAGE,
+        "training__script": "src/main.py",
+        **overrides,
+    }
+    return answers(**settings)
+
+
+def project_with(tmp_path: Path, files: dict[str, str], answers_: Answers) -> Path:
+    """A rendered project holding `files`, its ConfigMap written again as `npu-wizard run` does."""
+    project = render(answers_, tmp_path).project_dir
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    k8s.refresh_configmap(project, answers_)
+    return project
+
+
+def play_pod(project: Path, engine: str, root: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Lay the project volume out as the kubelet does, run the container's command; its result and the workspace."""
+    (job,) = load_all(project / k8s.manifest_file(engine))
+    (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
+    spec = job["spec"]
+    replica = (spec.get("replicaSpecs") or spec["pytorchReplicaSpecs"])["Master"]["template"]["spec"]
+    (volume,) = [v for v in replica["volumes"] if v["name"] == "project"]
+    source, workspace = root / "source", root / "workspace"
+    source.mkdir(parents=True)
+    workspace.mkdir()
+    # A configMap volume: each listed item at its path, or (no items) each key as a file of that name.
+    items = volume["configMap"].get("items") or [{"key": key, "path": key} for key in configmap["data"]]
+    for item in items:
+        (source / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (source / item["path"]).write_text(configmap["data"][item["key"]])
+    shell, flag, script = replica["containers"][0]["command"]
+    script = script.replace(k8s.SOURCE_DIR, str(source)).replace(k8s.WORKSPACE, str(workspace))
+    result = subprocess.run([shell, flag, script], capture_output=True, text=True, timeout=60)
+    return result, workspace / project.name
+
+
+def test_a_script_in_src_gets_its_modules_and_packages_at_their_paths_in_the_pod(tmp_path: Path) -> None:
+    project = project_with(tmp_path / "out", {**CODE, **NOT_CODE}, k8s_answers())
+
+    result, copy = play_pod(project, "pytorchjob", tmp_path / "pod")
+
+    # The command went on to launch/entry.sh, which stops here: no operator set this pod's variables.
+    assert result.returncode == 2 and "launch/entry.sh: " in result.stderr, result.stderr
+    carried = {path.relative_to(copy).as_posix() for path in copy.rglob("*") if path.is_file()}
+    assert set(CODE) <= carried
+    assert not carried & set(NOT_CODE)
+    assert {name: (copy / name).read_text() for name in CODE} == CODE
+    ran = subprocess.run([sys.executable, "src/main.py"], cwd=copy, capture_output=True, text=True, timeout=60)
+    assert ran.stdout == "imported 4 pkg\n", ran.stderr
+
+
+def test_a_top_level_script_gets_the_top_level_modules_and_packages(tmp_path: Path) -> None:
+    files = {
+        "main.py": "import helpers\nimport mylib.core\n\nprint(helpers.X + mylib.core.Y)\n",
+        "helpers.py": "X = 1\n",
+        "mylib/__init__.py": "",
+        "mylib/core.py": "Y = 2\n",
+        "scripts/plot.py": "a folder that is not a package\n",
+        "runs/latest/x.py": "a run's copy\n",
+        "data/__init__.py": "",  # the data folder (training.data_dir), where the pods mount the data volume
+        "data/prep.py": "the data's own scripts\n",
+    }
+    answers_ = k8s_answers("ascendjob", training__script="main.py")
+    project = project_with(tmp_path / "out", files, answers_)
+
+    result, copy = play_pod(project, "ascendjob", tmp_path / "pod")
+
+    assert result.returncode == 2, result.stderr
+    assert {"main.py", "helpers.py", "mylib/__init__.py", "mylib/core.py"} <= {
+        path.relative_to(copy).as_posix() for path in copy.rglob("*.py")
+    }
+    assert not (copy / "scripts").exists() and not (copy / "runs").exists() and not (copy / "data").exists()
+    ran = subprocess.run([sys.executable, "main.py"], cwd=copy, capture_output=True, text=True, timeout=60)
+    assert ran.stdout == "3\n", ran.stderr
+
+
+@pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
+def test_the_job_mounts_the_whole_configmap_and_both_validate(tmp_path: Path, engine: str) -> None:
+    project = project_with(tmp_path, CODE, k8s_answers(engine))
+    (job,) = load_all(project / k8s.manifest_file(engine))
+    (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
+    assert problems(job) == [] and problems(configmap) == []
+    assert {"src.main.py", "src.model.py", "src.pkg.__init__.py", "runtime.data.py"} <= set(configmap["data"])
+
+
+def test_any_file_name_becomes_a_valid_key_and_comes_back_at_its_path(tmp_path: Path) -> None:
+    files = {
+        **CODE,
+        "src/my model.py": "A = 1\n",
+        "src/ odd  name.py": "D = 4\n",
+        "src/my.model.py": "B = 2\n",
+        "src/my/model.py": "C = 3\n",
+    }
+    project = project_with(tmp_path / "out", files, k8s_answers())
+    (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
+    assert problems(configmap) == []
+    assert all(re.fullmatch(r"[-._a-zA-Z0-9]{1,253}", key) for key in configmap["data"]), list(configmap["data"])
+
+    _result, copy = play_pod(project, "pytorchjob", tmp_path / "pod")
+
+    assert {name: (copy / name).read_text() for name in files} == files
+
+
+def test_code_over_a_configmaps_limit_is_refused_naming_the_biggest_files(tmp_path: Path) -> None:
+    project = render(k8s_answers(), tmp_path).project_dir
+    for name, text in CODE.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    (project / "src" / "table.py").write_text("T = '" + "x" * 700_000 + "'\n")
+    (project / "src" / "pkg" / "vocab.py").write_text("V = '" + "y" * 400_000 + "'\n")
+    before = (project / k8s.CONFIGMAP_FILE).read_text()
+
+    with pytest.raises(k8s_code.ConfigMapTooLarge) as refused:
+        k8s.refresh_configmap(project, k8s_answers())
+
+    message = str(refused.value)
+    assert "over a ConfigMap's 1048576" in message
+    assert "src/table.py (700007 bytes), src/pkg/vocab.py (400007 bytes)" in message
+    assert "data comes from the data volume" in message
+    assert (project / k8s.CONFIGMAP_FILE).read_text() == before
+
+
+def test_the_readme_says_the_pods_get_the_code_and_not_the_data(tmp_path: Path) -> None:
+    project = render(k8s_answers(), tmp_path).project_dir
+    readme = " ".join((project / "README.md").read_text().split())
+    assert "the Python files of `src/` (your script's folder, sub-folders included)" in readme
+    assert "a ConfigMap with this project's code only: data comes from the data volume" in readme

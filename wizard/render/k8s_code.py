@@ -1,0 +1,163 @@
+"""The code a Kubernetes pod gets of the project, carried in one ConfigMap, and how the pod puts it back.
+
+The pods need the code, never the data (that comes from the data volume):
+the runtime, the launch scripts, the answers, and the training script with
+what it imports. A user's script at src/main.py brings its folder's tree
+(src/**/*.py); a script at the top (train.py, or the user's main.py) brings
+the top-level modules and the top-level packages (folders with __init__.py).
+Hidden folders, runs/, checkpoints/, the data folder, caches and virtual
+environments are never code.
+
+A ConfigMap key cannot hold a '/', so each file travels under a key of its
+own and the key LAYOUT_KEY lists each key and, after a space, the path it
+goes back to; each pod's command (`restore_command`) copies every file there. The job
+mounts the whole ConfigMap, so a file added to the project travels with the
+next `npu-wizard run`, which writes the ConfigMap again.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import shlex
+from pathlib import Path
+
+from wizard.answers.script import is_foreign
+from wizard.errors import WizardError, shown
+
+LAYOUT_KEY = "npu-wizard.paths"  # never a file's key: those end in .py, .sh, .txt or .yaml
+CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses bigger ConfigMaps
+KEY_LIMIT = 253
+BIGGEST_SHOWN = 5
+_NOT_KEY = re.compile(r"[^-._a-zA-Z0-9]")
+# Folders that hold no code the pods need, wherever they are.
+_NEVER_CODE = frozenset({"__pycache__", "runs", "checkpoints", "site-packages", "node_modules"})
+
+
+class ConfigMapError(WizardError):
+    """The project's code cannot travel in one ConfigMap."""
+
+
+class ConfigMapTooLarge(ConfigMapError):
+    """The project's code does not fit in one ConfigMap."""
+
+
+def project_files(project: Path, script: str | None = None, data_dir: str | None = None) -> list[str]:
+    """The files a pod needs, relative to the project: the code, the launch scripts, the answers.
+
+    The user's own `script` (training.script) is listed even before it exists: the ConfigMap carries it once it
+    is there. `data_dir` (training.data_dir) is never carried, whatever it holds.
+    """
+    skip = _data_folder(data_dir)
+    names = code_files(project, script, skip)
+    if is_foreign(script):
+        names.append(str(script))
+    names += _tree(project, "runtime", skip)
+    names += sorted(p.relative_to(project).as_posix() for p in (project / "launch").glob("*.sh"))
+    names += [name for name in ("requirements.txt", "answers.yaml") if (project / name).is_file()]
+    return list(dict.fromkeys(names))  # in this order, each once (runtime/ is a top-level package too)
+
+
+def code_files(project: Path, script: str | None, skip: str = "data") -> list[str]:
+    """The training script's code: its folder's tree, or for a top-level script the top-level modules and packages."""
+    folder = posixpath.dirname(script) if is_foreign(script) else ""
+    if folder:
+        return _tree(project, folder, skip)
+    names = sorted(path.name for path in project.glob("*.py") if path.is_file() and not path.name.startswith("."))
+    for package in sorted(project.iterdir()) if project.is_dir() else []:
+        if package.is_dir() and not package.is_symlink() and (package / "__init__.py").is_file():
+            names += _tree(project, package.name, skip)
+    return names
+
+
+def _tree(project: Path, folder: str, skip: str) -> list[str]:
+    """Every *.py file under `folder` of `project`, never in a folder that holds no code (nor through a link)."""
+    found = []
+    for place, dirs, files in os.walk(project / folder):
+        relative = Path(place).relative_to(project).as_posix()
+        if not _is_code_folder(Path(place), relative, skip):
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(name for name in dirs if not name.startswith("."))
+        found += [f"{relative}/{name}" for name in sorted(files) if name.endswith(".py")]
+    return found
+
+
+def _is_code_folder(path: Path, relative: str, skip: str) -> bool:
+    """Whether a folder may hold code the pods need: not data, runs, checkpoints, caches or a virtual environment."""
+    return (
+        relative != skip
+        and path.name not in _NEVER_CODE
+        and not path.name.startswith(".")
+        and not (path / "pyvenv.cfg").exists()
+    )
+
+
+def _data_folder(data_dir: str | None) -> str:
+    """The data folder as a project-relative path ("" when it lies outside the project)."""
+    folder = posixpath.normpath(data_dir or "data")
+    return "" if folder.startswith(("/", "..")) else folder
+
+
+def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
+    """The ConfigMap's data: each existing file under its key, and LAYOUT_KEY naming each key's path."""
+    present = [name for name in names if (project / name).is_file()]
+    keys = configmap_keys(present)
+    data: dict[str, str] = {}
+    for name in present:
+        if name != name.strip() or any(ord(character) < 32 for character in name):
+            raise ConfigMapError(
+                f"{shown(name)}: a file name that starts or ends with a space, or holds a tab or a line break, "
+                "cannot travel to the pods; rename it"
+            )
+        try:
+            data[keys[name]] = (project / name).read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigMapError(
+                f"{shown(name)} is not UTF-8 text, and a ConfigMap carries text: save it as UTF-8 (iconv -t UTF-8)"
+            ) from None
+    data[LAYOUT_KEY] = "".join(f"{keys[name]} {name}\n" for name in present)
+    _check_size(data, {keys[name]: name for name in present})
+    return data
+
+
+def configmap_keys(names: list[str]) -> dict[str, str]:
+    """A ConfigMap key for each project path, each unique ('/' and any other character a key refuses become '.'
+    and '_'), so `src/model.py` travels as `src.model.py`."""
+    keys: dict[str, str] = {}
+    taken = {LAYOUT_KEY}
+    for name in sorted(names):
+        base = _NOT_KEY.sub("_", name.replace("/", "."))[: KEY_LIMIT - 8]
+        key, count = base, 1
+        while key in taken:
+            count += 1
+            key = f"{base}-{count}"
+        keys[name] = key
+        taken.add(key)
+    return keys
+
+
+def _check_size(data: dict[str, str], paths: dict[str, str]) -> None:
+    """ConfigMapTooLarge naming the biggest files when `data` is over a ConfigMap's limit."""
+    sizes = {key: len(text.encode()) for key, text in data.items()}
+    size = sum(sizes.values())
+    if size <= CONFIGMAP_LIMIT:
+        return
+    biggest = sorted(paths, key=lambda key: -sizes[key])[:BIGGEST_SHOWN]
+    listed = ", ".join(f"{shown(paths[key])} ({sizes[key]} bytes)" for key in biggest)
+    raise ConfigMapTooLarge(
+        f"the project's code comes to {size} bytes, over a ConfigMap's {CONFIGMAP_LIMIT}; the biggest: {listed}. "
+        "The pods get code only (data comes from the data volume): move data out of the script's folder, or build "
+        "the code into the image and drop the project volume from the manifest"
+    )
+
+
+def restore_command(source: str, workdir: str) -> str:
+    """Shell that copies each file of the mounted ConfigMap at `source` to its path under `workdir`."""
+    source, workdir = shlex.quote(source), shlex.quote(workdir)
+    return (
+        f"mkdir -p {workdir}; while read -r key path; do "
+        f'mkdir -p "$(dirname {workdir}/"$path")"; cp -L {source}/"$key" {workdir}/"$path"; '
+        f"done < {source}/{LAYOUT_KEY}"
+    )
