@@ -234,3 +234,36 @@ def test_a_slowdown_of_a_second_or_of_ten_is_the_host_and_one_of_24_s_is_a_strag
     assert flag.gap_pct == pytest.approx(20)
     # each of the 80 windows of 0.3 s: a forward 25% slower stands for 0.3 x 0.25 / 1.25 = 0.06 s
     assert flag.lost_s == pytest.approx(80 * 0.06)
+
+
+def test_a_script_counting_steps_per_epoch_is_judged_in_every_epoch() -> None:
+    """Step numbers start again at 1 each epoch (enumerate(loader, start=1) in an epoch loop); rank 3's forward is
+    twice as long from the second epoch on. Before, every window after the first epoch came in 'late' and was lost."""
+    found = detector()
+    for rank in range(4):
+        found.rank_started(rank)
+    clock = 1000.0
+    for epoch in range(3):
+        for step in range(10, 130, 10):
+            clock += 1.5
+            for rank in range(4):
+                forward = 1.6 if rank == 3 and epoch >= 1 else 0.8
+                found.add(rank, {"step": step, "time": clock, "data_s": 0.2, "forward_s": forward})
+    (flag,) = found.findings
+    assert (flag.rank, flag.node) == (3, 1)
+    assert flag.gap_pct == pytest.approx(80)  # compute 0.2 + 1.6 against 0.2 + 0.8
+    assert flag.start == pytest.approx(1000.0 + 13 * 1.5)  # the second epoch's first judged window
+
+
+def test_after_a_restart_from_a_checkpoint_the_steps_run_again_are_judged() -> None:
+    """Every rank restarts at step 100 (the last checkpoint) after reaching 200; rank 3 is slow from then on."""
+    found = detector()
+    feed(found, 20, {})  # steps 10..200, 15 s apart
+    for rank in range(4):
+        found.rank_started(rank, 100)
+    for window in range(11, 21):  # steps 110..200 again
+        for rank in range(4):
+            forward = 1.2 if rank == 3 else 0.8
+            found.add(rank, {"step": window * STEPS, "time": 1400.0 + 15 * window, "data_s": 0.2, "forward_s": forward})
+    (flag,) = found.findings
+    assert (flag.rank, flag.node) == (3, 1)

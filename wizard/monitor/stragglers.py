@@ -134,6 +134,9 @@ def _span(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
+_Key = tuple[int, int]  # a window: (era, step)
+
+
 @dataclass
 class _Sample:
     time: float
@@ -207,13 +210,16 @@ class StragglerDetector:
         self._history_ends: dict[int, deque[float]] = {}
         self.findings: list[Straggler] = []  # every flag, open and ended, in the order raised
         self._fresh: list[tuple[str, Straggler]] = []
-        self._pending: dict[int, dict[int, _Sample]] = {}  # step -> rank -> its window
-        self._newest: dict[int, int] = {}  # rank -> the newest step it reported
-        self._at_step: Counter[int] = Counter()  # step -> ranks whose newest it is: few, as ranks keep in step
+        # A window is known by (era, step): a rank's era goes up when it (re)starts and when its step
+        # numbers start again (a script counting steps per epoch), as every rank's do at once.
+        self._era: dict[int, int] = {}
+        self._pending: dict[_Key, dict[int, _Sample]] = {}  # window -> rank -> its sample
+        self._newest: dict[int, _Key] = {}  # rank -> the newest window it reported
+        self._at_step: Counter[_Key] = Counter()  # window -> ranks whose newest it is: few, as ranks keep in step
         self._warm: set[int] = set()  # ranks past their first window since they started
         self._last: dict[int, tuple[int, float]] = {}  # rank -> (step, time) of its previous window
         self._recent: dict[int, deque[_Sample]] = {}  # rank -> its judged windows of the last span_s seconds
-        self._judged_step: int | None = None
+        self._judged_step: _Key | None = None
         self._streaks: dict[tuple[str, int | None], _Streak] = {}
         # (start, end, {subject: seconds lost}) of the judged windows of the last span_s seconds:
         # the subjects slow in each by itself
@@ -225,25 +231,31 @@ class StragglerDetector:
         times = [event.get(f"{phase}_s") for phase in PHASES]
         if not isinstance(step, int):
             return
-        self._set_newest(rank, step)  # a window no longer waits for this rank, timed or not
         numbers = (int, float)
+        previous = self._last.get(rank)
+        if previous is not None and step < previous[0]:  # counting again: a new era, whose first window warms up
+            self._era[rank] = self._era.get(rank, 0) + 1
+            self._warm.discard(rank)
+            previous = None
+        key = (self._era.get(rank, 0), step)
+        self._set_newest(rank, key)  # a window no longer waits for this rank, timed or not
         if not isinstance(at, numbers):
             return
-        previous = self._last.get(rank)
         self._last[rank] = (step, float(at))
         warming_up = rank not in self._warm  # its first window holds the start: the first shuffle, allocations
         self._warm.add(rank)
         timed = all(isinstance(t, numbers) for t in times)
-        late = self._judged_step is not None and step <= self._judged_step
+        late = self._judged_step is not None and key <= self._judged_step
         if timed and not warming_up and not late and previous is not None:
             since, steps = previous[1], step - previous[0]
             sample = _Sample(float(at), since, steps, float(times[0]), float(times[1]))
-            self._pending.setdefault(step, {})[rank] = sample
+            self._pending.setdefault(key, {})[rank] = sample
         self._judge_ready()
 
     def rank_started(self, rank: int, step: int = 0) -> None:
-        """The rank started (again) at `step`: windows after it wait for its report."""
-        self._set_newest(rank, step)
+        """The rank started (again) at `step`: windows after it, in its new era, wait for its report."""
+        self._era[rank] = self._era.get(rank, 0) + 1
+        self._set_newest(rank, (self._era[rank], step))
         self._warm.discard(rank)
         self._last.pop(rank, None)
         self._recent.pop(rank, None)  # its windows before the restart say nothing of the new process
@@ -255,15 +267,15 @@ class StragglerDetector:
         self._set_newest(rank, None)
         self._judge_ready()
 
-    def _set_newest(self, rank: int, step: int | None) -> None:
+    def _set_newest(self, rank: int, key: _Key | None) -> None:
         old = self._newest.pop(rank, None)
         if old is not None:
             self._at_step[old] -= 1
             if not self._at_step[old]:
                 del self._at_step[old]
-        if step is not None:
-            self._newest[rank] = step
-            self._at_step[step] += 1
+        if key is not None:
+            self._newest[rank] = key
+            self._at_step[key] += 1
 
     def active(self) -> list[Straggler]:
         """The flags still raised."""
@@ -282,17 +294,17 @@ class StragglerDetector:
 
     def _judge_ready(self) -> None:
         while self._pending:
-            step = min(self._pending)
-            reached = not self._at_step or min(self._at_step) >= step
+            key = min(self._pending)
+            reached = not self._at_step or min(self._at_step) >= key
             if not reached and len(self._pending) <= PENDING_LIMIT:
                 return
-            self._judge(step, self._pending.pop(step))
+            self._judge(key, self._pending.pop(key))
 
-    def _judge(self, step: int, samples: dict[int, _Sample]) -> None:
+    def _judge(self, key: _Key, samples: dict[int, _Sample]) -> None:
         end = max(sample.time for sample in samples.values())
         start = min(sample.since for sample in samples.values())
         steps = max(sample.steps for sample in samples.values())
-        self._judged_step = step
+        self._judged_step = key
         for rank, sample in samples.items():
             recent = self._recent.setdefault(rank, deque())
             recent.append(sample)
