@@ -22,8 +22,11 @@ windows (wizard/monitor/stragglers.py matches them by step): an event is
 written at the first call past a multiple of a stride, a power of two sized
 from the last window to about the interval. Ranks in one DDP job step
 together and so pick the same stride; where two ranks' picks differ, the
-coarser one's steps are still steps of the finer. A call between events
-costs an integer division and no clock read.
+coarser one's steps are still steps of the finer. Where step numbers start
+again (a script counting per epoch) an event is written at once and the
+stride is kept; where steps slow down so much that no multiple comes for
+OVERDUE (4) intervals, an event is written anyway. A call between
+events costs a clock read and an integer division.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from runtime import events
 
 ENV_REPORT_S = "NPU_WIZARD_REPORT_S"
 DEFAULT_REPORT_S = 1.0
+OVERDUE = 4  # an event is written anyway this many intervals after the last
 
 
 class _Window:
@@ -88,9 +92,16 @@ class _Window:
         if total_steps is not None:
             self.total_steps = total_steps
         self.writer.progress(step, self.writer.epoch)
-        last = self.emitted_step
-        if last is None or step // self.stride != last // self.stride:
-            self.emit(time.perf_counter())
+        last, now = self.emitted_step, time.perf_counter()
+        # at a multiple of the stride; at counting again (steps per epoch: every rank
+        # does at this step); or when steps slowed down past the stride
+        if (
+            last is None
+            or step // self.stride != last // self.stride
+            or step < last
+            or now - self.emitted_at >= OVERDUE * self.every_s
+        ):
+            self.emit(now)
 
     def emit(self, now: float) -> None:
         fields: dict[str, Any] = {"step": self.step}
@@ -126,7 +137,11 @@ class _Window:
         """
         if self.emitted_at is None or self.emitted_step is None:
             return
-        steps, elapsed = abs(self.step - self.emitted_step), now - self.emitted_at
+        if (
+            self.step < self.emitted_step
+        ):  # counting again: its steps unknown, its pace not
+            return
+        steps, elapsed = self.step - self.emitted_step, now - self.emitted_at
         fit = steps * self.every_s / elapsed if elapsed > 0 else float("inf")
         stride = 1
         while stride * 2 <= min(fit, self.stride * 2):

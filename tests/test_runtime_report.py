@@ -168,3 +168,34 @@ def test_a_new_writer_starts_a_new_window(tmp_path: Path, monkeypatch: pytest.Mo
     finally:
         second.close()
     assert (found["step"], found["loss"]) == (7, 3.0)
+
+
+def recorded(monkeypatch: pytest.MonkeyPatch, steps: list[tuple[int, float]]) -> list[dict]:
+    """The step events of one rank whose calls come at (step, seconds since the start), as a fake clock says."""
+    monkeypatch.setenv(report.ENV_REPORT_S, "1")
+    clock = [1000.0]
+    monkeypatch.setattr(report.time, "perf_counter", lambda: clock[0])
+    sink: list[tuple[int, dict]] = []
+    window = report._Window(RecordingWriter(0, clock, sink))  # type: ignore[arg-type]
+    for step, at in steps:
+        clock[0] = 1000.0 + at
+        window.add(step, 1.0, 32, 0.001, 0.002, None)
+    return [event for _, event in sink]
+
+
+def test_a_script_counting_steps_per_epoch_reports_in_every_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """30 epochs of 500 steps of 2 ms, numbered 1..500 in each: before, the stride outgrew the epoch and the
+    events stopped in the first one (10 events in 30 s)."""
+    calls = [(step, (epoch * 500 + step) * 0.002) for epoch in range(30) for step in range(1, 501)]
+    found = recorded(monkeypatch, calls)
+    epochs = {int((event["time"] - 1000.0) // 1.0) for event in found}  # each epoch is 1 s
+    assert epochs >= set(range(30)), sorted(epochs)
+    assert len(found) <= 30 * 4  # about one a second, and one as each epoch starts again
+
+
+def test_steps_that_slow_down_a_hundred_fold_still_report_every_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = [(step, step * 0.001) for step in range(1, 10_001)]  # 10 s of 1 ms steps: the stride grows to 512
+    slow = [(10_000 + step, 10.0 + step * 0.1) for step in range(1, 301)]  # then 30 s of 100 ms steps
+    times = [event["time"] - 1000.0 for event in recorded(monkeypatch, fast + slow)]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False) if earlier >= 10.0]
+    assert gaps and max(gaps) <= report.OVERDUE * 1.0 + 0.1, gaps  # before: 4.2 s, 6.4 s, ...
