@@ -236,6 +236,49 @@ ODD_FOLDERS: dict[str, dict[str, object]] = {
         },
         "rank-0": [started(0, node=0), step(0, 1, 1.7e9 + 1), step(0, 2, 1.7e9 + 2)],
     },
+    "a time of 400 digits": {  # past any float
+        "summary.json": {"outcome": "finished", "started_at": 10**400, "ended_at": 10**400, "wall_s": 10**400},
+        "rank-0": [
+            started(0, node=0),
+            *(step(0, n, 1.7e9 + n) for n in range(1, 5)),
+            {"schema": 1, "event": "checkpoint", "rank": 0, "time": 10**400, "step": 4, "path": "x"},
+            step(0, 5, 10**400),
+        ],
+    },
+    "a time of 400 digits with no summary.json": {
+        "run.json": {"started_at": 10**400, "world_size": 1},
+        "rank-0": [
+            started(0, node=0, time=10**400),
+            *(step(0, n, 1.7e9 + n) for n in range(1, 5)),
+            step(0, 5, 10**400),
+        ],
+    },
+    "a step past a 64-bit column": {
+        "rank-0": [started(0, node=0), *(step(0, n, 1.7e9 + n) for n in range(1, 5)), step(0, 10**20, 1.7e9 + 5)],
+    },
+    "figures of 400 digits": {
+        "rank-0": [
+            started(0, node=0),
+            step(0, 1, 1.7e9 + 1),
+            step(0, 2, 1.7e9 + 2, loss=10**400, samples_per_s=10**400, forward_s=10**400, data_s=10**400),
+            step(0, 3, 1.7e9 + 3, loss=10**400, samples_per_s=10**400, forward_s=10**400, data_s=10**400),
+        ],
+    },
+    "a rank of 5000 digits in summary.json": {  # past what int() reads
+        "run.json": {"started_at": 1.0},
+        "summary.json": {"outcome": "finished", "ranks": {"9" * 5000: {}, "0": {"state": "finished"}}},
+        "rank-0": [started(0, node=0), step(0, 1, 1.7e9 + 1)],
+    },
+    "a start past any date": {
+        "run.json": {"started_at": 1e300, "node_count": 1},
+        "summary.json": {
+            "outcome": "finished",
+            "wall_s": 1e300,
+            "started_at": 1e300,
+            "stragglers": [{"rank": 0, "node": 0, "phase": "forward", "start": 1e300, "end": -1e300}],
+        },
+        "rank-0": [started(0, node=0), *(step(0, n, 1.7e9 + n, loss=1.0) for n in range(1, 5))],
+    },
 }
 
 
