@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from wizard.monitor.attach import RunFolder
 from wizard.monitor.hints import explain
 from wizard.monitor.ranks import Failure
-from wizard.monitor.report import failure_report
+from wizard.monitor.report import failure_report, progress_line
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, JobState
 
 # (message as a rank reports it, expected code, caused by another rank)
@@ -152,3 +154,38 @@ def test_a_restart_clears_the_failure_and_counts() -> None:
     state.ingest(event(1, "started", 40.0, resumed_step=4, world_size=2))
     assert state.root_cause() is None
     assert state.ranks[1].restarts == 1
+
+
+def test_numbers_past_any_float_or_column_are_passed_over_not_raised() -> None:
+    """An events file or the status stream may say anything: a 400-digit time, step or loss is no value."""
+    state = job()
+    huge = 10**400
+    for hostile in (
+        event(0, "step", huge, step=5),  # r1: int too large to convert to float
+        event(0, "step", 1e300, step=5),  # no date
+        event(0, "step", 21.0, step=10**20, loss=huge, samples_per_s=huge),  # r2: past a 64-bit column
+        event(0, "step", 22.0, step=5, forward_s=huge, data_s=0.1),
+        event(0, "heartbeat", 23.0, step=huge, silent_s=huge),
+        event(huge, "started", 24.0),
+        event(1, "started", 25.0, world_size=huge, total_steps=10**20, resumed_step=huge, node=huge),
+    ):
+        state.ingest(hostile)
+    assert sorted(state.ranks) == [0, 1]
+    rank_0, rank_1 = state.ranks[0], state.ranks[1]
+    assert (rank_0.step, rank_0.loss, rank_0.samples_per_s, rank_0.printed_at) == (5, 1.0, 200.0, None)
+    assert rank_0.newest == {"started": 10.0, "step": 22.0, "heartbeat": 23.0}
+    assert (rank_1.starts, rank_1.world_size, rank_1.total_steps, rank_1.resumed_step) == (2, 2, None, 0)
+    assert rank_1.node == 0
+    assert "step 5" in progress_line(state, 30.0)
+
+
+@pytest.mark.parametrize("started_at", [10**400, 1e300, "yesterday"])
+def test_a_run_json_start_that_is_no_time_gives_way_to_the_first_event(tmp_path: Path, started_at: object) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"started_at": started_at, "world_size": 1}))
+    lines = [event(0, "started", 10.0, world_size=1), event(0, "step", 20.0, step=4, loss=1.0)]
+    (run_dir / "events" / "rank-0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    folder = RunFolder(run_dir, clock=lambda: 50.0)
+    assert folder.started_at == 10.0
+    assert "step 4" in progress_line(folder.state, 50.0 - folder.started_at, 50.0)

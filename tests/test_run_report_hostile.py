@@ -7,6 +7,7 @@ folders here are built the way EventWriter and the runner leave them, then given
 from __future__ import annotations
 
 import json
+import os
 import stat
 from html import escape
 from html.parser import HTMLParser
@@ -35,11 +36,28 @@ def test_a_link_planted_at_the_temporary_names_is_never_followed(tmp_path: Path)
     assert victim.read_text() == "not the report's"
     for written in (run_dir / "report.html", pngs / "loss.png", run_dir / "summary.json"):
         assert stat.S_ISREG(written.lstat().st_mode), written
-        assert stat.S_IMODE(written.stat().st_mode) == 0o644, written
     assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
     assert json.loads((run_dir / "summary.json").read_text()) == {"outcome": "finished"}
     leftovers = {p.name for p in [*run_dir.iterdir(), *pngs.iterdir()] if p.name.endswith(".tmp")}
     assert leftovers == {".report.html.tmp", ".loss.png.tmp", ".summary.json.tmp"}  # the links, untouched
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o077, 0o600), (0o022, 0o644)])
+def test_the_report_and_the_summary_get_the_mode_the_umask_gives_a_new_file(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
+    """A user whose umask is 077 keeps the run's report to themself, as every file they make."""
+    run_dir = user_script_run(tmp_path / "run", steps=True)
+    pngs = tmp_path / "plots"
+    pngs.mkdir()
+    before = os.umask(umask)
+    try:
+        assert main(["report", str(run_dir), "--png", str(pngs)]) == 0
+        write_json(run_dir / "summary.json", {"outcome": "finished"})
+    finally:
+        os.umask(before)
+    for written in (run_dir / "report.html", pngs / "loss.png", run_dir / "summary.json"):
+        assert stat.S_IMODE(written.stat().st_mode) == mode, written
 
 
 def test_a_report_in_place_of_a_link_replaces_the_link_not_its_target(tmp_path: Path) -> None:
@@ -235,6 +253,49 @@ ODD_FOLDERS: dict[str, dict[str, object]] = {
             "stragglers": [{"rank": None, "node": "1", "phase": "forward", "start": 1.7e9, "end": 1.7e9 + 9}],
         },
         "rank-0": [started(0, node=0), step(0, 1, 1.7e9 + 1), step(0, 2, 1.7e9 + 2)],
+    },
+    "a time of 400 digits": {  # past any float
+        "summary.json": {"outcome": "finished", "started_at": 10**400, "ended_at": 10**400, "wall_s": 10**400},
+        "rank-0": [
+            started(0, node=0),
+            *(step(0, n, 1.7e9 + n) for n in range(1, 5)),
+            {"schema": 1, "event": "checkpoint", "rank": 0, "time": 10**400, "step": 4, "path": "x"},
+            step(0, 5, 10**400),
+        ],
+    },
+    "a time of 400 digits with no summary.json": {
+        "run.json": {"started_at": 10**400, "world_size": 1},
+        "rank-0": [
+            started(0, node=0, time=10**400),
+            *(step(0, n, 1.7e9 + n) for n in range(1, 5)),
+            step(0, 5, 10**400),
+        ],
+    },
+    "a step past a 64-bit column": {
+        "rank-0": [started(0, node=0), *(step(0, n, 1.7e9 + n) for n in range(1, 5)), step(0, 10**20, 1.7e9 + 5)],
+    },
+    "figures of 400 digits": {
+        "rank-0": [
+            started(0, node=0),
+            step(0, 1, 1.7e9 + 1),
+            step(0, 2, 1.7e9 + 2, loss=10**400, samples_per_s=10**400, forward_s=10**400, data_s=10**400),
+            step(0, 3, 1.7e9 + 3, loss=10**400, samples_per_s=10**400, forward_s=10**400, data_s=10**400),
+        ],
+    },
+    "a rank of 5000 digits in summary.json": {  # past what int() reads
+        "run.json": {"started_at": 1.0},
+        "summary.json": {"outcome": "finished", "ranks": {"9" * 5000: {}, "0": {"state": "finished"}}},
+        "rank-0": [started(0, node=0), step(0, 1, 1.7e9 + 1)],
+    },
+    "a start past any date": {
+        "run.json": {"started_at": 1e300, "node_count": 1},
+        "summary.json": {
+            "outcome": "finished",
+            "wall_s": 1e300,
+            "started_at": 1e300,
+            "stragglers": [{"rank": 0, "node": 0, "phase": "forward", "start": 1e300, "end": -1e300}],
+        },
+        "rank-0": [started(0, node=0), *(step(0, n, 1.7e9 + n, loss=1.0) for n in range(1, 5))],
     },
 }
 

@@ -23,6 +23,7 @@ from wizard.monitor.report import (
     summarize,
 )
 from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
+from wizard.monitor.values import is_time
 
 RUN_FILE = "run.json"
 REMOTE_DIR = "remote"  # <run>/remote/events/rank-R.jsonl: what the stream told node 0 about other nodes
@@ -55,7 +56,8 @@ class RunFolder:
         self.state = JobState(world_size, hang_after=hang_after, clock=clock, nodes=self.info.get("node_count"))
         for follower in self._followers:
             catch_up(self.state, follower)
-        self.started_at = self.info.get("started_at") or _first_time(self.state) or clock()
+        said = self.info.get("started_at")  # run.json is anyone's to write into: a value that is no time is none
+        self.started_at = (said if is_time(said) else None) or _first_time(self.state) or clock()
         self.summary: dict | None = None
         self.outcome: str | None = None
         self.ended_at: float | None = None

@@ -292,7 +292,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a new temporary file beside it, moved into place (mode 0644).
+    """Write `data` to `path` through a new temporary file beside it, moved into place (mode 0666 less the umask).
 
     The temporary file is made with a name of its own (O_EXCL): a link someone planted in a shared run folder
     is never followed, and `path` itself, a link or not, is replaced, never written through.
@@ -300,9 +300,22 @@ def write_atomically(path: Path, data: bytes) -> None:
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as file:
-            os.fchmod(file.fileno(), 0o644)  # what a plain file gets; mkstemp's 0600 would hide it from others
+            os.fchmod(file.fileno(), 0o666 & ~_umask())  # what open() gives a new file; mkstemp's is always 0600
             file.write(data)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask: read from /proc where it says, else set to 077 and put back at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # a file another thread makes meanwhile is private, never open to all
+    os.umask(mask)
+    return mask

@@ -11,7 +11,6 @@ be watched for days.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -23,6 +22,7 @@ from wizard.monitor.notices import Notices
 from wizard.monitor.ranks import Failure, RankView
 from wizard.monitor.status_server import RECEIVED
 from wizard.monitor.stragglers import StragglerDetector
+from wizard.monitor.values import is_step, is_time, number
 
 STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "stalled", "hung", "finished", "failed"
 DEFAULT_HANG_AFTER = 30.0
@@ -70,9 +70,7 @@ class JobState:
     def ingest(self, event: dict) -> None:
         """Fold one event in; a duplicate (seen in the file and on the stream) is ignored."""
         rank, kind, at = event.get("rank"), event.get("event"), event.get("time")
-        if not isinstance(rank, int) or not isinstance(kind, str) or not isinstance(at, (int, float)):
-            return
-        if not math.isfinite(at):  # NaN and Infinity parse as floats: no time
+        if not is_step(rank) or not isinstance(kind, str) or not is_time(at):  # NaN, 1e300, 400 digits: no time
             return
         view = self.view(rank)
         # one process writes a rank's events in time order: one no newer than the newest of its kind was seen
@@ -110,11 +108,12 @@ class JobState:
         view.first_step_at = view.first_step_at or event["time"]
         # a user's script says its total with its steps (runtime/report.py)
         view.total_steps = _count(event.get("total_steps"), view.total_steps)
-        if isinstance(event.get("loss"), (int, float)):
-            view.loss = float(event["loss"])
+        loss, samples_per_s = event.get("loss"), number(event.get("samples_per_s"))
+        if type(loss) is float or number(loss) is not None:  # a loss gone NaN is news, shown as it came
+            view.loss = float(loss)
             view.losses.append(view.loss)
-        if isinstance(event.get("samples_per_s"), (int, float)) and math.isfinite(event["samples_per_s"]):
-            view.samples_per_s = event["samples_per_s"] / (view.world_size or self.world_size or 1)
+        if samples_per_s is not None:
+            view.samples_per_s = samples_per_s / (view.world_size or self.world_size or 1)
             if view.samples_per_s > 0:
                 view.rate_count += 1
                 view.inverse_rate_sum += 1 / view.samples_per_s
@@ -124,7 +123,7 @@ class JobState:
     def _on_heartbeat(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
         silent = event.get("silent_s")
-        if isinstance(silent, (int, float)) and silent >= 0:
+        if is_time(silent) and silent >= 0:
             # measured on the rank's host and applied to the arrival time here: no clock skew between hosts
             view.printed_at = max(view.printed_at or 0.0, at - silent)
             if not view.steps_reported and view.progress_at is not None:
@@ -368,7 +367,7 @@ class JobState:
 
 def _count(value: object, otherwise: int | None) -> int | None:
     """`value` where it is a whole number of zero or more, else `otherwise`: an events file may say anything."""
-    return value if type(value) is int and value >= 0 else otherwise
+    return value if is_step(value) and value >= 0 else otherwise
 
 
 def _on_node(view: RankView) -> str:

@@ -65,6 +65,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from wizard.monitor.values import is_step, is_time
+
 THRESHOLD = 0.15  # compute time this far above the median is slow
 WINDOWS = 3  # slow windows in a row that raise a flag, and normal ones that end it
 FLAG_S = 15.0  # and the seconds they must last: a host puts a rank off its cores for seconds, not minutes
@@ -229,9 +231,8 @@ class StragglerDetector:
         """Take one step event; a window every rank has reached is judged at once."""
         step, at = event.get("step"), event.get("time")
         times = [event.get(f"{phase}_s") for phase in PHASES]
-        if not isinstance(step, int):
+        if not is_step(step):
             return
-        numbers = (int, float)
         previous = self._last.get(rank)
         if previous is not None and step < previous[0]:  # counting again: a new era, whose first window warms up
             self._era[rank] = self._era.get(rank, 0) + 1
@@ -239,12 +240,12 @@ class StragglerDetector:
             previous = None
         key = (self._era.get(rank, 0), step)
         self._set_newest(rank, key)  # a window no longer waits for this rank, timed or not
-        if not isinstance(at, numbers):
+        if not is_time(at):
             return
         self._last[rank] = (step, float(at))
         warming_up = rank not in self._warm  # its first window holds the start: the first shuffle, allocations
         self._warm.add(rank)
-        timed = all(isinstance(t, numbers) for t in times)
+        timed = all(is_time(t) for t in times)
         late = self._judged_step is not None and key <= self._judged_step
         if timed and not warming_up and not late and previous is not None:
             since, steps = previous[1], step - previous[0]

@@ -21,7 +21,8 @@ import numpy as np
 from wizard.monitor import procs
 from wizard.monitor.report import summarize
 from wizard.monitor.state import JobState
-from wizard.report.record import KIND_AT, LINE_START, NUMBERS, RunRecord, parse_lines
+from wizard.monitor.values import is_rank_key, is_step, is_time, number
+from wizard.report.record import KIND_AT, LINE_START, RunRecord, parse_lines
 
 REPLAY_BYTES = 64 * 2**20  # events files read to judge the stragglers: some 200,000 steps, a few seconds
 REPLAYED = ("started", "step", "finished", "error", "lost")  # what moves the straggler detector
@@ -62,7 +63,7 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
     ranks, warnings, stragglers = (summary.get(key) for key in ("ranks", "warnings", "stragglers"))
     failure = summary.get("failure")
     return {
-        **{key: _finite_or_none(summary.get(key)) for key in ("started_at", "ended_at", "wall_s")},
+        **{key: _time_or_none(summary.get(key)) for key in ("started_at", "ended_at", "wall_s")},
         **{key: _finite_or_none(summary.get(key)) for key in ("samples_per_s", "final_loss")},
         "outcome": summary.get("outcome") if isinstance(summary.get("outcome"), str) else "unknown",
         "steps": _whole(summary.get("steps")),
@@ -77,7 +78,7 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
                 "restarts": _whole(info.get("restarts")) or 0,
             }
             for key, info in (ranks.items() if isinstance(ranks, dict) else ())
-            if isinstance(key, str) and key.isdecimal() and isinstance(info, dict)
+            if is_rank_key(key) and isinstance(info, dict)
         },
         "warnings": [
             {"ranks": [r for r in _list(w.get("ranks")) if _whole(r) is not None], "message": str(w.get("message"))}
@@ -97,7 +98,7 @@ def _checked_failure(failure: dict[str, Any]) -> dict[str, Any]:
         "node": _whole(failure.get("node")),
         "kind": str(failure.get("kind")),
         "summary": str(failure.get("summary")),
-        "time": _finite_or_none(failure.get("time")),
+        "time": _time_or_none(failure.get("time")),
         "hint": str(hint) if hint else None,
     }
 
@@ -107,17 +108,21 @@ def _checked_straggler(entry: dict[str, Any]) -> dict[str, Any]:
         "rank": _whole(entry.get("rank")),
         "node": _whole(entry.get("node")),
         "phase": str(entry.get("phase")),
-        **{key: _finite_or_none(entry.get(key)) for key in ("start", "end")},
+        **{key: _time_or_none(entry.get(key)) for key in ("start", "end")},
         **{key: _finite_or_none(entry.get(key)) or 0.0 for key in ("gap_pct", "lost_pct")},
     }
 
 
 def _whole(value: object) -> int | None:
-    return value if type(value) is int else None
+    return value if is_step(value) else None
 
 
 def _finite_or_none(value: object) -> float | None:
-    return value if type(value) in NUMBERS and math.isfinite(value) else None
+    return value if number(value) is not None else None
+
+
+def _time_or_none(value: object) -> float | None:
+    return value if is_time(value) else None
 
 
 def _list(value: object) -> list[Any]:
@@ -162,7 +167,7 @@ class _Steps:
     def add(self, event: dict[str, Any], order: int) -> None:
         """Keep what the straggler detector reads of one step event."""
         step = event.get("step")
-        if type(step) is not int:  # the detector passes over it
+        if not is_step(step):  # the detector passes over it
             return
         data, forward = (_finite(event.get(key)) for key in ("data_s", "forward_s"))
         self.timed = self.timed or not (math.isnan(data) and math.isnan(forward))
@@ -214,13 +219,13 @@ def _wanted(lines: list[bytes], rank: int) -> Iterator[dict[str, Any]]:
     for event in parse_lines([line.rstrip(b"\n") for line in lines if line.endswith(b"\n")]):
         if event is None or event.get("rank") != rank or event.get("event") not in REPLAYED:
             continue
-        at = event.get("time")
-        if type(at) in NUMBERS and math.isfinite(at):
+        if is_time(event.get("time")):
             yield event
 
 
 def _finite(value: object) -> float:
-    return float(value) if type(value) in NUMBERS and math.isfinite(value) else math.nan
+    figure = number(value)
+    return math.nan if figure is None else figure
 
 
 def _size(path: Path) -> int:

@@ -24,6 +24,7 @@ from wizard.errors import TargetError
 from wizard.monitor.attach import MAX_WORLD_SIZE, REMOTE_DIR, RUN_FILE
 from wizard.monitor.report import SUMMARY_FILE
 from wizard.monitor.state import JobState
+from wizard.monitor.values import is_step, is_time, number
 
 CHUNK = 1024 * 1024  # bytes of an events file read at a time
 BATCH_BYTES = 8 * CHUNK  # lines of many files sorted by kind at once (numpy's cost per call is in the microseconds)
@@ -35,7 +36,6 @@ LINE_START = b'{"schema": 1, "event": "'  # how EventWriter starts every line; t
 KIND_AT = len(LINE_START)
 LINE_START_MARKS = [(i, LINE_START[i]) for i in (0, 3, 11, 16, KIND_AT - 1)]
 NAN = float("nan")
-NUMBERS = (int, float)  # exactly: a bool is no figure
 
 
 @dataclass
@@ -57,12 +57,12 @@ class RankRecord:
         if not _time(at) or (self.times and at <= self.times[-1]):
             return
         rate, loss, forward, data = (event.get(k) for k in ("samples_per_s", "loss", "forward_s", "data_s"))
-        rate = rate if type(rate) in NUMBERS else NAN
+        rate = _figure(rate)
         self.times.append(at)
-        self.loss.append(loss if type(loss) in NUMBERS else NAN)
+        self.loss.append(_figure(loss))
         self.rate.append(rate / world_size if world_size else rate)  # the event gives the job's rate
-        self.forward_s.append(forward if type(forward) in NUMBERS else NAN)
-        self.data_s.append(data if type(data) in NUMBERS else NAN)
+        self.forward_s.append(_figure(forward))
+        self.data_s.append(_figure(data))
 
 
 @dataclass
@@ -262,22 +262,26 @@ def _rare_event(event: dict[str, Any] | None, ranked: RankRecord, record: RunRec
     if kind == "started" and _time(at):
         ranked.starts.append(float(at))
     elif kind == "checkpoint" and _time(at):
-        step = step if type(step) is int else None  # the page groups by it
+        step = step if is_step(step) else None  # the page groups by it
         record.checkpoints.append({"rank": ranked.rank, "time": at, "step": step, "path": str(event.get("path"))})
 
 
 def _time(value: object) -> bool:
-    """Whether `value` is a time: a finite number of seconds, not 0 (a file may say anything)."""
-    return type(value) in NUMBERS and math.isfinite(value) and value != 0
+    """Whether `value` is a time: a finite number of seconds within reach of a date, not 0 (a file may say anything)."""
+    return is_time(value) and value != 0
 
 
-def _number(value: object) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else NAN
+def _figure(value: object) -> float:
+    """`value` as a column holds it: a float as it is (NaN and Infinity too), else NaN where it is no number."""
+    if type(value) is float:
+        return value
+    figure = number(value)
+    return NAN if figure is None else figure
 
 
 def _world_size(info: dict[str, Any], summary: dict[str, Any] | None, files: dict[int, list[Path]]) -> int:
     said = info.get("world_size") or (summary or {}).get("world_size")
-    if isinstance(said, int) and said > 0:
+    if is_step(said) and said > 0:
         return max(said, max(files, default=-1) + 1)
     for paths in files.values():  # a run without npu-wizard run: the `started` events say
         for path in paths:
@@ -287,7 +291,7 @@ def _world_size(info: dict[str, Any], summary: dict[str, Any] | None, files: dic
                         size = json.loads(line).get("world_size")
                     except (ValueError, AttributeError, RecursionError):
                         continue
-                    if isinstance(size, int) and size > 0:
+                    if is_step(size) and size > 0:
                         return max(size, max(files) + 1)
     return max(files, default=0) + 1
 
