@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,3 +192,54 @@ def test_a_run_json_start_that_is_no_time_gives_way_to_the_first_event(tmp_path:
     folder = RunFolder(run_dir, clock=lambda: 50.0)
     assert folder.started_at == 10.0
     assert "step 4" in progress_line(folder.state, 50.0 - folder.started_at, 50.0)
+
+
+@pytest.mark.parametrize("summary", [{}, {"outcome": 3, "ended_at": "later"}, [1, 2], "finished"])
+def test_a_summary_json_without_its_fields_ends_the_watch_without_a_traceback(tmp_path: Path, summary: object) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"world_size": 1, "runner_pid": 1}))
+    lines = [event(0, "started", 10.0, world_size=1), event(0, "step", 20.0, step=4, loss=1.0)]
+    (run_dir / "events" / "rank-0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    folder = RunFolder(run_dir, clock=lambda: 50.0)
+    outcome = folder.tick()
+    if isinstance(summary, dict):
+        assert (outcome, folder.ended_at) == ("unknown", 20.0)
+    else:  # no object: as if there were none; pid 1 is no runner of this run
+        assert folder.runner_pid is None
+
+
+BLOCK_SIGINT_AND_WAIT = (
+    "import signal, sys, time\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def sigint_pending(pid: int) -> bool:
+    """Whether SIGINT waits, blocked, for process `pid` (/proc/PID/status ShdPnd): sent, at once, no race."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = next(line.split()[1] for line in status.splitlines() if line.startswith("ShdPnd:"))
+    return bool(int(pending, 16) & (1 << (signal.SIGINT - 1)))
+
+
+@pytest.mark.parametrize(("words", "signalled"), [([], False), (["npu-wizard", "run"], True)])
+def test_stopping_a_watched_run_signals_its_runner_only_never_another_process_run_json_names(
+    tmp_path: Path, words: list[str], signalled: bool
+) -> None:
+    """run.json is anyone's to write: Ctrl-C in `npu-wizard monitor` must not send SIGINT to a process of yours
+    that is no `npu-wizard run`. The process named blocks SIGINT so that a signal sent shows as pending; with the
+    words `npu-wizard run` on its command line it stands in for a runner (a test double)."""
+    named = subprocess.Popen([sys.executable, "-c", BLOCK_SIGINT_AND_WAIT, *words], stdout=subprocess.PIPE, text=True)
+    try:
+        assert named.stdout is not None and named.stdout.readline().strip() == "ready"
+        run_dir = tmp_path / "run"
+        (run_dir / "events").mkdir(parents=True)
+        (run_dir / "run.json").write_text(json.dumps({"world_size": 1, "runner_pid": named.pid}))
+        RunFolder(run_dir, clock=lambda: 50.0).stop()
+        assert sigint_pending(named.pid) is signalled
+    finally:
+        named.kill()
+        named.wait()

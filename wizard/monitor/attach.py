@@ -70,8 +70,9 @@ class RunFolder:
 
     @property
     def runner_pid(self) -> int | None:
-        """The pid of the `npu-wizard run` that owns this run, if any."""
-        return self.info.get("runner_pid")
+        """The pid of the `npu-wizard run` that owns this run, if any (run.json is anyone's to write)."""
+        pid = self.info.get("runner_pid")
+        return pid if type(pid) is int and 1 < pid < 1 << 22 else None
 
     def tick(self) -> str | None:
         """Read new events; return the outcome once the run has ended."""
@@ -81,7 +82,9 @@ class RunFolder:
             catch_up(self.state, follower)
         self.summary = _read_json(self.run_dir / SUMMARY_FILE)
         if self.summary is not None:
-            self.outcome, self.ended_at = self.summary["outcome"], self.summary["ended_at"]
+            outcome, ended_at = self.summary.get("outcome"), self.summary.get("ended_at")
+            self.outcome = outcome if isinstance(outcome, str) and outcome else "unknown"
+            self.ended_at = ended_at if is_time(ended_at) else _last_time(self.state) or self.clock()
         elif self.runner_pid is not None and not procs.is_alive(self.runner_pid):
             self.outcome, self.ended_at = "abandoned", _last_time(self.state) or self.clock()
             self.summary = summarize(
@@ -106,8 +109,9 @@ class RunFolder:
 
     def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
         """Ask the runner to stop the job (as Ctrl-C in its terminal would)."""
-        if self.runner_pid is not None and procs.is_alive(self.runner_pid):
-            os.kill(self.runner_pid, signal.SIGINT)
+        pid = self.runner_pid
+        if pid is not None and procs.is_alive(pid) and procs.is_runner(pid):  # never another process of yours
+            os.kill(pid, signal.SIGINT)
         return outcome
 
 
@@ -147,10 +151,12 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None 
 
 
 def _read_json(path: Path) -> dict | None:
+    """The object in a JSON file; None for no file, no JSON or JSON that is no object."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        found = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
         return None
+    return found if isinstance(found, dict) else None
 
 
 MAX_WORLD_SIZE = 4096 * 16  # the most nodes a project has, times the most devices a node has

@@ -42,6 +42,18 @@ def is_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
+def is_runner(pid: int) -> bool:
+    """True when `pid` is an `npu-wizard run` of this user: what a run folder's runner_pid may name."""
+    try:
+        words = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+        owner = (PROC / str(pid)).stat().st_uid
+    except OSError:
+        return False
+    names = [Path(word.decode(errors="replace")).name for word in words]
+    wizard = "npu-wizard" in names or "wizard" in names[1:3]  # the script, or python -m wizard
+    return wizard and "run" in names and owner == os.getuid()
+
+
 def signal_all(pids: Iterable[int], sig: int) -> None:
     """Send `sig` to each pid that still exists."""
     for pid in pids:
