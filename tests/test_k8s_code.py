@@ -9,6 +9,7 @@ out a configMap volume, and the container's command runs for real.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -209,6 +210,20 @@ def test_a_training_script_reached_through_a_symbolic_link_is_refused_in_one_lin
 
     message = str(refused.value)
     assert message.startswith(f"training.script src/main.py: {linked} is a symbolic link") and "\n" not in message
+    assert (project / k8s.CONFIGMAP_FILE).read_text() == before
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    project = project_with(tmp_path / "out", CODE, k8s_answers())
+    (project / os.fsdecode(b"src/x\xff.py")).write_text("X = 1\n")
+    before = (project / k8s.CONFIGMAP_FILE).read_text()
+
+    with pytest.raises(k8s_code.ConfigMapError) as refused:
+        k8s.refresh_configmap(project, k8s_answers())
+
+    message = str(refused.value)
+    assert message.startswith("b'src/x\\xff.py': a file name that is not UTF-8"), message
+    assert message.encode("utf-8") and "\n" not in message
     assert (project / k8s.CONFIGMAP_FILE).read_text() == before
 
 

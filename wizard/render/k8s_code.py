@@ -151,6 +151,13 @@ def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
                 "cannot travel to the pods; rename it"
             )
         try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigMapError(
+                f"{os.fsencode(name)!r}: a file name that is not UTF-8 cannot travel to the pods (the ConfigMap "
+                "names each file's path in text); rename it"
+            ) from None
+        try:
             data[keys[name]] = (project / name).read_bytes().decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigMapError(
