@@ -232,18 +232,32 @@ def test_code_over_a_configmaps_limit_is_refused_naming_the_biggest_files(tmp_pa
     for name, text in CODE.items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    (project / "src" / "table.py").write_text("T = '" + "x" * 700_000 + "'\n")
-    (project / "src" / "pkg" / "vocab.py").write_text("V = '" + "y" * 400_000 + "'\n")
+    # Under a ConfigMap's 1 MiB, over the 256 KiB annotation in which kubectl apply keeps a copy of it.
+    (project / "src" / "table.py").write_text("T = '" + "x" * 150_000 + "'\n")
+    (project / "src" / "pkg" / "vocab.py").write_text("V = '" + "y" * 100_000 + "'\n")
     before = (project / k8s.CONFIGMAP_FILE).read_text()
 
     with pytest.raises(k8s_code.ConfigMapTooLarge) as refused:
         k8s.refresh_configmap(project, k8s_answers())
 
     message = str(refused.value)
-    assert "over a ConfigMap's 1048576" in message
-    assert "src/table.py (700007 bytes), src/pkg/vocab.py (400007 bytes)" in message
+    assert "as kubectl apply sends it, over the 245760 a ConfigMap it applies can carry" in message
+    assert "src/table.py (150007 bytes), src/pkg/vocab.py (100007 bytes)" in message
     assert "data comes from the data volume" in message
     assert (project / k8s.CONFIGMAP_FILE).read_text() == before
+
+
+def test_code_is_measured_as_kubectl_apply_escapes_it(tmp_path: Path) -> None:
+    files = {**CODE, "src/table.py": "T = '" + "<" * 50_000 + "'\n"}  # 50 KB on disk, 300 KB as kubectl's JSON
+    project = render(k8s_answers(), tmp_path).project_dir
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+
+    with pytest.raises(k8s_code.ConfigMapTooLarge) as refused:
+        k8s.refresh_configmap(project, k8s_answers())
+
+    assert "the biggest: src/table.py (50007 bytes)" in str(refused.value)
 
 
 def test_the_readme_says_the_pods_get_the_code_and_not_the_data(tmp_path: Path) -> None:

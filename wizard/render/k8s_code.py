@@ -19,6 +19,7 @@ next `npu-wizard run`, which writes the ConfigMap again.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
@@ -30,7 +31,13 @@ from wizard.answers.script import is_foreign
 from wizard.errors import WizardError, shown
 
 LAYOUT_KEY = "npu-wizard.paths"  # never a file's key: those end in .py, .sh, .txt or .yaml
-CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses bigger ConfigMaps
+# `npu-wizard run` submits with client-side `kubectl apply`, which keeps the whole object, as JSON, in its
+# kubectl.kubernetes.io/last-applied-configuration annotation, and the API server refuses an object whose
+# annotations come to more than 256 KiB ("metadata.annotations: Too long"), far below a ConfigMap's own 1 MiB.
+# The files' JSON (keys, escapes and all) may take 240 KiB, leaving the rest for the name, namespace and labels.
+CONFIGMAP_LIMIT = 240 * 1024
+# Go's JSON (kubectl's) escapes these where Python's does not ('<' as \u003c): at most 5 bytes more each.
+_GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
 KEY_LIMIT = 253
 BIGGEST_SHOWN = 5
 _NOT_KEY = re.compile(r"[^-._a-zA-Z0-9]")
@@ -185,18 +192,25 @@ def configmap_keys(names: list[str]) -> dict[str, str]:
 
 
 def _check_size(data: dict[str, str], paths: dict[str, str]) -> None:
-    """ConfigMapTooLarge naming the biggest files when `data` is over a ConfigMap's limit."""
-    sizes = {key: len(text.encode()) for key, text in data.items()}
+    """ConfigMapTooLarge naming the biggest files when `data` is over what `kubectl apply` can carry."""
+    sizes = {key: _applied_size(key, text) for key, text in data.items()}
     size = sum(sizes.values())
     if size <= CONFIGMAP_LIMIT:
         return
     biggest = sorted(paths, key=lambda key: -sizes[key])[:BIGGEST_SHOWN]
-    listed = ", ".join(f"{shown(paths[key])} ({sizes[key]} bytes)" for key in biggest)
+    listed = ", ".join(f"{shown(paths[key])} ({len(data[key].encode())} bytes)" for key in biggest)
     raise ConfigMapTooLarge(
-        f"the project's code comes to {size} bytes, over a ConfigMap's {CONFIGMAP_LIMIT}; the biggest: {listed}. "
+        f"the project's code comes to {size} bytes as kubectl apply sends it, over the {CONFIGMAP_LIMIT} a "
+        f"ConfigMap it applies can carry (it keeps a copy in an annotation of at most 256 KiB); the biggest: {listed}. "
         "The pods get code only (data comes from the data volume): move data out of the script's folder, or build "
         "the code into the image and drop the project volume from the manifest"
     )
+
+
+def _applied_size(key: str, text: str) -> int:
+    """The bytes of `"key": "text",` in the JSON kubectl apply keeps in its annotation (an upper bound)."""
+    encoded = json.dumps({key: text}, ensure_ascii=False).encode()
+    return len(encoded) + 5 * len(_GO_ESCAPED.findall(text))
 
 
 def restore_command(source: str, workdir: str) -> str:
