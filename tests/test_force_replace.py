@@ -576,3 +576,18 @@ def test_force_keeps_a_file_npu_wizard_no_longer_makes_when_it_was_edited(tmp_pa
     assert wizard("--answers", own_script_answers(tmp_path, "main.py"), "-o", tmp_path / "out", "--force") == 0
     assert (project / "train.py").read_text() == "my model, grown from the generated script\n"
     assert not (project / "launch" / "node1.sh").exists()  # unedited and no longer made: npu-wizard's to drop
+
+
+def test_force_keeps_a_fifo_where_npu_wizard_wrote_a_file_it_no_longer_makes_and_never_reads_it(
+    tmp_path: Path,
+) -> None:
+    project = render(answers(nodes=2, network__host_ips=["127.0.0.1"] * 2), tmp_path / "out").project_dir
+    (project / "train.py").unlink()
+    os.mkfifo(project / "train.py")  # reading it would wait for a writer forever
+    command = [sys.executable, "-m", "wizard", "--answers", str(own_script_answers(tmp_path, "main.py"))]
+    result = subprocess.run(
+        [*command, "-o", str(tmp_path / "out"), "--force"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (project / "train.py").is_fifo()  # not npu-wizard's as it wrote it: the user's, kept
+    assert "kept 1 paths of the old project: train.py" in result.stdout

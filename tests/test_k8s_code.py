@@ -9,6 +9,7 @@ out a configMap volume, and the container's command runs for real.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -153,23 +154,110 @@ def test_any_file_name_becomes_a_valid_key_and_comes_back_at_its_path(tmp_path: 
     assert {name: (copy / name).read_text() for name in files} == files
 
 
+def outside_files(root: Path) -> Path:
+    """A folder outside the project holding what must never reach a pod: a file and a package."""
+    (root / "lib").mkdir(parents=True)
+    (root / "passwd").write_text("root:x:0:0:SECRET\n")
+    (root / "lib" / "__init__.py").write_text("KEY = 'SECRET'\n")
+    return root
+
+
+def carried_paths(project: Path) -> list[str]:
+    """The paths the ConfigMap of `project` puts back in each pod."""
+    (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
+    assert not any("SECRET" in text for text in configmap["data"].values())
+    return [line.split(" ", 1)[1] for line in configmap["data"][k8s_code.LAYOUT_KEY].splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("engine", "script", "files", "links"),
+    [
+        ("pytorchjob", "src/main.py", CODE, {"src/secret.py": "passwd", "src/alias": "lib", "src/pkg/lib": "lib"}),
+        (
+            "ascendjob",
+            "main.py",
+            {"main.py": "print(1)\n"},
+            {"notes.py": "passwd", "lib": "lib", "launch/x.sh": "passwd"},
+        ),
+    ],
+)
+def test_a_symbolic_link_in_the_project_never_brings_what_it_points_to(
+    tmp_path: Path, engine: str, script: str, files: dict[str, str], links: dict[str, str]
+) -> None:
+    outside = outside_files(tmp_path / "outside")
+    answers_ = k8s_answers(engine, training__script=script)
+    project = project_with(tmp_path / "out", files, answers_)
+    for name, target in links.items():
+        (project / name).symlink_to(outside / target)
+
+    k8s.refresh_configmap(project, answers_)
+
+    paths = carried_paths(project)
+    assert set(files) <= set(paths)
+    assert [path for path in paths if path.startswith(tuple(links))] == []
+
+
+@pytest.mark.parametrize("linked", ["src/main.py", "src"])
+def test_a_training_script_reached_through_a_symbolic_link_is_refused_in_one_line(tmp_path: Path, linked: str) -> None:
+    project = project_with(tmp_path / "out", CODE, k8s_answers())
+    elsewhere = tmp_path / "elsewhere"
+    (project / linked).rename(elsewhere)
+    (project / linked).symlink_to(elsewhere)
+    before = (project / k8s.CONFIGMAP_FILE).read_text()
+
+    with pytest.raises(k8s_code.ConfigMapError) as refused:
+        k8s.refresh_configmap(project, k8s_answers())
+
+    message = str(refused.value)
+    assert message.startswith(f"training.script src/main.py: {linked} is a symbolic link") and "\n" not in message
+    assert (project / k8s.CONFIGMAP_FILE).read_text() == before
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    project = project_with(tmp_path / "out", CODE, k8s_answers())
+    (project / os.fsdecode(b"src/x\xff.py")).write_text("X = 1\n")
+    before = (project / k8s.CONFIGMAP_FILE).read_text()
+
+    with pytest.raises(k8s_code.ConfigMapError) as refused:
+        k8s.refresh_configmap(project, k8s_answers())
+
+    message = str(refused.value)
+    assert message.startswith("b'src/x\\xff.py': a file name that is not UTF-8"), message
+    assert message.encode("utf-8") and "\n" not in message
+    assert (project / k8s.CONFIGMAP_FILE).read_text() == before
+
+
 def test_code_over_a_configmaps_limit_is_refused_naming_the_biggest_files(tmp_path: Path) -> None:
     project = render(k8s_answers(), tmp_path).project_dir
     for name, text in CODE.items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    (project / "src" / "table.py").write_text("T = '" + "x" * 700_000 + "'\n")
-    (project / "src" / "pkg" / "vocab.py").write_text("V = '" + "y" * 400_000 + "'\n")
+    # Under a ConfigMap's 1 MiB, over the 256 KiB annotation in which kubectl apply keeps a copy of it.
+    (project / "src" / "table.py").write_text("T = '" + "x" * 150_000 + "'\n")
+    (project / "src" / "pkg" / "vocab.py").write_text("V = '" + "y" * 100_000 + "'\n")
     before = (project / k8s.CONFIGMAP_FILE).read_text()
 
     with pytest.raises(k8s_code.ConfigMapTooLarge) as refused:
         k8s.refresh_configmap(project, k8s_answers())
 
     message = str(refused.value)
-    assert "over a ConfigMap's 1048576" in message
-    assert "src/table.py (700007 bytes), src/pkg/vocab.py (400007 bytes)" in message
+    assert "as kubectl apply sends it, over the 245760 a ConfigMap it applies can carry" in message
+    assert "src/table.py (150007 bytes), src/pkg/vocab.py (100007 bytes)" in message
     assert "data comes from the data volume" in message
     assert (project / k8s.CONFIGMAP_FILE).read_text() == before
+
+
+def test_code_is_measured_as_kubectl_apply_escapes_it(tmp_path: Path) -> None:
+    files = {**CODE, "src/table.py": "T = '" + "<" * 50_000 + "'\n"}  # 50 KB on disk, 300 KB as kubectl's JSON
+    project = render(k8s_answers(), tmp_path).project_dir
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+
+    with pytest.raises(k8s_code.ConfigMapTooLarge) as refused:
+        k8s.refresh_configmap(project, k8s_answers())
+
+    assert "the biggest: src/table.py (50007 bytes)" in str(refused.value)
 
 
 def test_the_readme_says_the_pods_get_the_code_and_not_the_data(tmp_path: Path) -> None:

@@ -255,6 +255,28 @@ def test_force_replaces_npu_wizards_files_and_keeps_the_users(tmp_path: Path) ->
     assert set(new_files(repo)) == generated(repo) | {"launch/mine.sh", "runs/kept.txt"}
 
 
+def test_force_keeps_the_users_edits_to_files_npu_wizard_no_longer_makes(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=4)), "--into", str(repo)).returncode == 0
+    with (repo / "train.py").open("a") as script:
+        script.write("# my change\n")
+    (repo / "launch" / "node2.sh").write_text("my own node 2\n")
+    (repo / "my_train.py").write_text("print('my own loop')\n")
+    edited = contents(repo, ["train.py", "launch/node2.sh"])
+    again = answers_file(tmp_path, nodes=2, script="my_train.py")
+    dry = npu_wizard("--answers", str(again), "--into", str(repo), "--force", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    listed = dry.stdout.split("would keep 2 of your edited files npu-wizard no longer makes:\n", 1)[1]
+    assert listed.splitlines()[:2] == ["  launch/node2.sh", "  train.py"]
+    result = npu_wizard("--answers", str(again), "--into", str(repo), "--force")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "kept 2 of your edited files npu-wizard no longer makes: launch/node2.sh, train.py" in result.stdout
+    assert contents(repo, list(edited)) == edited
+    assert not (repo / "launch" / "node3.sh").exists()  # npu-wizard's as it wrote it, no longer generated
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+    assert set(new_files(repo)) == generated(repo) | {"train.py", "launch/node2.sh", "my_train.py"}
+
+
 def test_force_never_overwrites_a_users_file_either(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0

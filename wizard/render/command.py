@@ -31,6 +31,7 @@ def render_from_file(
                 "added {n} files to {dir} (yours untouched)",
                 "replaced npu-wizard's files in {dir} ({n} files; yours untouched)",
             ),
+            "of your edited files npu-wizard no longer makes",
         )
         return
     result = render(answers, output or Path("."), force=force, dry_run=dry_run, clean=clean)
@@ -42,19 +43,26 @@ def render_from_file(
     )
 
 
-def _report(result: RenderResult, dry_run: bool, dry: tuple[str, str], done: tuple[str, str]) -> None:
-    """Print the warnings and what was (or would be) written: (line when new, line when replaced), {n} {dir}."""
+def _report(
+    result: RenderResult,
+    dry_run: bool,
+    dry: tuple[str, str],
+    done: tuple[str, str],
+    kept_what: str = "paths of the old project",
+) -> None:
+    """Print the warnings and what was (or would be) written: (line when new, line when replaced), {n} {dir};
+    then what was (or would be) kept, `kept_what`."""
     print_warnings(result.warnings)
     if dry_run:
         print(dry[result.replaced].format(n=len(result.files), dir=result.project_dir))
         for name in result.files:
             print(f"  {name}")
         if result.kept:
-            print(f"would keep {len(result.kept)} paths of the old project:")
+            print(f"would keep {len(result.kept)} {kept_what}:")
             for name in result.kept:
                 print(f"  {shown(name)}")
         return
     print(done[result.replaced].format(n=len(result.files), dir=result.project_dir))
     if result.kept:
-        print(f"kept {len(result.kept)} paths of the old project: {named(result.kept)}")
+        print(f"kept {len(result.kept)} {kept_what}: {named(result.kept)}")
     print(f"next: read {result.project_dir / result.readme} for what to run on each node")

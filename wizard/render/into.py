@@ -26,7 +26,7 @@ from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
 from wizard.render import journal, pristine
 from wizard.render.generated import RENAMED
 from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR, is_into
-from wizard.render.render import RenderResult, render
+from wizard.render.render import RenderResult, render, unedited
 from wizard.render.replace import live_runs
 from wizard.render.update_lock import LOCK, update_lock
 from wizard.stopping import stop_signals_raise
@@ -113,7 +113,8 @@ def check_folder(folder: Path) -> None:
 def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run: bool = False) -> RenderResult:
     """Add the project of `answers` to `folder`; TargetError naming every clash, with nothing written.
 
-    With `force`, the files an earlier render wrote there are replaced (edits to them dropped); the user's stay.
+    With `force`, the files an earlier render wrote there are replaced (edits to them dropped); the user's stay,
+    and so does each file the new render no longer makes that the user edited (the result's `kept`).
     """
     folder = Path(folder)
     check_folder(folder)
@@ -121,24 +122,34 @@ def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run:
     new = rendered_files(answers, into=True)
     names = sorted([*new.files, PRISTINE, INTO_MARKER])
     try:
-        earlier, ours, note = _check(folder, names, force)
+        earlier, before, note = _check(folder, names, force)
     except TargetError as error:
         raise TargetError("; ".join([*filter(None, [finished]), str(error)])) from None
     notes = [text for text in (finished, note) if text]
     warnings = (*answers.warnings, *(Problem(FILE, NO_VALUE, text, "warning") for text in notes))
     if dry_run:
-        return RenderResult(folder, tuple(names), warnings, earlier, README)
+        return RenderResult(
+            folder, tuple(names), warnings, earlier, README, tuple(_no_longer_made(folder, before, new)[1])
+        )
     # One render or update of the folder at a time; what it holds is checked again under the lock.
     with update_lock(folder, f"npu-wizard --into {folder}{' --force' if force else ''}"):
-        earlier, ours, note = _check(folder, names, force)
+        earlier, before, note = _check(folder, names, force)
         if earlier:
             alive = live_runs(folder)
             if alive:
                 raise TargetError(f"a run of {folder} is alive ({'; '.join(alive)}): stop it first, then render again")
-        removes = sorted(name for name in ours - set(new.files) if os.path.lexists(folder / name))
+        removes, kept = _no_longer_made(folder, before, new)
         writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
         _write(folder, writes, removes, new.executable, made_state=not earlier)
-    return RenderResult(folder, tuple(names), warnings, earlier, README)
+    return RenderResult(folder, tuple(names), warnings, earlier, README, tuple(kept))
+
+
+def _no_longer_made(folder: Path, before: dict[str, str], new: pristine.Pristine) -> tuple[list[str], list[str]]:
+    """The files of the earlier render (`before`) the new one no longer makes: those to remove, as npu-wizard
+    wrote them, and those to keep, edited by the user (or no longer a regular file), so theirs now."""
+    gone = sorted(name for name in set(before) - set(new.files) if os.path.lexists(folder / name))
+    removes = [name for name in gone if unedited(folder / name, before[name])]
+    return removes, [name for name in gone if name not in removes]
 
 
 def _finish_interrupted(folder: Path) -> str:
@@ -156,9 +167,9 @@ def _finish_interrupted(folder: Path) -> str:
     return f"finished the interrupted render or update of {folder} first"
 
 
-def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, set[str], str]:
-    """Whether `folder` holds an earlier render, the files it wrote, a note when they cannot be told; TargetError
-    for an earlier render without `force` and for every clash."""
+def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, dict[str, str], str]:
+    """Whether `folder` holds an earlier render, the files it wrote (each as written), a note when they cannot be
+    told; TargetError for an earlier render without `force` and for every clash."""
     earlier = _has_state(folder)
     if earlier and not force:
         raise TargetError(
@@ -166,9 +177,9 @@ def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, set[str],
             f"npu-wizard update {folder} (your edits kept), or render again with --force (npu-wizard's own files "
             "replaced, yours kept)"
         )
-    ours, note = _earlier_files(folder) if earlier else (set(), "")
-    refuse_clashes(folder, clashes(folder, names, ours | {PRISTINE, INTO_MARKER}), "write")
-    return earlier, ours, note
+    before, note = _earlier_files(folder) if earlier else ({}, "")
+    refuse_clashes(folder, clashes(folder, names, {*before, PRISTINE, INTO_MARKER}), "write")
+    return earlier, before, note
 
 
 def _has_state(folder: Path) -> bool:
@@ -185,12 +196,13 @@ def _has_state(folder: Path) -> bool:
         return True
 
 
-def _earlier_files(folder: Path) -> tuple[set[str], str]:
-    """The files an earlier render wrote into `folder` (its pristine copy), and a note when that copy is lost."""
+def _earlier_files(folder: Path) -> tuple[dict[str, str], str]:
+    """The files an earlier render wrote into `folder`, each as written (its pristine copy), and a note when that
+    copy is lost."""
     try:
-        return set(pristine.load(folder).files), ""
+        return dict(pristine.load(folder).files), ""
     except (OSError, ValueError) as error:
-        return set(), (
+        return {}, (
             f"{PRISTINE} cannot be read ({error}), so npu-wizard cannot tell its files in {folder} from yours: "
             "each is named as a clash"
         )

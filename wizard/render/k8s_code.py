@@ -6,7 +6,9 @@ what it imports. A user's script at src/main.py brings its folder's tree
 (src/**/*.py); a script at the top (train.py, or the user's main.py) brings
 the top-level modules and the top-level packages (folders with __init__.py).
 Hidden folders, runs/, checkpoints/, the data folder, caches and virtual
-environments are never code.
+environments are never code. Nor is a symbolic link, to a file or a folder:
+the pods get the project's own files, never what a link points to (which may
+lie anywhere on this machine).
 
 A ConfigMap key cannot hold a '/', so each file travels under a key of its
 own and the key LAYOUT_KEY lists each key and, after a space, the path it
@@ -17,17 +19,25 @@ next `npu-wizard run`, which writes the ConfigMap again.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
 import shlex
+import stat
 from pathlib import Path
 
 from wizard.answers.script import is_foreign
 from wizard.errors import WizardError, shown
 
 LAYOUT_KEY = "npu-wizard.paths"  # never a file's key: those end in .py, .sh, .txt or .yaml
-CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses bigger ConfigMaps
+# `npu-wizard run` submits with client-side `kubectl apply`, which keeps the whole object, as JSON, in its
+# kubectl.kubernetes.io/last-applied-configuration annotation, and the API server refuses an object whose
+# annotations come to more than 256 KiB ("metadata.annotations: Too long"), far below a ConfigMap's own 1 MiB.
+# The files' JSON (keys, escapes and all) may take 240 KiB, leaving the rest for the name, namespace and labels.
+CONFIGMAP_LIMIT = 240 * 1024
+# Go's JSON (kubectl's) escapes these where Python's does not ('<' as \u003c): at most 5 bytes more each.
+_GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
 KEY_LIMIT = 253
 BIGGEST_SHOWN = 5
 _NOT_KEY = re.compile(r"[^-._a-zA-Z0-9]")
@@ -50,12 +60,14 @@ def project_files(project: Path, script: str | None = None, data_dir: str | None
     is there. `data_dir` (training.data_dir) is never carried, whatever it holds.
     """
     skip = _data_folder(data_dir)
+    if is_foreign(script):
+        _refuse_linked_script(project, str(script))
     names = code_files(project, script, skip)
     if is_foreign(script):
         names.append(str(script))
     names += _tree(project, "runtime", skip)
-    names += sorted(p.relative_to(project).as_posix() for p in (project / "launch").glob("*.sh"))
-    names += [name for name in ("requirements.txt", "answers.yaml") if (project / name).is_file()]
+    names += sorted(p.relative_to(project).as_posix() for p in (project / "launch").glob("*.sh") if _own(project, p))
+    names += [name for name in ("requirements.txt", "answers.yaml") if _own(project, project / name)]
     return list(dict.fromkeys(names))  # in this order, each once (runtime/ is a top-level package too)
 
 
@@ -64,24 +76,58 @@ def code_files(project: Path, script: str | None, skip: str = "data") -> list[st
     folder = posixpath.dirname(script) if is_foreign(script) else ""
     if folder:
         return _tree(project, folder, skip)
-    names = sorted(path.name for path in project.glob("*.py") if path.is_file() and not path.name.startswith("."))
+    names = sorted(path.name for path in project.glob("*.py") if _own(project, path) and not path.name.startswith("."))
     for package in sorted(project.iterdir()) if project.is_dir() else []:
-        if package.is_dir() and not package.is_symlink() and (package / "__init__.py").is_file():
+        if package.is_dir() and not package.is_symlink() and _own(project, package / "__init__.py"):
             names += _tree(project, package.name, skip)
     return names
 
 
 def _tree(project: Path, folder: str, skip: str) -> list[str]:
-    """Every *.py file under `folder` of `project`, never in a folder that holds no code (nor through a link)."""
+    """Every *.py file under `folder` of `project`, never in a folder that holds no code, never a link nor
+    through one (os.walk follows none, but would start in a linked `folder`)."""
+    if _linked(project, folder):
+        return []
     found = []
     for place, dirs, files in os.walk(project / folder):
         relative = Path(place).relative_to(project).as_posix()
         if not _is_code_folder(Path(place), relative, skip):
             dirs[:] = []
             continue
-        dirs[:] = sorted(name for name in dirs if not name.startswith("."))
-        found += [f"{relative}/{name}" for name in sorted(files) if name.endswith(".py")]
+        dirs[:] = sorted(name for name in dirs if not name.startswith(".") and not os.path.islink(Path(place, name)))
+        found += [
+            f"{relative}/{name}" for name in sorted(files) if name.endswith(".py") and _own(project, Path(place, name))
+        ]
     return found
+
+
+def _linked(project: Path, name: str) -> str:
+    """The first part of the project path `name` that is a symbolic link ("" when none is)."""
+    parts = Path(name).parts
+    for depth in range(1, len(parts) + 1):
+        if os.path.islink(project.joinpath(*parts[:depth])):
+            return "/".join(parts[:depth])
+    return ""
+
+
+def _own(project: Path, path: Path) -> bool:
+    """Whether `path` is a regular file of `project`: no link on its way, and inside the project once resolved."""
+    try:
+        name = path.relative_to(project).as_posix()
+        regular = stat.S_ISREG(os.lstat(path).st_mode)
+        return regular and not _linked(project, name) and path.resolve().is_relative_to(project.resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def _refuse_linked_script(project: Path, script: str) -> None:
+    """ConfigMapError when the user's `script` is, or lies in a folder that is, a symbolic link."""
+    link = _linked(project, script)
+    if link:
+        raise ConfigMapError(
+            f"training.script {shown(script)}: {shown(link)} is a symbolic link, and the pods get the project's own "
+            "files, never what a link points to: put the file itself there"
+        )
 
 
 def _is_code_folder(path: Path, relative: str, skip: str) -> bool:
@@ -102,7 +148,7 @@ def _data_folder(data_dir: str | None) -> str:
 
 def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
     """The ConfigMap's data: each existing file under its key, and LAYOUT_KEY naming each key's path."""
-    present = [name for name in names if (project / name).is_file()]
+    present = [name for name in names if _own(project, project / name)]
     keys = configmap_keys(present)
     data: dict[str, str] = {}
     for name in present:
@@ -111,6 +157,13 @@ def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
                 f"{shown(name)}: a file name that starts or ends with a space, or holds a tab or a line break, "
                 "cannot travel to the pods; rename it"
             )
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigMapError(
+                f"{os.fsencode(name)!r}: a file name that is not UTF-8 cannot travel to the pods (the ConfigMap "
+                "names each file's path in text); rename it"
+            ) from None
         try:
             data[keys[name]] = (project / name).read_bytes().decode("utf-8")
         except UnicodeDecodeError:
@@ -139,18 +192,25 @@ def configmap_keys(names: list[str]) -> dict[str, str]:
 
 
 def _check_size(data: dict[str, str], paths: dict[str, str]) -> None:
-    """ConfigMapTooLarge naming the biggest files when `data` is over a ConfigMap's limit."""
-    sizes = {key: len(text.encode()) for key, text in data.items()}
+    """ConfigMapTooLarge naming the biggest files when `data` is over what `kubectl apply` can carry."""
+    sizes = {key: _applied_size(key, text) for key, text in data.items()}
     size = sum(sizes.values())
     if size <= CONFIGMAP_LIMIT:
         return
     biggest = sorted(paths, key=lambda key: -sizes[key])[:BIGGEST_SHOWN]
-    listed = ", ".join(f"{shown(paths[key])} ({sizes[key]} bytes)" for key in biggest)
+    listed = ", ".join(f"{shown(paths[key])} ({len(data[key].encode())} bytes)" for key in biggest)
     raise ConfigMapTooLarge(
-        f"the project's code comes to {size} bytes, over a ConfigMap's {CONFIGMAP_LIMIT}; the biggest: {listed}. "
+        f"the project's code comes to {size} bytes as kubectl apply sends it, over the {CONFIGMAP_LIMIT} a "
+        f"ConfigMap it applies can carry (it keeps a copy in an annotation of at most 256 KiB); the biggest: {listed}. "
         "The pods get code only (data comes from the data volume): move data out of the script's folder, or build "
         "the code into the image and drop the project volume from the manifest"
     )
+
+
+def _applied_size(key: str, text: str) -> int:
+    """The bytes of `"key": "text",` in the JSON kubectl apply keeps in its annotation (an upper bound)."""
+    encoded = json.dumps({key: text}, ensure_ascii=False).encode()
+    return len(encoded) + 5 * len(_GO_ESCAPED.findall(text))
 
 
 def restore_command(source: str, workdir: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,13 +213,22 @@ def _written_before(target: Path, files: set[str]) -> tuple[set[str] | None, str
         return None, "missing"
     except (OSError, ValueError) as error:
         return None, str(error)
-    return {name for name, text in texts.items() if name in files or _unedited(target / name, text)}, ""
+    return {name for name, text in texts.items() if name in files or unedited(target / name, text)}, ""
 
 
-def _unedited(path: Path, text: str) -> bool:
-    """Whether `path` is a plain file holding `text` as npu-wizard wrote it."""
+def unedited(path: Path, text: str) -> bool:
+    """Whether `path` is a regular file holding `text` as npu-wizard wrote it (a link, a FIFO or a folder is not).
+
+    Only a regular file is ever read: opening a FIFO would wait for a writer forever.
+    """
+    data = text.encode("utf-8")
     try:
-        return not path.is_symlink() and path.read_bytes() == text.encode("utf-8")
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as stream:
+            info = os.fstat(fd)  # what was opened, should the path have changed since the lstat
+            return stat.S_ISREG(info.st_mode) and info.st_size == len(data) and stream.read(len(data) + 1) == data
     except OSError:
         return False
 
