@@ -147,9 +147,7 @@ def _check_target(output_dir: Path, target: Path, force: bool) -> bool:
 
 def _refuse_into_folder(target: Path) -> None:
     """TargetError for a folder of the user's rendered --into: -o --force would replace their repository whole."""
-    from wizard.render.into import is_into  # into renders through this module
-
-    if is_into(target):
+    if pristine.is_into(target):
         raise TargetError(
             f"{target} was rendered with --into: it is your folder, not a project -o made, so -o --force is refused; "
             f"to replace npu-wizard's files there (yours kept) use npu-wizard --answers FILE --into {target} "
