@@ -29,6 +29,17 @@ async def go_to(pilot: Pilot[int], step: str) -> None:
         await next_step(pilot)
 
 
+async def render_and_confirm(pilot: Pilot[int]) -> None:
+    """Ctrl+R on the review, which asks before replacing the folder; answer yes and let the render end."""
+    await pilot.press("ctrl+r")
+    await pilot.pause()
+    assert isinstance(pilot.app.screen, ConfirmScreen)
+    await pilot.press("y")
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
 def test_a_count_the_series_refuses_blocks_next_with_the_series_message() -> None:
     async def scenario(pilot: Pilot[int]) -> None:
         await next_step(pilot)
@@ -163,13 +174,7 @@ def test_replacing_an_existing_project_needs_confirmation_and_keeps_the_users_fi
         await pilot.pause()
         assert isinstance(pilot.app.screen, ReviewScreen)
         assert (target / "launch" / "run-node.sh").read_text() == "edited"
-        await pilot.press("ctrl+r")
-        await pilot.pause()
-        assert isinstance(pilot.app.screen, ConfirmScreen)
-        await pilot.press("y")
-        await pilot.pause()
-        await pilot.app.workers.wait_for_complete()
-        await pilot.pause()
+        await render_and_confirm(pilot)
         assert isinstance(pilot.app.screen, DoneScreen)
 
     run_wizard(scenario)
@@ -188,13 +193,7 @@ def test_replacing_a_folder_that_is_no_project_is_refused_and_changes_nothing(tm
         await pilot.pause()
         files = str(pilot.app.screen.query_one("#files", Static).render())
         assert "launch/" in files and "node0.sh" in files  # the preview lists the files all the same
-        await pilot.press("ctrl+r")
-        await pilot.pause()
-        assert isinstance(pilot.app.screen, ConfirmScreen)
-        await pilot.press("y")
-        await pilot.pause()
-        await pilot.app.workers.wait_for_complete()
-        await pilot.pause()
+        await render_and_confirm(pilot)
         assert isinstance(pilot.app.screen, ReviewScreen)
 
     run_wizard(scenario, create_app(blink=False, output_dir=tmp_path))
