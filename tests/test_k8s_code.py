@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.factories import answers
+from tests.k8s_pods import pod_command, pod_project
 from tests.kube_schemas import load_all, problems
 from wizard.answers.model import Answers
 from wizard.render import k8s, k8s_code
@@ -67,24 +68,9 @@ def project_with(tmp_path: Path, files: dict[str, str], answers_: Answers) -> Pa
 
 
 def play_pod(project: Path, engine: str, root: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """Lay the project volume out as the kubelet does, run the container's command; its result and the workspace."""
-    (job,) = load_all(project / k8s.manifest_file(engine))
-    (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
-    spec = job["spec"]
-    replica = (spec.get("replicaSpecs") or spec["pytorchReplicaSpecs"])["Master"]["template"]["spec"]
-    (volume,) = [v for v in replica["volumes"] if v["name"] == "project"]
-    source, workspace = root / "source", root / "workspace"
-    source.mkdir(parents=True)
-    workspace.mkdir()
-    # A configMap volume: each listed item at its path, or (no items) each key as a file of that name.
-    items = volume["configMap"].get("items") or [{"key": key, "path": key} for key in configmap["data"]]
-    for item in items:
-        (source / item["path"]).parent.mkdir(parents=True, exist_ok=True)
-        (source / item["path"]).write_text(configmap["data"][item["key"]])
-    shell, flag, script = replica["containers"][0]["command"]
-    script = script.replace(k8s.SOURCE_DIR, str(source)).replace(k8s.WORKSPACE, str(workspace))
-    result = subprocess.run([shell, flag, script], capture_output=True, text=True, timeout=60)
-    return result, workspace / project.name
+    """Set the master pod up as the kubelet would, run the container's command; its result and the workspace."""
+    result = subprocess.run(pod_command(project, engine, 0, root), capture_output=True, text=True, timeout=60)
+    return result, pod_project(project, root)
 
 
 def test_a_script_in_src_gets_its_modules_and_packages_at_their_paths_in_the_pod(tmp_path: Path) -> None:

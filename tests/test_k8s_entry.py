@@ -9,7 +9,7 @@ LOCAL_RANK the list "0,1"; for PyTorchJob PET_NNODES, PET_NODE_RANK,
 PET_NPROC_PER_NODE, with RANK the pod index and WORLD_SIZE pods x processes).
 CPU, gloo, 127.0.0.1 for the master Service. The ranks must end as a manual
 run of the same answers ends: the same ranks on the same nodes, the same
-weights.
+weights. A user's own script (training.script) trains to its end in the same pods.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.kube_schemas import load_all
+from tests.k8s_pods import pod_command, pod_project
 from tests.runs import BIN, events_of, free_port, kinds, run_project, wait_nodes
 from wizard.answers.model import resolve
 from wizard.render import k8s
@@ -31,6 +31,7 @@ from wizard.render.render import render
 pytestmark = pytest.mark.slow
 
 NODES, DEVICES = 2, 2
+SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
 
 
 def cpu_answers(engine: str, port: int) -> dict[str, Any]:
@@ -97,25 +98,13 @@ def pod_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def play_pod(project: Path, engine: str, node: int, root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Set pod `node` up as the kubelet would (a file per ConfigMap key) and run its command."""
-    (job,) = load_all(project / k8s.manifest_file(engine))
-    (configmap,) = load_all(project / k8s.CONFIGMAP_FILE)
-    role = "Master" if node == 0 else "Worker"
-    replica = (job["spec"].get("replicaSpecs") or job["spec"]["pytorchReplicaSpecs"])[role]
-    spec = replica["template"]["spec"]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == "project"]
-    source, workspace = root / "source", root / "workspace"
-    # A configMap volume without items: each key a file of that name.
-    assert "items" not in volume["configMap"], "the whole ConfigMap is mounted: the pod's command lays it out"
-    for item in [{"key": key, "path": key} for key in configmap["data"]]:
-        target = source / item["path"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(configmap["data"][item["key"]])
-    workspace.mkdir(parents=True)
-    shell, flag, script = spec["containers"][0]["command"]
-    script = script.replace(k8s.SOURCE_DIR, str(source)).replace(k8s.WORKSPACE, str(workspace))
+    """Set pod `node` up as the kubelet would and start its command under the operator's `env`."""
     return subprocess.Popen(
-        [shell, flag, script], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        pod_command(project, engine, node, root),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -155,11 +144,52 @@ def test_pods_train_like_the_manual_engine(
     events: dict[int, list[dict]] = {}
     for node in range(NODES):
         # no shared storage: each pod keeps its own run folder in its workspace
-        events.update(events_of(tmp_path / f"pod{node}" / "workspace" / project.name / "runs" / "latest"))
+        events.update(events_of(pod_project(project, tmp_path / f"pod{node}") / "runs" / "latest"))
     outcome = rank_outcome(events)
     assert sorted(outcome) == list(range(NODES * DEVICES))
     assert outcome == manual_outcome
     assert "entry: pod" in results[0][1]
+
+
+# The user's own script: the PyTorch DDP tutorial's src/ddp_tutorial.py, started by a src/main.py beside it,
+# so that the pods can train only if the ConfigMap puts the module back at its path next to the script.
+OWN_SCRIPT = {
+    "src/ddp_tutorial.py": (SCRIPTS / "ddp_tutorial.py").read_text(),
+    "src/main.py": "from ddp_tutorial import main\n\nmain()\n",
+}
+OWN_EPOCHS = 2
+
+
+@pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
+def test_pods_train_a_users_own_script_to_the_end(engine: str, tmp_path: Path) -> None:
+    raw = {
+        **cpu_answers(engine, free_port()),
+        "training.script": "src/main.py",
+        "training.script_args": ["--epochs", str(OWN_EPOCHS)],
+    }
+    project = render(resolve(raw), tmp_path).project_dir
+    for name, text in OWN_SCRIPT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    k8s.refresh_configmap(project, resolve(raw))  # as `npu-wizard run` does before it applies the manifests
+    master_port = free_port()
+    pods = [
+        play_pod(project, engine, node, tmp_path / f"pod{node}", pod_env(operator_env(engine, node, master_port)))
+        for node in range(NODES)
+    ]
+    results = wait_nodes(pods, timeout=240)
+
+    for node, (code, output) in enumerate(results):
+        assert code == 0, f"pod {node} exited {code}:\n{output[-3000:]}"
+    for node in range(NODES):
+        run_dir = pod_project(project, tmp_path / f"pod{node}") / "runs" / "latest"
+        events = events_of(run_dir)
+        assert sorted(events) == list(range(node * DEVICES, (node + 1) * DEVICES))
+        for rank, rank_events in events.items():
+            log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+            assert f"[rank {rank}] epoch {OWN_EPOCHS - 1} loss " in log, log
+            assert kinds(rank_events, "started")[-1]["node"] == node
+            assert kinds(rank_events, "finished"), rank_events
 
 
 SURPRISES = [
