@@ -57,10 +57,21 @@ def user_repo(root: Path, files: dict[str, str]) -> Path:
     return repo
 
 
-def answers_file(root: Path, nodes: int = 2, **training: Any) -> Path:
-    """A CPU project's answers: `nodes` simulated nodes x 1 process on loopback."""
+# What each cluster engine adds besides the node scripts: its folder and the files in it.
+ENGINE_FILES = {
+    "slurm": {"slurm/job.sbatch"},
+    "pytorchjob": {"k8s/pytorchjob.yaml", "k8s/project.yaml"},
+}
+ENGINE_ANSWERS: dict[str, dict[str, str]] = {
+    "slurm": {"engine": "slurm", "time": "00:20:00"},
+    "pytorchjob": {"engine": "pytorchjob", "image": "registry.example.com/train:cpu"},
+}
+
+
+def answers_file(root: Path, nodes: int = 2, engine: str = "manual", **training: Any) -> Path:
+    """A CPU project's answers: `nodes` x 1 process, simulated nodes on loopback for the manual engine."""
     path = root / "answers.yaml"
-    document = {
+    document: dict[str, Any] = {
         "project_name": "ddp-mine",
         "device": "cpu",
         "nodes": nodes,
@@ -70,6 +81,9 @@ def answers_file(root: Path, nodes: int = 2, **training: Any) -> Path:
         "network": {"host_ips": ["127.0.0.1"] * nodes, "master_port": free_port()},
         "training": {"samples": 64, "batch_size": 16, "epochs": 1, "log_every": 2, **training},
     }
+    if engine != "manual":
+        document["network"] = {"master_port": document["network"]["master_port"]}
+        document["cluster"] = ENGINE_ANSWERS[engine]
     path.write_text(answers_yaml(document))
     return path
 
@@ -175,6 +189,35 @@ def test_into_a_clean_repository_adds_only_npu_wizards_files(tmp_path: Path) -> 
     assert "`requirements-npu-wizard.txt`" in (repo / "NPU-WIZARD.md").read_text()
     assert os.access(repo / "launch" / "node0.sh", os.X_OK)
     assert yaml.safe_load((repo / "answers.yaml").read_text())["project_name"] == "ddp-mine"
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_FILES))
+def test_into_a_clean_repository_with_a_cluster_engine_adds_its_folder_and_only_npu_wizards_files(
+    tmp_path: Path, engine: str
+) -> None:
+    repo = user_repo(tmp_path, USER_FILES)
+    result = npu_wizard("--answers", str(answers_file(tmp_path, engine=engine)), "--into", str(repo))
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr, result.stderr
+    assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+    added = new_files(repo)
+    assert set(added) == generated(repo)
+    assert {name for name in added if name.startswith(("slurm/", "k8s/"))} == ENGINE_FILES[engine]
+    assert {"NPU-WIZARD.md", "launch/entry.sh", "launch/run-node.sh", "train.py", "runtime/events.py"} <= set(added)
+
+
+@pytest.mark.parametrize(("engine", "theirs"), [("slurm", "slurm/job.sbatch"), ("pytorchjob", "k8s/pytorchjob.yaml")])
+def test_a_users_own_cluster_file_where_npu_wizard_writes_its_own_is_refused_naming_it(
+    tmp_path: Path, engine: str, theirs: str
+) -> None:
+    folder = theirs.split("/")[0]
+    repo = user_repo(tmp_path, {**USER_FILES, theirs: "my own job\n", f"{folder}/notes.txt": "no clash\n"})
+    before = tree_hash(repo)
+    result = npu_wizard("--answers", str(answers_file(tmp_path, engine=engine)), "--into", str(repo))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "already has 1 path(s) npu-wizard would write" in result.stderr
+    assert f"\n  {theirs}\n" in result.stderr and "nothing was written" in result.stderr
+    assert tree_hash(repo) == before
 
 
 def test_a_second_render_into_the_folder_is_refused_pointing_at_update_and_force(tmp_path: Path) -> None:
