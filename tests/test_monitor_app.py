@@ -155,6 +155,19 @@ async def test_the_job_line_has_throughput_and_eta(tmp_path: Path) -> None:
         assert "samples/s" in line and "ETA" in line
 
 
+async def test_the_job_line_of_steps_without_their_total_says_how_to_get_an_eta(tmp_path: Path) -> None:
+    state = JobState(2, hang_after=30, clock=lambda: NOW)
+    for rank in range(2):  # a user's script: report.step(step, loss=..., samples=...), no total_steps
+        state.ingest(event(rank, "started", 900.0, node=0, pid=100 + rank, world_size=2))
+        for index, step in enumerate(range(10, 60, 10)):
+            state.ingest(event(rank, "step", 950.0 + 5 * index, step=step, loss=1.0, samples_per_s=4000.0))
+    app = app_for(FakeJob(state, tmp_path))
+    async with app.run_test(size=(110, 32)):
+        line = str(app.query_one("#job", Static).render())
+        assert "step 50  |" in line
+        assert line.endswith("samples/s  |  ETA: pass total_steps= to report.step"), line
+
+
 def own_script_state() -> JobState:
     """Two ranks of a user's script that sends no steps: rank 0 printed 2 s ago, rank 1 last printed at 960 s (40 s)."""
     state = JobState(2, hang_after=30, clock=lambda: NOW)

@@ -10,6 +10,7 @@ import pytest
 from tests.factories import answers, answers_yaml
 from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
+from wizard.monitor.report import ETA_NEEDS_TOTAL
 from wizard.render.render import render
 
 BASE = {"project_name": "mine", "device": "cpu", "nodes": 1, "devices_per_node": 2, "amp": "off"}
@@ -125,7 +126,10 @@ def test_the_readme_of_a_foreign_project_shows_the_backend_lines_and_the_report_
         compile(block, "README.md", "exec")  # each snippet is Python a user can paste
     assert "import torch_npu" in blocks[0] and 'backend = "hccl" if device == "npu" else "gloo"' in blocks[0]
     assert "from runtime import report" in blocks[1]
-    assert "report.step(step, loss=loss, samples=len(batch))" in blocks[1]
+    assert "report.step(step, loss=loss, samples=len(batch), total_steps=epochs * len(loader))" in blocks[1]
+    words = " ".join(readme.split())
+    assert "`total_steps` (the steps of the whole run) gives the ETA" in words
+    assert f"without it the monitor shows `{ETA_NEEDS_TOTAL}` where the time left would be" in words
     assert "report.checkpoint(step, path)" in blocks[1]
     assert "python -m runtime.userscript 'src/my main.py' --name 'it'\"'\"'s'" in readme
     assert "the summary names the first rank that failed and quotes the end of its log" in readme

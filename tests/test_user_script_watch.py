@@ -117,7 +117,7 @@ else:
 """
 
 
-def start_shim_ranks(folder: Path, script: str, world_size: int) -> list[subprocess.Popen[bytes]]:
+def start_shim_ranks(folder: Path, script: str, world_size: int, **env: str) -> list[subprocess.Popen[bytes]]:
     """`python -m runtime.userscript script.py` once per rank, as a launcher starts them (run folder folder/run)."""
     (folder / "script.py").write_text(script)
     return [
@@ -133,6 +133,7 @@ def start_shim_ranks(folder: Path, script: str, world_size: int) -> list[subproc
                 "LOCAL_RANK": str(rank),
                 "WORLD_SIZE": str(world_size),
                 "LOCAL_WORLD_SIZE": str(world_size),
+                **env,
             },
             stdout=subprocess.DEVNULL,
         )
@@ -168,6 +169,30 @@ def test_a_script_without_steps_is_judged_by_when_it_last_printed(tmp_path: Path
     assert "outcome: finished" in words
     assert "  rank 0 (node 0): finished (exit 0), no step reported, last printed " in words
     assert "  rank 1 (node 0): finished (exit 0), no step reported, last printed " in words
+
+
+# A script that sends its steps as the issue's call does, without total_steps (with a loss, or with none).
+STEPPER = """
+from runtime import report
+
+for step in range(1, 9):
+    report.step(step, {loss}samples=4)
+"""
+
+
+@pytest.mark.parametrize("loss", ["loss=1.0 / step, ", ""], ids=["loss", "no-loss"])
+def test_steps_sent_without_their_total_say_how_to_get_an_eta(tmp_path: Path, loss: str) -> None:
+    (rank,) = start_shim_ranks(tmp_path, STEPPER.format(loss=loss), 1, NPU_WIZARD_REPORT_S="0")
+    assert rank.wait(timeout=120) == 0
+    found = read_events(tmp_path / "run")[0]
+    assert [e["step"] for e in kinds(found, "step")] == list(range(1, 9))
+    # mid-run, as the monitor saw it after step 8
+    last = max(i for i, e in enumerate(found) if e.get("event") == "step")
+    state = JobState(1)
+    state.ingest_all(found[: last + 1])
+    line = progress_line(state, 5.0, now=found[last]["time"])
+    assert "1 ranks: running 1 | step 8" in line and "step 8/" not in line
+    assert line.endswith(" | ETA: pass total_steps= to report.step"), line
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
 from wizard.monitor.ranks import where
-from wizard.monitor.report import duration, failure_log_lines, format_summary, log_tail
+from wizard.monitor.report import duration, eta_text, failure_log_lines, format_summary, log_tail
 from wizard.monitor.source import JobSource, RunningJob
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, JobState
 from wizard.stopping import stop_signals_raise
@@ -175,7 +175,7 @@ class MonitorApp(App[str | None]):
             head += f"  |  checkpoint at step {saved[1]}"
         if self.source.outcome is not None:
             return f"{head}  |  {self.source.outcome.upper()} (q to quit)"
-        return f"{head}  |  {state.throughput():,.0f} samples/s  |  ETA {duration(state.eta())}"
+        return f"{head}  |  {state.throughput():,.0f} samples/s  |  {eta_text(state)}"
 
     def _alert(self, state: JobState, now: float) -> str:
         summary = self.source.summary or {}

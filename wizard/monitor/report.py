@@ -17,6 +17,8 @@ from wizard.monitor.stragglers import Straggler, describe
 
 SUMMARY_FILE = "summary.json"
 LOG_TAIL_LINES = 10
+# In place of the ETA where a script sends its steps without total_steps, which the ETA needs.
+ETA_NEEDS_TOTAL = "ETA: pass total_steps= to report.step"
 
 
 def duration(seconds: float | None) -> str:
@@ -30,17 +32,25 @@ def duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+def eta_text(state: JobState) -> str:
+    """`ETA 2m03s` (`ETA ?` until the step rate is known); for steps sent without their total, how to get one."""
+    if state.total_steps() is None and any(view.steps_reported for view in state.ranks.values()):
+        return ETA_NEEDS_TOTAL
+    return f"ETA {duration(state.eta())}"
+
+
 def progress_line(state: JobState, elapsed: float, now: float | None = None) -> str:
     """One line: ranks by state, newest step and loss, throughput, ETA, hung ranks."""
     states = [state.state(rank, now) for rank in sorted(state.ranks)]
     counts = ", ".join(f"{name} {states.count(name)}" for name in dict.fromkeys(states))
     line = f"[{elapsed:7.1f}s] {len(states)} ranks: {counts}"
     losses = [view for view in state.ranks.values() if view.loss is not None]
-    if losses:
-        newest = max(losses, key=lambda view: view.step)
+    if any(view.steps_reported for view in state.ranks.values()):  # a loss comes with a step
         total = state.total_steps()
-        line += f" | step {state.newest_step()}{f'/{total}' if total else ''} loss {newest.loss:.4f}"
-        line += f" | {state.throughput():,.0f} samples/s | ETA {duration(state.eta())}"
+        line += f" | step {state.newest_step()}{f'/{total}' if total else ''}"
+        if losses:
+            line += f" loss {max(losses, key=lambda view: view.step).loss:.4f}"
+        line += f" | {state.throughput():,.0f} samples/s | {eta_text(state)}"
     elif (quietest := state.quietest(now)) is not None:
         # ranks of a script that reports no steps: how long the quietest has printed nothing
         line += f" | no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
