@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.test_doctor_command import doctor, render_project
+import pytest
+
+from tests.test_doctor_command import doctor, render_project, user_env
 
 SCRIPT_WITH_CUDA = """\
 import os
@@ -78,3 +82,35 @@ def test_a_missing_script_fails_with_where_to_put_it(tmp_path: Path) -> None:
 def test_a_project_with_the_generated_script_has_no_script_line(tmp_path: Path) -> None:
     project = render_project(tmp_path, project_name="gen", device="npu", devices_per_node=2)
     assert not any(line[6:].startswith("script ") for line in doctor(str(project)).stdout.splitlines())
+
+
+# A script whose top level acts at once: run or imported, it leaves a marker and ends the process.
+SCRIPT_THAT_ACTS = """\
+import pathlib
+import sys
+
+pathlib.Path({marker!r}).write_text("the script ran")
+sys.exit(7)
+"""
+
+
+# platform.py: the name of a module the software probe imports, in the folder doctor runs in
+@pytest.mark.parametrize(("device", "script"), [("npu", "my_train.py"), ("cpu", "platform.py")])
+def test_doctor_reads_the_script_and_never_runs_or_imports_it(tmp_path: Path, device: str, script: str) -> None:
+    marker = tmp_path / "ran"
+    project = render_project(
+        tmp_path, project_name="own", device=device, devices_per_node=2, **{"training.script": script}
+    )
+    (project / script).write_text(SCRIPT_THAT_ACTS.format(marker=str(marker)))
+    # from the project folder, as a user runs it: the script is a top-level module there
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "doctor"],
+        cwd=project,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert not marker.exists(), result.stdout + result.stderr
+    assert script_line(result.stdout).startswith(f"PASS script {script} is there"), result.stdout
+    assert "PASS  python " in result.stdout, result.stdout  # the probe imported torch, not the script

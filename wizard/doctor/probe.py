@@ -23,8 +23,13 @@ PROBE_TIMEOUT_S = 120
 
 # Runs in the project's interpreter; argv[1] is where `runtime` can be imported from,
 # so that a torch_npu failure is explained by the same words the ranks would print.
+# `python -c` puts the folder doctor runs in first on sys.path (""), where a module of the user's named
+# like one the probe imports (platform.py) would be run: doctor reads the project's files, never runs them.
 PROBE = r"""
-import importlib.util, json, platform, sys
+import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
+import importlib.util, json, platform
 out = {"python": platform.python_version(), "executable": sys.executable}
 try:
     import torch
