@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.factories import answers, answers_yaml
+from tests.runs import free_port
+from tests.test_doctor_command import stand_in_torch_npu
 from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
 from wizard.monitor.report import ETA_NEEDS_TOTAL
@@ -135,3 +140,23 @@ def test_the_readme_of_a_foreign_project_shows_the_backend_lines_and_the_report_
     assert "the summary names the first rank that failed and quotes the end of its log" in readme
     generated = (render(answers(), tmp_path / "b").project_dir / "README.md").read_text()
     assert "## Your script" not in generated and "runtime.userscript" not in generated
+
+
+def test_the_readmes_backend_lines_run_and_give_gloo_on_a_cpu_project(tmp_path: Path) -> None:
+    own = answers(training__script="src/main.py")
+    readme = (render(own, tmp_path / "a").project_dir / "README.md").read_text()
+    backend_lines = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)[0]
+    # What the user's script has around them: torch imported, the project's device; then the backend it got.
+    script = f"import torch\ndevice = {own['device']!r}\n{backend_lines}print(torch.distributed.get_backend())\n"
+    # torch_npu cannot be installed here: an empty package stands in for its import
+    stand_in = stand_in_torch_npu(tmp_path, "")
+    rank = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(stand_in), **rank},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["gloo"]
