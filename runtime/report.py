@@ -4,7 +4,7 @@
 
     for step, (inputs, targets) in enumerate(loader, start=1):
         ...
-        report.step(step, loss=loss, samples=len(inputs))
+        report.step(step, loss=loss, samples=len(inputs), total_steps=epochs * len(loader))
     report.checkpoint(step, path)
 
 Under npu-wizard (the launch scripts start the script through
