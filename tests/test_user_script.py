@@ -11,7 +11,9 @@ tests/ssh_hosts.py) and Slurm (the two-node cluster of tests/slurm_cluster.py).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -131,6 +133,37 @@ def test_a_script_whose_rank_3_raises_exits_3_naming_it_quoting_its_traceback_le
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["failure"]["rank"], summary["failure"]["kind"]) == (3, "error")
     assert summary["ranks"]["3"]["exit_code"] == 1
+
+
+# torchrun notices a dead worker within its monitor interval (0.1 s) and logs its signal only after stopping the
+# others; PET_MONITOR_INTERVAL=2 makes it notice 2 s late, so `run` sees the rank gone first, every time
+@pytest.mark.parametrize(
+    ("launcher", "env"), [("torchrun", {"PET_MONITOR_INTERVAL": "2"}), ("shell", {})], ids=["torchrun", "shell"]
+)
+@pytest.mark.slow
+def test_a_rank_killed_with_sigkill_is_the_root_cause_with_the_signal_its_launcher_saw(
+    tmp_path: Path, launcher: str, env: dict[str, str]
+) -> None:
+    one_node = {"nodes": 1, "network.host_ips": ["127.0.0.1"], "launcher": launcher}
+    project = render_own(tmp_path, args=("--epochs", "1000000"), **one_node)  # trains until killed
+    runner = start_runner(project, "--interval", "2", env=node_env(project / "runs" / "unused", **env))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        log = run_dir / "logs" / "rank-1.log"
+        wait_for(lambda: log.is_file() and "[rank 1] epoch 0 loss " in log.read_text(), START_S, "rank 1 to train")
+        victim = kinds(events_of(run_dir)[1], "started")[-1]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        output, _ = runner.communicate(timeout=120)
+        left = leftover_processes(project)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    assert left == []
+    assert f"root cause: rank 1 (node 0): its process {victim} vanished without an error" in output
+    said = "its launcher saw it end with signal 9 (SIGKILL: kill -9 or the OOM killer (dmesg says which))"
+    assert f"{said} (logs/node-0.log)" in output, output
+    failure = json.loads((run_dir / "summary.json").read_text())["failure"]
+    assert (failure["rank"], failure["kind"]) == (1, "vanished")
 
 
 @pytest.mark.slow
