@@ -2,22 +2,26 @@
 
 The launch scripts run for real under bash, with the real torchrun and
 torch.distributed.launch (and the torchrun fallbacks of torch-npu-run and of a
-torch without distributed/launch.py). The project's runtime/userscript.py is
-replaced by a recording double (`USERSCRIPT_DOUBLE`): these tests pin what the
-launchers hand the shim (argv, environment, working folder), not the shim.
+torch without distributed/launch.py). In most tests the project's
+runtime/userscript.py is replaced by a recording double (`USERSCRIPT_DOUBLE`):
+they pin what the launchers hand the shim (argv, environment, working folder),
+not the shim. The slow tests at the end train the tutorial-style script
+(tests/user_scripts/ddp_tutorial.py) for real, 1 node x 2 ranks with gloo on the
+CPU, through the real shim under the launchers `npu-wizard run`'s tests leave out.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.runs import free_port
+from tests.runs import events_of, free_port, kinds
 from tests.test_launch_scripts import project_answers, run_node, script_env
 from wizard.answers.model import resolve
 from wizard.errors import AnswersError
@@ -35,6 +39,22 @@ with open(os.path.join(os.environ["FAKE_RECORD"], f"rank-{rank}.json"), "w") as 
 SCRIPT = "src/my train.py"
 ARGS = ["--data", "/data/my set", "--tag", "it's", "--empty", ""]
 EXPECTED_ARGV = [SCRIPT, *ARGS, "--epochs", "1"]
+# What launch/run-node.sh exports for this 1-node loopback project, whatever the device (the answers' defaults:
+# HCCL's host ports from 60000, its timeouts); GLOO_SOCKET_IFNAME is the interface of HCCL's address.
+JOB_ENV = {
+    "NODE_RANK": "0",
+    "NNODES": "1",
+    "NPROC_PER_NODE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "HCCL_IF_IP": "127.0.0.1",
+    "HCCL_WHITELIST_DISABLE": "1",
+    "HCCL_IF_BASE_PORT": "60000",
+    "HCCL_CONNECT_TIMEOUT": "120",
+    "HCCL_EXEC_TIMEOUT": "1836",
+    "GLOO_SOCKET_IFNAME": "lo",
+}
+# Exported by device and torch_npu release: never inherited from the test's own environment.
+DEVICE_ENV = ("TASK_QUEUE_ENABLE", "CPU_AFFINITY_CONF", "TORCH_DEVICE_BACKEND_AUTOLOAD", "GLOO_SOCKET_IFNAME")
 # A python that says torch has no distributed/launch.py: run-node.sh then falls back to torchrun.
 NO_LAUNCH_PY = """\
 #!/usr/bin/env bash
@@ -57,11 +77,15 @@ def run_ranks(project: Path, tmp_path: Path, **extra: str) -> list[dict]:
     record.mkdir()
     env = script_env(
         record,
-        NPU_WIZARD_SKIP_PREFLIGHT="1",
-        NPU_WIZARD_RUN_DIR=str(tmp_path / "run"),
-        MASTER_PORT=str(free_port()),
-        **extra,
+        **{
+            "NPU_WIZARD_SKIP_PREFLIGHT": "1",
+            "NPU_WIZARD_RUN_DIR": str(tmp_path / "run"),
+            "MASTER_PORT": str(free_port()),
+            **extra,
+        },
     )
+    for name in DEVICE_ENV:
+        env.pop(name, None)
     env["PYTHONPATH"] = "/inherited/path"
     done = run_node(project, 0, env, "--epochs", "1", timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -73,15 +97,32 @@ def test_every_launcher_starts_the_users_script_through_the_shim_with_its_argume
     launcher: str, tmp_path: Path
 ) -> None:
     project = own_project(tmp_path, launcher=launcher)
-    ranks = run_ranks(project, tmp_path)
+    port = str(free_port())  # not the answers' 29500: MASTER_PORT set by the caller wins
+    ranks = run_ranks(project, tmp_path, MASTER_PORT=port)
     for rank, seen in enumerate(ranks):
         argv = [arg for arg in seen["argv"] if not arg.startswith("--local-rank=")]  # torch.distributed.launch's
         assert argv == EXPECTED_ARGV
         env = seen["env"]
         assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == (str(rank), str(rank), "2")
-        assert (env["LOCAL_WORLD_SIZE"], env["MASTER_ADDR"]) == ("2", "127.0.0.1")
+        assert (env["LOCAL_WORLD_SIZE"], env["MASTER_PORT"]) == ("2", port)
+        assert {name: env.get(name) for name in JOB_ENV} == JOB_ENV
+        # a CPU project: torch_npu's settings left out, and no torch_npu loading itself without CANN
+        assert (env.get("TASK_QUEUE_ENABLE"), env.get("CPU_AFFINITY_CONF")) == (None, None)
+        assert env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and "HCCL_SOCKET_IFNAME" not in env
+        assert env["NPU_WIZARD_RUN_DIR"] == str(tmp_path / "run")
         assert env["PYTHONPATH"] == f"{project}:/inherited/path"
         assert seen["cwd"] == str(project) and not (project / "train.py").exists()
+
+
+def test_an_npu_project_hands_the_users_script_torch_npus_settings_too(tmp_path: Path) -> None:
+    # device npu with a current torch_npu (no NPU or CANN needed: the double records, the preflight is skipped)
+    project = own_project(tmp_path, launcher="torch-npu-run", device="npu")
+    ranks = run_ranks(project, tmp_path)
+    for seen in ranks:
+        env = seen["env"]
+        assert {name: env.get(name) for name in JOB_ENV} == JOB_ENV
+        assert (env["TASK_QUEUE_ENABLE"], env["CPU_AFFINITY_CONF"]) == ("2", "1")
+        assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in env  # torch_npu must load itself on the NPU
 
 
 def test_torch_launch_falls_back_to_torchrun_with_the_same_script_and_arguments(tmp_path: Path) -> None:
@@ -110,6 +151,8 @@ def test_the_shell_loop_pins_each_rank_of_the_users_script_with_taskset(tmp_path
     share = cores // 2
     assert [seen["cpus"] for seen in ranks] == [list(range(0, share)), list(range(share, 2 * share))]
     assert [seen["argv"] for seen in ranks] == [EXPECTED_ARGV, EXPECTED_ARGV]
+    # this torch_npu keeps its own dispatch default and predates CPU_AFFINITY_CONF (hence taskset)
+    assert all("TASK_QUEUE_ENABLE" not in seen["env"] and "CPU_AFFINITY_CONF" not in seen["env"] for seen in ranks)
 
 
 def test_force_replacement_keeps_the_users_script_and_its_folder(tmp_path: Path) -> None:
@@ -152,3 +195,58 @@ def test_a_kubernetes_script_name_must_fit_a_configmap_key() -> None:
         resolve({**raw, "training.script": "src/my train.py"})
     assert [p.field for p in caught.value.problems] == ["training.script"]
     assert "ConfigMap, whose keys allow only letters, digits, '.', '_' and '-'" in caught.value.problems[0].message
+
+
+# ---- the real script, trained under each launcher ------------------------------------------
+
+SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
+TUTORIAL_EPOCHS = 2
+# torch.distributed.launch hands each process --local-rank=N, which a script written for it parses
+# (torchrun and the shell loop set only LOCAL_RANK): the tutorial's parser learns that flag
+PARSE_ARGS = "    args = parser.parse_args()\n"
+TAKES_LOCAL_RANK = '    parser.add_argument("--local-rank", "--local_rank", type=int)\n' + PARSE_ARGS
+# what the launch script says it ran, besides the ranks' output
+LAUNCHER_SAYS = {
+    "shell": "node 0: started ranks 0-1 of 2",
+    "torch-launch": "node 0: NOTE: torch.distributed.launch is deprecated upstream in favour of torchrun",
+    "torch-npu-run": "node 0: torch_npu_run not found (torch_npu not installed: CPU simulation?); using torchrun",
+}
+
+
+def tutorial_project(tmp_path: Path, launcher: str) -> Path:
+    """A CPU project (1 node x 2 ranks, gloo) that trains tests/user_scripts/ddp_tutorial.py through the real shim."""
+    raw = project_answers(
+        launcher=launcher,
+        **{
+            "network.master_port": free_port(),
+            "training.script": "ddp_tutorial.py",
+            "training.script_args": ["--epochs", str(TUTORIAL_EPOCHS)],
+        },
+    )
+    project = render(resolve(raw), tmp_path / "out").project_dir
+    shutil.copyfile(SCRIPTS / "ddp_tutorial.py", project / "ddp_tutorial.py")
+    if launcher == "torch-launch":
+        script = (project / "ddp_tutorial.py").read_text()
+        assert PARSE_ARGS in script
+        (project / "ddp_tutorial.py").write_text(script.replace(PARSE_ARGS, TAKES_LOCAL_RANK))
+    return project
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["shell", "torch-launch", "torch-npu-run"])
+def test_each_launcher_trains_the_tutorial_style_script_to_its_last_epoch(launcher: str, tmp_path: Path) -> None:
+    project = tutorial_project(tmp_path, launcher)
+    run_dir = tmp_path / "run"
+    env = script_env(tmp_path / "record", NPU_WIZARD_RUN_DIR=str(run_dir))
+    done = run_node(project, 0, env, timeout=240)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert LAUNCHER_SAYS[launcher] in output
+    if launcher == "torch-launch":  # this torch still ships torch.distributed.launch: no torchrun fallback
+        assert "torch.distributed.launch is gone" not in output
+    assert "node 0: finished; logs in " in output
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        assert f"[rank {rank}] epoch {TUTORIAL_EPOCHS - 1} loss " in log, log
+        (ended,) = kinds(events_of(run_dir)[rank], "finished")  # the shim saw the script end, exit 0
+        assert ended["exit_code"] == 0

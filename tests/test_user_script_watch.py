@@ -1,14 +1,14 @@
-"""Watching a user's own script: what the monitor and `run` know of ranks that send no steps, or steps through report.
+"""Watching a user's own script: what the monitor knows of ranks that send no steps, or steps through report.
 
 Real processes: torchrun starts tests/user_scripts/*.py through runtime.userscript
 (as the launch scripts of a project with training.script do), and the monitor's
-state, progress line and summary are read from what the ranks wrote.
+state, progress line and summary are read from what the ranks wrote. Such scripts
+run through `npu-wizard run` end to end in tests/test_user_script.py.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
@@ -17,17 +17,7 @@ from pathlib import Path
 import pytest
 
 from runtime.events import read_events
-from tests.runs import (
-    clean_up,
-    events_of,
-    free_port,
-    kinds,
-    leftover_processes,
-    render_cpu,
-    run_dirs,
-    start_runner,
-    wait_for,
-)
+from tests.runs import free_port, kinds, wait_for
 from wizard.monitor.attach import RunFolder, watch_plain
 from wizard.monitor.report import failure_report, format_summary, progress_line, summarize
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
@@ -209,57 +199,6 @@ def test_the_summary_names_the_failing_rank_and_quotes_its_traceback(tmp_path: P
     quoted = words.split("last lines of rank 1's log:\n", 1)[1]
     assert 'File "ddp_tutorial.py", line ' in quoted
     assert quoted.rstrip().endswith("RuntimeError: rank 1: the loss went wrong after epoch 0")
-
-
-def own_script_project(tmp_path: Path, script: str, *args: str) -> Path:
-    """A 2 nodes x 2 ranks CPU project (torchrun, manual engine) that runs tests/user_scripts/`script` as is."""
-    project = render_cpu(tmp_path, "torchrun", nodes=2, script=script, script_args=list(args))
-    (project / script).write_text((SCRIPTS / script).read_text())
-    return project
-
-
-@pytest.mark.slow
-def test_run_shows_the_steps_and_loss_of_a_script_with_report_calls(tmp_path: Path) -> None:
-    project = own_script_project(tmp_path, "ddp_tutorial_report.py", "--epochs", "2")
-    runner = start_runner(project, "--interval", "2")
-    try:
-        output, _ = runner.communicate(timeout=400)
-        assert runner.returncode == 0, output
-    finally:
-        clean_up(project, runner)
-    (run_dir,) = run_dirs(project)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    steps = 256 // 4 // 16 * 2  # samples / world size / batch x epochs
-    assert (summary["outcome"], summary["steps"]) == ("finished", steps)
-    final_loss = kinds(events_of(run_dir)[0], "step")[-1]["loss"]
-    assert summary["final_loss"] == final_loss
-    assert f"{steps} steps" in output and f"final loss {final_loss:.4f}" in output
-    assert f"last checkpoint: step {steps}, {project / 'epoch-1.pt'} (rank 0)" in output, output
-    for rank in range(4):
-        assert f"  rank {rank} (node {rank // 2}): finished (exit 0), step {steps}, loss " in output
-
-
-@pytest.mark.slow
-def test_a_script_whose_rank_3_raises_fails_the_run_with_exit_3_naming_rank_3(tmp_path: Path) -> None:
-    project = own_script_project(tmp_path, "ddp_tutorial.py", "--epochs", "3", "--fail-rank", "3")
-    runner = start_runner(project, "--interval", "2")
-    try:
-        output, _ = runner.communicate(timeout=400)
-        run_dir = run_dirs(project)[0]
-        left = leftover_processes(project)
-    finally:
-        clean_up(project, runner)
-    assert runner.returncode == 3, output
-    assert left == []  # nothing of the job is left running
-    assert "root cause: rank 3 (node 1): RuntimeError: rank 3: the loss went wrong after epoch 0" in output
-    # its traceback, quoted from its log (torch >= 2.2 puts [rank3]: before each line)
-    quoted = output.split(f"last lines of {run_dir / 'logs' / 'rank-3.log'}:\n", 1)[1]
-    assert 'File "ddp_tutorial.py", line ' in quoted and "in train" in quoted
-    assert "RuntimeError: rank 3: the loss went wrong after epoch 0" in quoted
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["failure"]["rank"], summary["failure"]["kind"]) == (3, "error")
-    assert summary["ranks"]["3"]["exit_code"] == 1
-    assert any("RuntimeError: rank 3" in line for line in summary["failure"]["log_tail"])
 
 
 SELF_KILLER = """

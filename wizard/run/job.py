@@ -25,7 +25,7 @@ from typing import TextIO
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
-from wizard.monitor.report import summarize, write_json
+from wizard.monitor.report import launcher_exit, summarize, write_json
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.run.bandwidth import print_bandwidth_report
@@ -37,6 +37,9 @@ from wizard.run.launch import RunOptions, address, launch_for, load_project, new
 from wizard.run.smoke import print_smoke_report
 from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
 from wizard.stopping import STOP_SIGNALS, main_thread
+
+# How long a vanished rank's launcher gets to log how the process ended (its signal) before it is stopped
+LAUNCHER_SAY_S = 5.0
 
 
 class Job:
@@ -70,6 +73,7 @@ class Job:
         self.outcome: str | None = None  # finished, failed, hung, interrupted
         self.stop_signal: int = signal.SIGINT  # what interrupted the job, for the exit code
         self.failure: Failure | None = None
+        self.launcher_said_by: float | None = None  # when a vanished rank's launcher is stopped, logged or not
         self.summary: dict | None = None
         self.intake = Intake(self.state, self.run_dir)
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
@@ -157,7 +161,10 @@ class Job:
             return self._fail(
                 self.intake.settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node])
             )
-        if self.options.max_restarts == 0 and self.state.root_cause() is not None:
+        cause = self.state.root_cause()
+        if self.options.max_restarts == 0 and cause is not None:
+            if self._launcher_yet_to_say(cause, codes):
+                return None
             return self._fail(self.intake.settled_root_cause())
         if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
             return self._end("hung", hang_failure(self.state, self.clock()))
@@ -169,6 +176,21 @@ class Job:
                 self.intake.settled_root_cause() or engine_failure(self.engine.name, self.engine_reason, self.clock())
             )
         return None
+
+    def _launcher_yet_to_say(self, cause: Failure, codes: Mapping[int, int | None]) -> bool:
+        """True while a vanished rank's launcher runs and has not logged how the rank's process ended.
+
+        torchrun logs a worker's exit code or signal only after it has stopped the other workers:
+        stopping torchrun before then loses the signal from the report. It gets LAUNCHER_SAY_S.
+        """
+        if cause.kind != "vanished" or cause.node not in codes or codes[cause.node] is not None:
+            return False
+        if launcher_exit(self.run_dir, cause) is not None:
+            return False
+        now = self.clock()
+        if self.launcher_said_by is None:
+            self.launcher_said_by = now + LAUNCHER_SAY_S
+        return now < self.launcher_said_by
 
     def _note_launchers(self, codes: Mapping[int, int | None]) -> None:
         """Tell the state what became of each node's launch script this runner started or submitted, with its log."""
