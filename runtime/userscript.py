@@ -75,12 +75,29 @@ def device_label(local_rank: int, env: Mapping[str, str] = os.environ) -> str:
 
 
 def split_arguments(argv: Sequence[str]) -> tuple[str, list[str]]:
-    """SCRIPT and its arguments; a leading --local-rank=N (torch.distributed.launch) goes to the script."""
+    """SCRIPT and its arguments.
+
+    A leading --local-rank=N (torch.distributed.launch) goes to the script only
+    where the script declares that option: a script that reads LOCAL_RANK from
+    the environment (the launcher sets it too) would refuse an argument it does
+    not know.
+    """
     leading = [arg for arg in argv[:1] if arg.startswith(LOCAL_RANK_FLAGS)]
     rest = list(argv[len(leading) :])
     if not rest:
         raise SystemExit(f"runtime.userscript: no script given\n{USAGE}")
+    if leading and not declares_local_rank(rest[0]):
+        leading = []
     return rest[0], [*leading, *rest[1:]]
+
+
+def declares_local_rank(script: str) -> bool:
+    """Whether the script's text names the --local-rank (or --local_rank) option; True where it cannot be read."""
+    try:
+        text = Path(script).read_bytes()
+    except OSError:
+        return True  # run_script names the script that cannot be opened
+    return b"--local-rank" in text or b"--local_rank" in text
 
 
 def output_silence(log: Path | None) -> Callable[[], dict[str, Any]]:

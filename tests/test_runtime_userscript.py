@@ -60,10 +60,25 @@ def test_the_script_runs_as_python_would_run_it(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "logs" / "rank-0.log").read_text().strip() == repr(expected)
 
 
-def test_torch_launch_local_rank_goes_to_the_script(tmp_path: Path) -> None:
-    result = run_shim(tmp_path, "import sys; print(sys.argv)", "--local-rank=1", "script.py", "--x")
+@pytest.mark.parametrize("option", ["--local-rank", "--local_rank"])
+def test_torch_launch_local_rank_goes_to_a_script_that_declares_it(tmp_path: Path, option: str) -> None:
+    code = f"import sys; parser_knows = {option!r}; print(sys.argv)"
+    result = run_shim(tmp_path, code, "--local-rank=1", "script.py", "--x")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['script.py', '--local-rank=1', '--x']"
+
+
+def test_torch_launch_local_rank_is_left_out_for_a_script_that_reads_the_environment(tmp_path: Path) -> None:
+    code = """
+        import argparse, os
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--x", action="store_true")
+        parser.parse_args()
+        print("local rank", os.environ["LOCAL_RANK"])
+    """
+    result = run_shim(tmp_path, textwrap.dedent(code), "--local-rank=1", "script.py", "--x", LOCAL_RANK="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "local rank 1"
 
 
 def test_a_normal_end_is_a_finished_event(tmp_path: Path) -> None:
