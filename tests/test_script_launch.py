@@ -54,7 +54,13 @@ JOB_ENV = {
     "GLOO_SOCKET_IFNAME": "lo",
 }
 # Exported by device and torch_npu release: never inherited from the test's own environment.
-DEVICE_ENV = ("TASK_QUEUE_ENABLE", "CPU_AFFINITY_CONF", "TORCH_DEVICE_BACKEND_AUTOLOAD", "GLOO_SOCKET_IFNAME")
+DEVICE_ENV = (
+    "TASK_QUEUE_ENABLE",
+    "CPU_AFFINITY_CONF",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "GLOO_SOCKET_IFNAME",
+    "NPU_WIZARD_DEVICE",
+)
 # A python that says torch has no distributed/launch.py: run-node.sh then falls back to torchrun.
 NO_LAUNCH_PY = """\
 #!/usr/bin/env bash
@@ -109,6 +115,7 @@ def test_every_launcher_starts_the_users_script_through_the_shim_with_its_argume
         # a CPU project: torch_npu's settings left out, and no torch_npu loading itself without CANN
         assert (env.get("TASK_QUEUE_ENABLE"), env.get("CPU_AFFINITY_CONF")) == (None, None)
         assert env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and "HCCL_SOCKET_IFNAME" not in env
+        assert env["NPU_WIZARD_DEVICE"] == "cpu"  # what the README's backend line reads
         assert env["NPU_WIZARD_RUN_DIR"] == str(tmp_path / "run")
         assert env["PYTHONPATH"] == f"{project}:/inherited/path"
         assert seen["cwd"] == str(project) and not (project / "train.py").exists()
@@ -123,6 +130,7 @@ def test_an_npu_project_hands_the_users_script_torch_npus_settings_too(tmp_path:
         assert {name: env.get(name) for name in JOB_ENV} == JOB_ENV
         assert (env["TASK_QUEUE_ENABLE"], env["CPU_AFFINITY_CONF"]) == ("2", "1")
         assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in env  # torch_npu must load itself on the NPU
+        assert env["NPU_WIZARD_DEVICE"] == "npu"
 
 
 def test_torch_launch_falls_back_to_torchrun_with_the_same_script_and_arguments(tmp_path: Path) -> None:

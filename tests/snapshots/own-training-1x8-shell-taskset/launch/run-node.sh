@@ -92,6 +92,8 @@ echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NO
 # (Unquoted on purpose: quotes inside "${VAR:-...}" would be kept as text.)
 cann_answer=${CANN_SET_ENV:-/usr/local/Ascend/ascend-toolkit/set_env.sh}
 DEVICE=${NPU_WIZARD_DEVICE:-npu}
+# npu or cpu, for your script's backend (hccl or gloo): see README.md, "Your script"
+export NPU_WIZARD_DEVICE="$DEVICE"
 cann_tried=("$cann_answer")
 cann_roots=()
 if [[ -r /etc/Ascend/ascend_cann_install.info ]]; then
