@@ -136,6 +136,21 @@ def test_a_vanished_rank_beats_the_peers_that_lost_it() -> None:
     assert cause is not None and cause.rank == 1 and cause.kind == "vanished"
 
 
+def test_a_vanished_rank_is_placed_at_its_step_only_where_its_script_reports_steps() -> None:
+    stepping = job()
+    stepping.ingest(event(1, "lost", 30.0))
+    cause = stepping.root_cause()
+    assert cause is not None and "vanished without an error at step 4 (killed: " in cause.summary
+    silent = JobState(2, hang_after=10, clock=lambda: 100.0)  # a script of the user's without report calls
+    for rank in range(2):
+        silent.ingest(event(rank, "started", 10.0, node=0, pid=1000 + rank, world_size=2))
+    silent.ingest(event(1, "lost", 30.0))
+    cause = silent.root_cause()
+    assert cause is not None and cause.summary == (
+        "its process 1001 vanished without an error (killed: kill -9, the OOM killer, or a crash in native code?)"
+    )
+
+
 def test_a_real_error_is_the_root_cause_even_after_a_peer_error() -> None:
     state = job()
     state.ingest(event(0, "error", 29.0, type="RuntimeError", message="Connection closed by peer", traceback=""))

@@ -159,7 +159,8 @@ def test_a_rank_killed_with_sigkill_is_the_root_cause_with_the_signal_its_launch
         clean_up(project, runner)
     assert runner.returncode == 3, output
     assert left == []
-    assert f"root cause: rank 1 (node 0): its process {victim} vanished without an error" in output
+    # the script reports no steps: no "at step 0" it never said
+    assert f"root cause: rank 1 (node 0): its process {victim} vanished without an error (killed: " in output
     said = "its launcher saw it end with signal 9 (SIGKILL: kill -9 or the OOM killer (dmesg says which))"
     assert f"{said} (logs/node-0.log)" in output, output
     failure = json.loads((run_dir / "summary.json").read_text())["failure"]

@@ -350,9 +350,11 @@ class JobState:
                     )
                 )
             elif view.outcome == LOST:
+                # a script that reports no steps is at no step npu-wizard knows of
+                where = f"at step {view.step} " if view.steps_reported else ""
                 summary = (
                     f"its process{f' {view.pid}' if view.pid else ''} vanished without an error "
-                    f"at step {view.step} (killed: kill -9, the OOM killer, or a crash in native code?)"
+                    f"{where}(killed: kill -9, the OOM killer, or a crash in native code?)"
                 )
                 lost = Failure(view.rank, view.node, view.ended_at or 0.0, "vanished", summary)
                 found.append(replace(lost, device=view.device, pid=view.pid))
