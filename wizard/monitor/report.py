@@ -91,12 +91,20 @@ TORCHRUN_EXIT = (
 SHELL_EXIT = re.compile(r"\brank (\d+) \(local rank \d+[^)]*\) failed with exit code (\d+)")
 
 
+def launcher_log(run_dir: Path, node: int) -> Path | None:
+    """Node's launch script log on this host: its own, or the ssh engine's copy of a remote node's output."""
+    for name in (f"node-{node}.log", f"ssh-node-{node}.log"):
+        if (log := run_dir / "logs" / name).is_file():
+            return log
+    return None
+
+
 def launcher_exit(run_dir: Path, failure: Failure) -> str | None:
     """How the node's launcher saw the failed rank's process end, from its log: `exit code 3`, `signal 9 (SIGKILL)`."""
     if failure.rank is None or failure.node is None:
         return None
-    log = run_dir / "logs" / f"node-{failure.node}.log"
-    if not log.is_file():
+    log = launcher_log(run_dir, failure.node)
+    if log is None:
         return None
     with log.open("rb") as handle:
         handle.seek(max(0, log.stat().st_size - 64 * 1024))
@@ -126,8 +134,8 @@ def failure_report(failure: Failure, run_dir: Path) -> str:
     """The root cause: which rank, what happened, its last log lines and a hint."""
     lines = [f"root cause: {failure.headline()}"]
     ended = launcher_exit(run_dir, failure) if failure.kind == "vanished" else None
-    if ended:
-        lines.append(f"its launcher saw it end with {ended} (logs/node-{failure.node}.log)")
+    if ended and failure.node is not None and (log := launcher_log(run_dir, failure.node)) is not None:
+        lines.append(f"its launcher saw it end with {ended} (logs/{log.name})")
     if failure.traceback:
         lines += ["traceback (last lines):"] + [f"  {line}" for line in failure.traceback.rstrip().splitlines()[-6:]]
     tail = log_tail(run_dir, failure.rank) if failure.rank is not None else []

@@ -25,7 +25,7 @@ from typing import TextIO
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
-from wizard.monitor.report import launcher_exit, summarize, write_json
+from wizard.monitor.report import launcher_exit, launcher_log, summarize, write_json
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.run.bandwidth import print_bandwidth_report
@@ -185,6 +185,8 @@ class Job:
         """
         if cause.kind != "vanished" or cause.node not in codes or codes[cause.node] is not None:
             return False
+        if cause.node is None or launcher_log(self.run_dir, cause.node) is None:
+            return False  # no log of that launcher here to wait for
         if launcher_exit(self.run_dir, cause) is not None:
             return False
         now = self.clock()
