@@ -95,8 +95,14 @@ sys.exit(7)
 
 
 # platform.py: the name of a module the software probe imports, in the folder doctor runs in
-@pytest.mark.parametrize(("device", "script"), [("npu", "my_train.py"), ("cpu", "platform.py")])
-def test_doctor_reads_the_script_and_never_runs_or_imports_it(tmp_path: Path, device: str, script: str) -> None:
+# A PYTHONPATH that ends in ':' (CANN's set_env.sh prepends to an empty one) names the working folder again.
+@pytest.mark.parametrize(
+    ("device", "script", "pythonpath"),
+    [("npu", "my_train.py", None), ("cpu", "platform.py", None), ("cpu", "platform.py", "/opt/cann/python:")],
+)
+def test_doctor_reads_the_script_and_never_runs_or_imports_it(
+    tmp_path: Path, device: str, script: str, pythonpath: str | None
+) -> None:
     marker = tmp_path / "ran"
     project = render_project(
         tmp_path, project_name="own", device=device, devices_per_node=2, **{"training.script": script}
@@ -106,7 +112,7 @@ def test_doctor_reads_the_script_and_never_runs_or_imports_it(tmp_path: Path, de
     result = subprocess.run(
         [sys.executable, "-m", "wizard", "doctor"],
         cwd=project,
-        env=user_env(),
+        env=user_env(**({"PYTHONPATH": pythonpath} if pythonpath else {})),
         capture_output=True,
         text=True,
         timeout=180,

@@ -9,6 +9,7 @@ probe asks that interpreter, in a child process that may fail on its own.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -23,12 +24,13 @@ PROBE_TIMEOUT_S = 120
 
 # Runs in the project's interpreter; argv[1] is where `runtime` can be imported from,
 # so that a torch_npu failure is explained by the same words the ranks would print.
-# `python -c` puts the folder doctor runs in first on sys.path (""), where a module of the user's named
-# like one the probe imports (platform.py) would be run: doctor reads the project's files, never runs them.
+# It runs in / (PROBE_CWD): `python -c` puts its working folder first on sys.path, and an empty
+# PYTHONPATH entry (CANN's set_env.sh leaves one) adds it again, so in the folder doctor runs in a
+# module of the user's named like one the probe imports (platform.py) would be run: doctor reads
+# the project's files, never runs them.
+PROBE_CWD = "/"
 PROBE = r"""
 import sys
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
 import importlib.util, json, platform
 out = {"python": platform.python_version(), "executable": sys.executable}
 try:
@@ -80,7 +82,7 @@ class Software:
 def project_python(env: Mapping[str, str]) -> str | None:
     """The interpreter the launch scripts run: $PYTHON, else python3 on PATH."""
     chosen = env.get("PYTHON") or "python3"
-    return shutil.which(chosen, path=env.get("PATH")) if "/" not in chosen else chosen
+    return shutil.which(chosen, path=env.get("PATH")) if "/" not in chosen else os.path.abspath(chosen)
 
 
 def probe_software(env: Mapping[str, str]) -> Software:
@@ -101,6 +103,7 @@ def _probe(python: str, env: Mapping[str, str]) -> Software:
     try:
         done = subprocess.run(
             [python, "-c", PROBE, runtime_parent],
+            cwd=PROBE_CWD,
             env=dict(env),
             capture_output=True,
             text=True,
