@@ -142,6 +142,15 @@ def test_the_readme_of_a_foreign_project_shows_the_backend_lines_and_the_report_
     assert "## Your script" not in generated and "runtime.userscript" not in generated
 
 
+@pytest.mark.parametrize("device", ["cpu", "npu", "auto"])
+def test_the_readme_says_where_the_script_learns_its_device_and_what_auto_means(tmp_path: Path, device: str) -> None:
+    own = render(answers(training__script="src/main.py", device=device), tmp_path / "a")
+    words = " ".join((own.project_dir / "README.md").read_text().split())
+    assert 'export as `NPU_WIZARD_DEVICE` (`device = os.environ.get("NPU_WIZARD_DEVICE", "npu")`)' in words
+    auto = 'This project asks for `auto`: there, take `"npu"` where `torch.npu.is_available()` after the import'
+    assert (auto in words) == (device == "auto")
+
+
 def test_the_readmes_backend_lines_run_and_give_gloo_on_a_cpu_project(tmp_path: Path) -> None:
     own = answers(training__script="src/main.py")
     readme = (render(own, tmp_path / "a").project_dir / "README.md").read_text()
