@@ -31,6 +31,9 @@ from runtime import events, report
 USAGE = "usage: python -m runtime.userscript SCRIPT [ARGS...]"
 # torch.distributed.launch puts this before the module's own arguments: it belongs to the script
 LOCAL_RANK_FLAGS = ("--local-rank=", "--local_rank=")
+# Where the script does not declare that option itself, this much of the code beside it is read for it
+SCAN_FILES = 500
+SCAN_BYTES = 1 << 20
 INTERRUPTED = 128 + signal.SIGINT
 
 
@@ -77,27 +80,87 @@ def device_label(local_rank: int, env: Mapping[str, str] = os.environ) -> str:
 def split_arguments(argv: Sequence[str]) -> tuple[str, list[str]]:
     """SCRIPT and its arguments.
 
-    A leading --local-rank=N (torch.distributed.launch) goes to the script only
-    where the script declares that option: a script that reads LOCAL_RANK from
-    the environment (the launcher sets it too) would refuse an argument it does
-    not know.
+    torch.distributed.launch puts --local-rank=N first. It goes to the script
+    in the spelling the script's code declares (--local-rank, or the older
+    --local_rank that argparse would otherwise refuse), and not at all where
+    no such option is declared: a script that reads LOCAL_RANK from the
+    environment (the launcher sets it too) would refuse an argument it does not
+    know. Dropping it is said on stderr, in the rank's log.
     """
     leading = [arg for arg in argv[:1] if arg.startswith(LOCAL_RANK_FLAGS)]
     rest = list(argv[len(leading) :])
     if not rest:
         raise SystemExit(f"runtime.userscript: no script given\n{USAGE}")
-    if leading and not declares_local_rank(rest[0]):
-        leading = []
-    return rest[0], [*leading, *rest[1:]]
+    script = rest[0]
+    if leading:
+        value = leading[0].split("=", 1)[1]
+        option = local_rank_option(script)
+        if option is None:
+            print(
+                f"runtime.userscript: torch.distributed.launch's --local-rank={value} is not passed to {script}: "
+                f"no --local-rank or --local_rank option in it or in the code beside it "
+                f"(LOCAL_RANK={value} is in its environment)",
+                file=sys.stderr,
+                flush=True,
+            )
+            leading = []
+        else:
+            leading = [f"{option}={value}"]
+    return script, [*leading, *rest[1:]]
 
 
-def declares_local_rank(script: str) -> bool:
-    """Whether the script's text names the --local-rank (or --local_rank) option; True where it cannot be read."""
+def local_rank_option(script: str) -> str | None:
+    """--local-rank or --local_rank, as the script (else the code in its folder, two levels down) names it.
+
+    None where neither names it; --local-rank where the script cannot be read (run_script says why).
+    """
+    path = Path(script)
     try:
-        text = Path(script).read_bytes()
+        found = _local_rank_spelling(path.read_bytes()[:SCAN_BYTES])
     except OSError:
-        return True  # run_script names the script that cannot be opened
-    return b"--local-rank" in text or b"--local_rank" in text
+        return LOCAL_RANK_FLAGS[0][:-1]
+    if found is not None:
+        return found
+    spellings = set()
+    for module in _code_beside(path.resolve().parent):
+        try:
+            with module.open("rb") as handle:
+                spelling = _local_rank_spelling(handle.read(SCAN_BYTES))
+        except OSError:
+            continue
+        if spelling is not None:
+            spellings.add(spelling)
+    return (
+        min(spellings) if spellings else None
+    )  # "--local-rank" sorts first: what the launcher says
+
+
+def _local_rank_spelling(code: bytes) -> str | None:
+    for flag in LOCAL_RANK_FLAGS:
+        if flag[:-1].encode() in code:
+            return flag[:-1]
+    return None
+
+
+def _code_beside(folder: Path) -> list[Path]:
+    """Up to SCAN_FILES .py files in `folder` and two levels below; hidden folders and links left out."""
+    found: list[Path] = []
+    for top, folders, files in os.walk(folder):
+        depth = len(Path(top).relative_to(folder).parts)
+        folders[:] = (
+            []
+            if depth >= 2
+            else sorted(
+                f for f in folders if not f.startswith(".") and f != "__pycache__"
+            )
+        )
+        for name in sorted(files):
+            module = Path(top) / name
+            if name.endswith(".py") and not module.is_symlink():
+                found.append(module)
+                if len(found) >= SCAN_FILES:
+                    return found
+    return found
 
 
 def output_silence(log: Path | None) -> Callable[[], dict[str, Any]]:

@@ -60,10 +60,30 @@ def test_the_script_runs_as_python_would_run_it(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "logs" / "rank-0.log").read_text().strip() == repr(expected)
 
 
+PARSES_LOCAL_RANK = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("{option}", type=int, default=-1)
+    parser.add_argument("--x", action="store_true")
+    print("local rank", parser.parse_args().local_rank)
+"""
+
+
+# torch 2 says --local-rank; scripts written for older torch declare only --local_rank, which argparse
+# would not match with --local-rank
 @pytest.mark.parametrize("option", ["--local-rank", "--local_rank"])
-def test_torch_launch_local_rank_goes_to_a_script_that_declares_it(tmp_path: Path, option: str) -> None:
-    code = f"import sys; parser_knows = {option!r}; print(sys.argv)"
-    result = run_shim(tmp_path, code, "--local-rank=1", "script.py", "--x")
+def test_torch_launch_local_rank_reaches_a_script_that_declares_it_in_its_spelling(tmp_path: Path, option: str) -> None:
+    result = run_shim(
+        tmp_path, textwrap.dedent(PARSES_LOCAL_RANK.format(option=option)), "--local-rank=1", "script.py", "--x"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "local rank 1"
+
+
+def test_torch_launch_local_rank_reaches_a_script_whose_options_are_declared_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "options").mkdir()
+    (tmp_path / "options" / "cli.py").write_text(textwrap.dedent(PARSES_LOCAL_RANK.format(option="--local-rank")))
+    result = run_shim(tmp_path, "import sys; print(sys.argv)", "--local-rank=1", "script.py", "--x")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['script.py', '--local-rank=1', '--x']"
 
@@ -79,6 +99,10 @@ def test_torch_launch_local_rank_is_left_out_for_a_script_that_reads_the_environ
     result = run_shim(tmp_path, textwrap.dedent(code), "--local-rank=1", "script.py", "--x", LOCAL_RANK="1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "local rank 1"
+    assert (
+        "runtime.userscript: torch.distributed.launch's --local-rank=1 is not passed to script.py: no --local-rank or "
+        "--local_rank option in it or in the code beside it (LOCAL_RANK=1 is in its environment)"
+    ) in result.stderr
 
 
 def test_a_normal_end_is_a_finished_event(tmp_path: Path) -> None:
