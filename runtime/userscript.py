@@ -143,16 +143,23 @@ def _local_rank_spelling(code: bytes) -> str | None:
 
 
 def _code_beside(folder: Path) -> list[Path]:
-    """Up to SCAN_FILES .py files in `folder` and two levels below; hidden folders and links left out."""
+    """Up to SCAN_FILES .py files in `folder` and two levels below.
+
+    Hidden folders, links and npu-wizard's own runtime/ (which names the option itself) are left out.
+    """
+    ours = Path(__file__).resolve().parent
     found: list[Path] = []
     for top, folders, files in os.walk(folder):
         depth = len(Path(top).relative_to(folder).parts)
+        kept = [
+            name
+            for name in folders
+            if not name.startswith(".") and name != "__pycache__"
+        ]
         folders[:] = (
             []
             if depth >= 2
-            else sorted(
-                f for f in folders if not f.startswith(".") and f != "__pycache__"
-            )
+            else sorted(name for name in kept if (Path(top) / name).resolve() != ours)
         )
         for name in sorted(files):
             module = Path(top) / name
@@ -160,6 +167,7 @@ def _code_beside(folder: Path) -> list[Path]:
                 found.append(module)
                 if len(found) >= SCAN_FILES:
                     return found
+    return found
     return found
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import runtime
 from runtime.events import read_events
 from tests.runs import free_port, kinds, wait_for
 
@@ -60,6 +62,7 @@ def test_the_script_runs_as_python_would_run_it(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "logs" / "rank-0.log").read_text().strip() == repr(expected)
 
 
+RUNTIME = Path(runtime.__file__).resolve().parent
 PARSES_LOCAL_RANK = """
     import argparse
     parser = argparse.ArgumentParser()
@@ -88,7 +91,13 @@ def test_torch_launch_local_rank_reaches_a_script_whose_options_are_declared_bes
     assert result.stdout.strip() == "['script.py', '--local-rank=1', '--x']"
 
 
-def test_torch_launch_local_rank_is_left_out_for_a_script_that_reads_the_environment(tmp_path: Path) -> None:
+# beside the project's runtime/, as in a rendered project: its own mention of the option does not count
+@pytest.mark.parametrize("beside", ["alone", "in-a-project"])
+def test_torch_launch_local_rank_is_left_out_for_a_script_that_reads_the_environment(
+    tmp_path: Path, beside: str
+) -> None:
+    if beside == "in-a-project":
+        shutil.copytree(RUNTIME, tmp_path / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
     code = """
         import argparse, os
         parser = argparse.ArgumentParser()
