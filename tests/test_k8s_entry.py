@@ -128,11 +128,8 @@ def manual_outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[
     return rank_outcome(events_of(tmp / "run"))
 
 
-@pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
-def test_pods_train_like_the_manual_engine(
-    engine: str, tmp_path: Path, manual_outcome: dict[int, tuple[int, int, str]]
-) -> None:
-    project = render(resolve(cpu_answers(engine, free_port())), tmp_path).project_dir
+def train_pods(project: Path, engine: str, tmp_path: Path) -> list[tuple[int, str]]:
+    """Play every pod of the job under the operator's variables, each in its own workspace; each must exit 0."""
     master_port = free_port()
     pods = [
         play_pod(project, engine, node, tmp_path / f"pod{node}", pod_env(operator_env(engine, node, master_port)))
@@ -141,6 +138,15 @@ def test_pods_train_like_the_manual_engine(
     results = wait_nodes(pods, timeout=240)
     for node, (code, output) in enumerate(results):
         assert code == 0, f"pod {node} exited {code}:\n{output[-3000:]}"
+    return results
+
+
+@pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
+def test_pods_train_like_the_manual_engine(
+    engine: str, tmp_path: Path, manual_outcome: dict[int, tuple[int, int, str]]
+) -> None:
+    project = render(resolve(cpu_answers(engine, free_port())), tmp_path).project_dir
+    results = train_pods(project, engine, tmp_path)
     events: dict[int, list[dict]] = {}
     for node in range(NODES):
         # no shared storage: each pod keeps its own run folder in its workspace
@@ -172,15 +178,7 @@ def test_pods_train_a_users_own_script_to_the_end(engine: str, tmp_path: Path) -
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
     k8s.refresh_configmap(project, resolve(raw))  # as `npu-wizard run` does before it applies the manifests
-    master_port = free_port()
-    pods = [
-        play_pod(project, engine, node, tmp_path / f"pod{node}", pod_env(operator_env(engine, node, master_port)))
-        for node in range(NODES)
-    ]
-    results = wait_nodes(pods, timeout=240)
-
-    for node, (code, output) in enumerate(results):
-        assert code == 0, f"pod {node} exited {code}:\n{output[-3000:]}"
+    train_pods(project, engine, tmp_path)
     for node in range(NODES):
         run_dir = pod_project(project, tmp_path / f"pod{node}") / "runs" / "latest"
         events = events_of(run_dir)
