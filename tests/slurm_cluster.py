@@ -8,11 +8,14 @@ on their own slurmd ports; CLUSTERS.md has the recipe this follows.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,21 +49,41 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
 JOB_ID_BLOCK = 100
 """Job ids each test cluster may give: its jobs' master ports (29500 + job id % 1000) stay its own."""
 
+JOB_ID_BLOCKS = 1000 // JOB_ID_BLOCK
 
-def first_job_id(env: dict[str, str] | None = None, run_pid: int | None = None) -> int:
-    """This test process's first job id: clusters running at once get job ids, and so master ports, apart.
 
-    Every cluster would otherwise start at job id 1, and two of them on this host (two
-    pytest-xdist workers, or two test runs) would give their first jobs the same master port.
-    Workers of one run get different blocks of ids; separate runs differ by their pid.
+def job_id_lock_dir() -> Path:
+    """Where the test clusters of every test run on this host, for this user, take their blocks of job ids."""
+    return Path(tempfile.gettempdir()) / f"npu-wizard-test-slurm-job-ids-{os.getuid()}"
+
+
+def reserve_job_ids(lock_dir: Path | None = None, timeout: float = 900) -> tuple[int, int]:
+    """Take a block of job ids no other test cluster on this host holds; return its first id and the lock's fd.
+
+    Clusters running at once (two pytest-xdist workers, or two test runs side by side)
+    must not give jobs the same id: launch/entry.sh derives the master port from it, and
+    two jobs on this one host would then want the same port. Each block is an flock on
+    its own file, held until the fd is closed (the kernel lets it go if the test dies);
+    when all are held, wait for one.
     """
-    env = os.environ if env is None else env
-    worker = env.get("PYTEST_XDIST_WORKER", "")
-    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
-    # the workers of one run share their parent, the controller
-    run = (os.getppid() if worker else os.getpid()) if run_pid is None else run_pid
-    block = (run + index) % (1000 // JOB_ID_BLOCK)
-    return 1 + block * JOB_ID_BLOCK
+    folder = job_id_lock_dir() if lock_dir is None else lock_dir
+    folder.mkdir(mode=0o700, exist_ok=True)
+    held = folder.lstat()
+    if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.getuid() or held.st_mode & 0o022:
+        raise AssertionError(f"{folder}: not a folder of this user's that only it can write; remove it")
+    deadline = time.monotonic() + timeout
+    while True:
+        for block in range(JOB_ID_BLOCKS):
+            fd = os.open(folder / f"block-{block}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return 1 + block * JOB_ID_BLOCK, fd
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for a free block of Slurm job ids")
+        time.sleep(0.5)
 
 
 def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int, first_job: int = 1) -> str:
@@ -106,6 +129,7 @@ class SlurmCluster:
         self.root = root
         self.conf = root / "slurm.conf"
         self.pids: list[int] = []
+        self.job_ids_lock: int | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -125,7 +149,7 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         ports = {name: _free_port() for name in NODES}
-        self.first_job_id = first_job_id()
+        self.first_job_id, self.job_ids_lock = reserve_job_ids()
         self.conf.write_text(
             slurm_conf(self.root, _free_port(), ports, cpus=os.cpu_count() or 2, first_job=self.first_job_id)
         )
@@ -169,6 +193,9 @@ class SlurmCluster:
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             _signal(pid, signal.SIGKILL)
+        if self.job_ids_lock is not None:
+            os.close(self.job_ids_lock)  # the block of job ids is free for the next cluster
+            self.job_ids_lock = None
 
 
 def _signal(pid: int, sig: int) -> None:
