@@ -10,7 +10,7 @@ in a row, counting the flags), not a test: whether a loaded two-core machine
 treats four CPU ranks alike for a minute is the machine's doing, and the
 detector measures each job's own jitter to stay quiet through it. The slowed
 rank here runs at most half as fast as before, whatever the machine's load (a
-rank gets 10% of a core or more at a load of 20; the cut leaves it 5%).
+rank gets 10% of a core or more at a load of 20; the cut leaves it 2%).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def cpu_quota(pid: int, share: float) -> Iterator[Path]:
     group = CPU_CGROUP / f"npu-wizard-test-{os.getpid()}-{pid}"
     group.mkdir()
     try:
-        # a 20 ms period (100 ms by default) spreads the cut over every phase of a step of a few ms,
+        # a short period (100 ms by default) spreads the cut over every phase of a step of a few ms (PERIOD_US),
         # the forward pass included, instead of stopping the rank for 95 ms at a time wherever it is
         (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
         (group / "cpu.cfs_quota_us").write_text(str(int(PERIOD_US * share)))
