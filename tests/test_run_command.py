@@ -14,7 +14,7 @@ from tests.factories import answers
 from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
 from wizard.errors import TargetError
 from wizard.monitor.ranks import Failure
-from wizard.monitor.report import format_summary
+from wizard.monitor.summary_text import format_summary
 from wizard.run.launch import load_project, nodes_to_start, restart_note
 
 

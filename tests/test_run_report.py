@@ -192,9 +192,9 @@ def test_stragglers_that_cannot_be_judged_are_not_called_none(tmp_path: Path, mo
     untimed = report_text(user_script_run(tmp_path / "untimed", steps=True))
     said = "<h2>Stragglers</h2><p>not judged: no step event carries forward_s or data_s</p>"
     assert said in untimed
-    import wizard.report.inferred
+    import wizard.run_page.inferred
 
-    monkeypatch.setattr(wizard.report.inferred, "REPLAY_BYTES", 1000)
+    monkeypatch.setattr(wizard.run_page.inferred, "REPLAY_BYTES", 1000)
     big = report_text(forward_skew_run(tmp_path / "big", slow_rank=1))
     assert "<h2>Stragglers</h2><p>not judged: the events files hold " in big
     assert "none: no rank" not in big and "<td>rank 1" not in big
@@ -298,7 +298,7 @@ def test_a_run_where_a_rank_raises_writes_a_report_naming_that_rank(tmp_path: Pa
 
 A_DRAWING_BUG = """
 import sys
-import wizard.report.plots
+import wizard.run_page.plots
 from wizard.cli import main
 
 
@@ -306,7 +306,7 @@ def a_drawing_bug(*args):  # stands in for whatever drawing may yet meet: the kn
     raise RuntimeError("a drawing bug (tests/test_run_report.py)")
 
 
-wizard.report.plots.draw_all = a_drawing_bug
+wizard.run_page.plots.draw_all = a_drawing_bug
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -355,8 +355,8 @@ def test_an_interrupted_run_writes_a_report_that_says_so(tmp_path: Path) -> None
 
 def test_the_time_axis_spans_the_logged_steps_not_the_minutes_before_the_first(tmp_path: Path) -> None:
     """A run whose ranks took 150 s to start and trained for 1 s: the resampled grid covers that second."""
-    from wizard.report.plots import Series
-    from wizard.report.record import read_run
+    from wizard.run_page.plots import Series
+    from wizard.run_page.record import read_run
 
     run_dir = user_script_run(tmp_path / "run", steps=True)
     started = json.loads((run_dir / "events" / "rank-0.jsonl").read_text().splitlines()[0])["time"]

@@ -18,8 +18,8 @@ import pytest
 from runtime.events import EventWriter
 from tests.test_run_report import report_text, user_script_run
 from wizard.cli import main
-from wizard.monitor.report import write_json
-from wizard.report.command import report_at_end
+from wizard.monitor.summary_text import write_json
+from wizard.run_page.command import report_at_end
 
 
 def test_a_link_planted_at_the_temporary_names_is_never_followed(tmp_path: Path) -> None:
@@ -327,13 +327,13 @@ def test_a_report_that_fails_at_the_end_of_a_run_says_so_in_one_line_and_raises_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`run --report` writes the report before it raises for the run's outcome: a report must never raise."""
-    import wizard.report.plots
+    import wizard.run_page.plots
 
     def a_drawing_bug(*args: object) -> None:  # stands in for whatever drawing may yet meet
         raise RuntimeError("matplotlib met something new\nand said more")
 
     run_dir = user_script_run(tmp_path / "run", steps=True, fail_rank=1)
-    monkeypatch.setattr(wizard.report.plots, "draw_all", a_drawing_bug)
+    monkeypatch.setattr(wizard.run_page.plots, "draw_all", a_drawing_bug)
     assert report_at_end(run_dir) == "warning: report not written (RuntimeError: matplotlib met something new)"
     (run_dir / "report.html").mkdir()
     monkeypatch.undo()

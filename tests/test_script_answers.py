@@ -15,7 +15,7 @@ from tests.runs import free_port
 from tests.test_doctor_command import stand_in_torch_npu
 from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
-from wizard.monitor.report import ETA_NEEDS_TOTAL
+from wizard.monitor.summary_text import ETA_NEEDS_TOTAL
 from wizard.render.render import render
 
 BASE = {"project_name": "mine", "device": "cpu", "nodes": 1, "devices_per_node": 2, "amp": "off"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from wizard.monitor.report import format_summary, straggler_line, summarize
+from wizard.monitor.summary_text import format_summary, straggler_line, summarize
 from wizard.monitor.state import JobState
 from wizard.monitor.stragglers import StragglerDetector, describe
 

@@ -19,7 +19,7 @@ import pytest
 from runtime.events import read_events
 from tests.runs import free_port, kinds, wait_for
 from wizard.monitor.attach import RunFolder, watch_plain
-from wizard.monitor.report import failure_report, format_summary, progress_line, summarize
+from wizard.monitor.summary_text import failure_report, format_summary, progress_line, summarize
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
 
 REPO = Path(__file__).resolve().parent.parent

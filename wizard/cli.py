@@ -348,14 +348,14 @@ def _monitor(args: argparse.Namespace) -> int:
         monitor_live(folder)
     else:
         watch_plain(folder, interval=args.interval)
-    from wizard.report.command import report_line
+    from wizard.run_page.command import report_line
 
     print(report_line(folder.run_dir))
     return EXIT_OK
 
 
 def _report(args: argparse.Namespace) -> int:
-    from wizard.report.command import report
+    from wizard.run_page.command import report
 
     written = report(Path(args.run), Path(args.png) if args.png else None, force=args.force)
     print(f"report: {written.page}")

@@ -14,7 +14,7 @@ from typing import TextIO
 from runtime.events import EventFollower
 from wizard.errors import TargetError
 from wizard.monitor import procs
-from wizard.monitor.report import (
+from wizard.monitor.summary_text import (
     SUMMARY_FILE,
     failure_log_lines,
     format_summary,

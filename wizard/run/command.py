@@ -11,7 +11,7 @@ from pathlib import Path
 from wizard.errors import TargetError
 from wizard.monitor.plain import run_plain
 from wizard.render.conflict_markers import refuse_unresolved
-from wizard.report.command import report_at_end, report_line
+from wizard.run_page.command import report_at_end, report_line
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from wizard.monitor import procs
-from wizard.monitor.report import summarize
+from wizard.monitor.summary_text import summarize
 from wizard.monitor.state import JobState
 from wizard.monitor.values import is_rank_key, is_step, is_time, number
-from wizard.report.record import KIND_AT, LINE_START, RunRecord, parse_lines
+from wizard.run_page.record import KIND_AT, LINE_START, RunRecord, parse_lines
 
 REPLAY_BYTES = 64 * 2**20  # events files read to judge the stragglers: some 200,000 steps, a few seconds
 REPLAYED = ("started", "step", "finished", "error", "lost")  # what moves the straggler detector

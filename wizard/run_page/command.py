@@ -7,7 +7,7 @@ from pathlib import Path
 
 from wizard.errors import TargetError, WizardError
 from wizard.monitor.attach import run_folder_path
-from wizard.monitor.report import write_atomically
+from wizard.monitor.summary_text import write_atomically
 
 REPORT_FILE = "report.html"
 
@@ -28,12 +28,12 @@ def write_report(run_dir: Path, png_dir: Path | None = None, *, force: bool = Fa
     if png_dir is not None and png_dir.exists() and not png_dir.is_dir():
         raise TargetError(f"--png {png_dir}: that is a file; give a folder for the PNG files")
     try:
-        from wizard.report.inferred import effective_summary
-        from wizard.report.page import render_page
-        from wizard.report.plots import draw_all
+        from wizard.run_page.inferred import effective_summary
+        from wizard.run_page.page import render_page
+        from wizard.run_page.plots import draw_all
     except ImportError as error:  # matplotlib is a dependency; a broken install says which part is missing
         raise TargetError(f"the report needs matplotlib ({error}): pip install matplotlib") from error
-    from wizard.report.record import read_run
+    from wizard.run_page.record import read_run
 
     try:
         record = read_run(run_dir)

@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from wizard.report.record import RunRecord
+from wizard.run_page.record import RunRecord
 
 EVERY_RANK = 16  # up to this many ranks (or nodes) one line each; beyond, bands
 GRID = 240  # time points of the resampled series

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from wizard.monitor.ranks import Failure, where
-from wizard.monitor.report import duration, failure_report
-from wizard.report.inferred import effective_summary
-from wizard.report.plots import Plot
-from wizard.report.record import RunRecord
+from wizard.monitor.summary_text import duration, failure_report
+from wizard.run_page.inferred import effective_summary
+from wizard.run_page.plots import Plot
+from wizard.run_page.record import RunRecord
 
 EVERY_PROCESS = 64  # up to this many ranks the processes table has a row each; beyond, a row per node
 SHOWN_ROWS = 100  # rows of a long table (checkpoints, restarts) shown, the newest
