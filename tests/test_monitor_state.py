@@ -13,8 +13,8 @@ import pytest
 from wizard.monitor.attach import RunFolder
 from wizard.monitor.hints import explain
 from wizard.monitor.ranks import Failure
-from wizard.monitor.summary_text import failure_report, progress_line
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, JobState
+from wizard.monitor.summary_text import failure_report, progress_line
 
 # (message as a rank reports it, expected code, caused by another rank)
 MESSAGES = [

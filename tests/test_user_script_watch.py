@@ -19,8 +19,8 @@ import pytest
 from runtime.events import read_events
 from tests.runs import free_port, kinds, wait_for
 from wizard.monitor.attach import RunFolder, watch_plain
-from wizard.monitor.summary_text import failure_report, format_summary, progress_line, summarize
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
+from wizard.monitor.summary_text import failure_report, format_summary, progress_line, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "user_scripts"

@@ -22,9 +22,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
 from wizard.monitor.ranks import where
-from wizard.monitor.summary_text import duration, eta_text, failure_log_lines, format_summary, log_tail
 from wizard.monitor.source import JobSource, RunningJob
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, JobState
+from wizard.monitor.summary_text import duration, eta_text, failure_log_lines, format_summary, log_tail
 from wizard.stopping import stop_signals_raise
 
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")

@@ -14,6 +14,7 @@ from typing import TextIO
 from runtime.events import EventFollower
 from wizard.errors import TargetError
 from wizard.monitor import procs
+from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
 from wizard.monitor.summary_text import (
     SUMMARY_FILE,
     failure_log_lines,
@@ -22,7 +23,6 @@ from wizard.monitor.summary_text import (
     straggler_line,
     summarize,
 )
-from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
 from wizard.monitor.values import is_time
 
 RUN_FILE = "run.json"

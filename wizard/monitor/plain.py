@@ -11,9 +11,9 @@ import sys
 import time
 from typing import TextIO
 
-from wizard.monitor.summary_text import format_summary, progress_line, straggler_line
 from wizard.monitor.source import RunningJob
 from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import format_summary, progress_line, straggler_line
 from wizard.stopping import stop_signals_raise
 
 

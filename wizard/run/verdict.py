@@ -7,8 +7,8 @@ from pathlib import Path
 
 from wizard.errors import WizardError
 from wizard.monitor.ranks import Failure
-from wizard.monitor.summary_text import failure_report, node_log_reason
 from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import failure_report, node_log_reason
 
 
 class RunFailed(WizardError):

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from wizard.monitor import procs
-from wizard.monitor.summary_text import summarize
 from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import summarize
 from wizard.monitor.values import is_rank_key, is_step, is_time, number
 from wizard.run_page.record import KIND_AT, LINE_START, RunRecord, parse_lines
 

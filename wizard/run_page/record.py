@@ -22,8 +22,8 @@ import numpy as np
 from runtime.events import RANK_FILE
 from wizard.errors import TargetError
 from wizard.monitor.attach import MAX_WORLD_SIZE, REMOTE_DIR, RUN_FILE
-from wizard.monitor.summary_text import SUMMARY_FILE
 from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import SUMMARY_FILE
 from wizard.monitor.values import is_step, is_time, number
 
 CHUNK = 1024 * 1024  # bytes of an events file read at a time
