@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -248,6 +249,30 @@ def test_code_over_a_configmaps_limit_is_refused_naming_the_biggest_files(tmp_pa
     assert "src/table.py (150007 bytes), src/pkg/vocab.py (100007 bytes)" in message
     assert "data comes from the data volume" in message
     assert (project / k8s.CONFIGMAP_FILE).read_text() == before
+
+
+def test_a_file_of_gigabytes_is_refused_by_its_size_without_reading_it(tmp_path: Path) -> None:
+    project = project_with(tmp_path / "out", CODE, k8s_answers())
+    (project / "src" / "table.py").write_text("")
+    os.truncate(project / "src" / "table.py", 2 * 1024**3)  # 2 GiB on a sparse file: no disk used
+    memory = 1024**3  # this process may map 1 GiB: enough for npu-wizard, half the file
+
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "run", str(project), "--dry-run"],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    size = re.match(
+        r"npu-wizard: the project's code comes to at least (\d+) bytes as kubectl apply sends it, over "
+        r"the 245760 a ConfigMap",
+        result.stderr,
+    )
+    assert size and int(size[1]) > 2 * 1024**3, result.stderr
+    assert "the biggest: src/table.py (2147483648 bytes)" in result.stderr
 
 
 def test_code_is_measured_as_kubectl_apply_escapes_it(tmp_path: Path) -> None:

@@ -186,8 +186,14 @@ def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
                 f"{os.fsencode(name)!r}: a file name that is not UTF-8 cannot travel to the pods (the ConfigMap "
                 "names each file's path in text); rename it"
             ) from None
+    # A file's bytes are at most what its JSON takes: the sizes on disk refuse a project far over the limit (a
+    # dataset of gigabytes in the script's folder) before a byte is read; each read then stops past the limit.
+    on_disk = {name: _file_size(project, name) for name in present}
+    if sum(on_disk.values()) > CONFIGMAP_LIMIT:
+        raise _too_large(f"at least {sum(on_disk.values())}", sorted(on_disk.items(), key=lambda item: -item[1]))
+    for name in present:
         try:
-            data[keys[name]] = (project / name).read_bytes().decode("utf-8")
+            data[keys[name]] = _read_head(project, name, CONFIGMAP_LIMIT + 1).decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigMapError(
                 f"{shown(name)} is not UTF-8 text, and a ConfigMap carries text: save it as UTF-8 (iconv -t UTF-8)"
@@ -195,6 +201,31 @@ def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
     data[LAYOUT_KEY] = "".join(f"{keys[name]} {name}\n" for name in present)
     _check_size(data, {keys[name]: name for name in present})
     return data
+
+
+def _file_size(project: Path, name: str) -> int:
+    """The size of the file `name` of `project` on disk (ConfigMapError when it cannot be read)."""
+    try:
+        return os.lstat(project / name).st_size
+    except OSError as error:
+        raise _unreadable(name, error) from None
+
+
+def _read_head(project: Path, name: str, limit: int) -> bytes:
+    """At most `limit` bytes of the file `name` of `project` (one that grew since it was measured is over the
+    limit)."""
+    try:
+        with (project / name).open("rb") as stream:
+            return stream.read(limit)
+    except OSError as error:
+        raise _unreadable(name, error) from None
+
+
+def _unreadable(name: str, error: OSError) -> ConfigMapError:
+    return ConfigMapError(
+        f"{shown(name)} cannot be read ({error.strerror or error}), and the pods get it: make it readable, or "
+        "move it out of the project's code"
+    )
 
 
 def configmap_keys(names: list[str]) -> dict[str, str]:
@@ -219,9 +250,15 @@ def _check_size(data: dict[str, str], paths: dict[str, str]) -> None:
     size = sum(sizes.values())
     if size <= CONFIGMAP_LIMIT:
         return
-    biggest = sorted(paths, key=lambda key: -sizes[key])[:BIGGEST_SHOWN]
-    listed = ", ".join(f"{shown(paths[key])} ({len(data[key].encode())} bytes)" for key in biggest)
-    raise ConfigMapTooLarge(
+    biggest = sorted(paths, key=lambda key: -sizes[key])
+    raise _too_large(str(size), [(paths[key], len(data[key].encode())) for key in biggest])
+
+
+def _too_large(size: str, biggest: list[tuple[str, int]]) -> ConfigMapTooLarge:
+    """ConfigMapTooLarge for code of `size` bytes as kubectl apply sends it, naming the first of `biggest`
+    ((path, bytes), biggest first)."""
+    listed = ", ".join(f"{shown(name)} ({count} bytes)" for name, count in biggest[:BIGGEST_SHOWN])
+    return ConfigMapTooLarge(
         f"the project's code comes to {size} bytes as kubectl apply sends it, over the {CONFIGMAP_LIMIT} a "
         f"ConfigMap it applies can carry (it keeps a copy in an annotation of at most 256 KiB); the biggest: {listed}. "
         "The pods get code only (data comes from the data volume): move data out of the script's folder, or build "
