@@ -297,3 +297,7 @@ def test_the_readme_says_the_pods_get_the_code_and_not_the_data(tmp_path: Path) 
         "sub-folders included)"
     ) in readme
     assert "a ConfigMap with this project's code only: data comes from the data volume" in readme
+    assert "`checkpoints/`, caches and virtual environments stay here" in readme  # a user's script: no data folder
+    with_volume = render(k8s_answers(cluster__data_pvc="datasets"), tmp_path / "volume").project_dir
+    readme = " ".join((with_volume / "README.md").read_text().split())
+    assert "`checkpoints/`, `data/` (where the pods mount the data volume), caches and virtual" in readme
