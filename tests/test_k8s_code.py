@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ NOT_CODE = {
     "src/checkpoints/last.py": "a checkpoint's copy\n",
     "src/venv/pyvenv.cfg": "home = /usr/bin\n",
     "src/venv/lib/site.py": "a virtual environment\n",
-    "tool.py": "print('a helper of the repository, not of the script')\n",
+    "odd-name/tool.py": "a top-level folder no import reaches (its name is no identifier)\n",
 }
 
 
@@ -90,14 +91,15 @@ def test_a_script_in_src_gets_its_modules_and_packages_at_their_paths_in_the_pod
 
 def test_a_top_level_script_gets_the_top_level_modules_and_packages(tmp_path: Path) -> None:
     files = {
-        "main.py": "import helpers\nimport mylib.core\n\nprint(helpers.X + mylib.core.Y)\n",
+        "main.py": "import data.prep\nimport helpers\nimport mylib.core\nimport scripts.plot\n\n"
+        "print(helpers.X + mylib.core.Y + scripts.plot.Z + data.prep.W)\n",
         "helpers.py": "X = 1\n",
         "mylib/__init__.py": "",
         "mylib/core.py": "Y = 2\n",
-        "scripts/plot.py": "a folder that is not a package\n",
+        "scripts/plot.py": "Z = 4\n",  # a namespace package (no __init__.py)
+        "data/__init__.py": "",  # a user's script has no data folder: a package like any other
+        "data/prep.py": "W = 8\n",
         "runs/latest/x.py": "a run's copy\n",
-        "data/__init__.py": "",  # the data folder (training.data_dir), where the pods mount the data volume
-        "data/prep.py": "the data's own scripts\n",
     }
     answers_ = k8s_answers("ascendjob", training__script="main.py")
     project = project_with(tmp_path / "out", files, answers_)
@@ -105,12 +107,28 @@ def test_a_top_level_script_gets_the_top_level_modules_and_packages(tmp_path: Pa
     result, copy = play_pod(project, "ascendjob", tmp_path / "pod")
 
     assert result.returncode == 2, result.stderr
-    assert {"main.py", "helpers.py", "mylib/__init__.py", "mylib/core.py"} <= {
-        path.relative_to(copy).as_posix() for path in copy.rglob("*.py")
-    }
-    assert not (copy / "scripts").exists() and not (copy / "runs").exists() and not (copy / "data").exists()
+    carried = {path.relative_to(copy).as_posix() for path in copy.rglob("*.py")}
+    assert {name for name in files if not name.startswith("runs/")} <= carried
+    assert not (copy / "runs").exists()
     ran = subprocess.run([sys.executable, "main.py"], cwd=copy, capture_output=True, text=True, timeout=60)
-    assert ran.stdout == "3\n", ran.stderr
+    assert ran.stdout == "15\n", ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "volume", "carried"),
+    [
+        ("main.py", {}, True),  # a user's script: data/ is code
+        ("main.py", {"cluster__data_host_path": "/srv/data"}, False),  # the pods mount the data volume there
+        ("main.py", {"cluster__data_pvc": "datasets"}, False),
+        ("train.py", {}, False),  # the generated script's data folder (training.data_dir's default)
+    ],
+)
+def test_data_is_code_unless_it_is_the_pods_data_folder(
+    tmp_path: Path, script: str, volume: dict[str, str], carried: bool
+) -> None:
+    files = {"main.py": "import data.loader\n", "data/loader.py": "ROWS = 3\n"}
+    project = project_with(tmp_path / "out", files, k8s_answers(training__script=script, **volume))
+    assert ("data/loader.py" in carried_paths(project)) is carried
 
 
 @pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
@@ -233,6 +251,30 @@ def test_code_over_a_configmaps_limit_is_refused_naming_the_biggest_files(tmp_pa
     assert (project / k8s.CONFIGMAP_FILE).read_text() == before
 
 
+def test_a_file_of_gigabytes_is_refused_by_its_size_without_reading_it(tmp_path: Path) -> None:
+    project = project_with(tmp_path / "out", CODE, k8s_answers())
+    (project / "src" / "table.py").write_text("")
+    os.truncate(project / "src" / "table.py", 2 * 1024**3)  # 2 GiB on a sparse file: no disk used
+    memory = 1024**3  # this process may map 1 GiB: enough for npu-wizard, half the file
+
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "run", str(project), "--dry-run"],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    size = re.match(
+        r"npu-wizard: the project's code comes to at least (\d+) bytes as kubectl apply sends it, over "
+        r"the 245760 a ConfigMap",
+        result.stderr,
+    )
+    assert size and int(size[1]) > 2 * 1024**3, result.stderr
+    assert "the biggest: src/table.py (2147483648 bytes)" in result.stderr
+
+
 def test_code_is_measured_as_kubectl_apply_escapes_it(tmp_path: Path) -> None:
     files = {**CODE, "src/table.py": "T = '" + "<" * 50_000 + "'\n"}  # 50 KB on disk, 300 KB as kubectl's JSON
     project = render(k8s_answers(), tmp_path).project_dir
@@ -249,5 +291,13 @@ def test_code_is_measured_as_kubectl_apply_escapes_it(tmp_path: Path) -> None:
 def test_the_readme_says_the_pods_get_the_code_and_not_the_data(tmp_path: Path) -> None:
     project = render(k8s_answers(), tmp_path).project_dir
     readme = " ".join((project / "README.md").read_text().split())
-    assert "the Python files of `src/` (your script's folder, sub-folders included)" in readme
+    assert (
+        "It carries every Python file a rank can import: those of `src/` (your script's folder, sub-folders "
+        "included), the top-level modules and the top-level folders (packages, with or without `__init__.py`, "
+        "sub-folders included)"
+    ) in readme
     assert "a ConfigMap with this project's code only: data comes from the data volume" in readme
+    assert "`checkpoints/`, caches and virtual environments stay here" in readme  # a user's script: no data folder
+    with_volume = render(k8s_answers(cluster__data_pvc="datasets"), tmp_path / "volume").project_dir
+    readme = " ".join((with_volume / "README.md").read_text().split())
+    assert "`checkpoints/`, `data/` (where the pods mount the data volume), caches and virtual" in readme

@@ -214,3 +214,44 @@ def test_the_entry_script_refuses_surprises(engine: str, changed: dict[str, str]
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert not (project / "runs").exists(), "nothing may start after a refusal"
+
+
+# What a rank imports of the project, as launch/run-node.sh starts it: the script's folder comes first on sys.path
+# and the project folder is on PYTHONPATH, so a module beside the script, a top-level module, a top-level package
+# (one named data/ too: a user's script has no data folder) and a namespace package (no __init__.py) all import.
+IMPORTED = {
+    "helpers.py": "NAME = 'helpers'\n",
+    "data/__init__.py": "",
+    "data/loader.py": "NAME = 'data.loader'\n",
+    "lib/__init__.py": "",
+    "lib/core.py": "NAME = 'lib.core'\n",
+    "shared/deep/leaf.py": "NAME = 'shared.deep.leaf'\n",
+}
+IMPORTS = ["helpers", "data.loader", "lib.core", "shared.deep.leaf"]
+BESIDE = {"model.py": "NAME = 'model'\n", "nsutil/text.py": "NAME = 'nsutil.text'\n"}
+
+
+def importing_script(modules: list[str]) -> str:
+    """A script that imports each of `modules` and prints their NAMEs, and nothing else."""
+    lines = ["import importlib", "", f"names = [importlib.import_module(m).NAME for m in {modules!r}]"]
+    return "\n".join([*lines, "print('imported', ' '.join(names), flush=True)", ""])
+
+
+@pytest.mark.parametrize("folder", ["src/"])
+def test_a_rank_in_a_pod_imports_every_module_run_node_lets_it_import(folder: str, tmp_path: Path) -> None:
+    files = {**IMPORTED, **{folder + name: text for name, text in BESIDE.items()}}
+    modules = [*IMPORTS, "model", "nsutil.text"]
+    files[folder + "main.py"] = importing_script(modules)
+    raw = {**cpu_answers("pytorchjob", free_port()), "training.script": folder + "main.py"}
+    project = render(resolve(raw), tmp_path).project_dir
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    k8s.refresh_configmap(project, resolve(raw))  # as `npu-wizard run` does before it applies the manifests
+
+    train_pods(project, "pytorchjob", tmp_path)
+
+    for node in range(NODES):
+        logs = pod_project(project, tmp_path / f"pod{node}") / "runs" / "latest" / "logs"
+        for rank in range(node * DEVICES, (node + 1) * DEVICES):
+            assert f"imported {' '.join(modules)}\n" in (logs / f"rank-{rank}.log").read_text()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -522,3 +524,46 @@ def test_force_with_o_is_refused_on_a_folder_rendered_into(tmp_path: Path, extra
     assert f"npu-wizard --answers FILE --into {repo} --force" in line and f"npu-wizard update {repo}" in line
     assert tree_hash(repo) == before
     assert (repo / ".git").is_dir() and (repo / "notes.md").read_text() == "my notes\n"
+
+
+def suggested_commands(message: str) -> list[list[str]]:
+    """The npu-wizard commands a refusal suggests, as words (each ends before its parenthesis)."""
+    found = re.findall(
+        r"npu-wizard ((?:--answers|update) .+?) \((?:npu-wizard's files replaced|your edits kept)", message
+    )
+    return [shlex.split(command) for command in found]
+
+
+@pytest.mark.parametrize(
+    ("same_name", "extra"), [(True, ["--force"]), (True, []), (True, ["--force", "--dry-run"]), (False, ["--force"])]
+)
+def test_into_a_project_rendered_with_o_is_refused_with_commands_that_work(
+    tmp_path: Path, same_name: bool, extra: list[str]
+) -> None:
+    first = yaml.safe_load(answers_file(tmp_path).read_text())
+    (tmp_path / "first.yaml").write_text(answers_yaml(first))
+    assert npu_wizard("--answers", str(tmp_path / "first.yaml"), "-o", str(tmp_path / "out")).returncode == 0
+    project = tmp_path / "out" / first["project_name"]
+    if not same_name:
+        project = project.rename(tmp_path / "out" / "renamed")
+    (project / "notes.md").write_text("my notes\n")
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(answers_yaml({**first, "training": {**first["training"], "epochs": 3}}))
+    before = tree_hash(project)
+    shutil.copytree(project, tmp_path / "as-it-was", symlinks=True)
+
+    refused = npu_wizard("--answers", str(changed), "--into", str(project), *extra)
+
+    assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stdout + refused.stderr
+    assert f"npu-wizard: {project} is a project npu-wizard rendered with -o, not a folder of yours" in refused.stderr
+    assert "--rebase" not in refused.stderr
+    assert tree_hash(project) == before
+    commands = suggested_commands(refused.stderr)
+    assert [words[0] for words in commands] == (["--answers", "update"] if same_name else ["update"])
+    for words in commands:  # each way out, from the project as it was
+        shutil.rmtree(project)
+        shutil.copytree(tmp_path / "as-it-was", project, symlinks=True)
+        followed = npu_wizard(*words, cwd=tmp_path)
+        assert followed.returncode == 0, followed.stdout + followed.stderr
+        assert yaml.safe_load((project / "answers.yaml").read_text())["training"]["epochs"] == 3
+        assert (project / "notes.md").read_text() == "my notes\n" and not (project / "NPU-WIZARD.md").exists()

@@ -159,6 +159,27 @@ def test_a_cache_folder_others_can_write_is_not_used_and_its_planted_entries_nev
     assert same_tree(tmp_path / "out", uncached(tmp_path))
 
 
+@pytest.mark.parametrize("problem", ["writable by others", "a symlink"])
+def test_nothing_is_made_in_a_cache_folder_before_it_is_found_to_be_the_users_own(tmp_path: Path, problem: str) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    named = cache
+    if problem == "writable by others":
+        cache.chmod(0o777)
+        reason = "it is writable by group and others (mode 0777)"
+    else:
+        named = tmp_path / "link"
+        named.symlink_to(cache)
+        reason = "it is a symlink"
+
+    assert template_cache({"NPU_WIZARD_CACHE_DIR": str(named)}) == (
+        None,
+        f"not using the template cache {named}: {reason}; delete it, or set NPU_WIZARD_CACHE_DIR to a folder of "
+        "your own (renders are slower without it, never different)",
+    )
+    assert list(cache.iterdir()) == []
+
+
 def test_an_entry_planted_in_the_users_own_cache_is_never_unpickled_but_compiled_anew(tmp_path: Path) -> None:
     cache, marker = tmp_path / "cache", tmp_path / "planted-code-ran"
     entries = filled(cache, tmp_path)

@@ -22,7 +22,7 @@ def render_from_file(
     if into is not None:
         from wizard.render.into import render_into
 
-        result = render_into(answers, into, force=force, dry_run=dry_run)
+        result = render_into(answers, into, force=force, dry_run=dry_run, answers_file=source)
         _report(
             result,
             dry_run,

@@ -14,6 +14,7 @@ npu-wizard's own files only.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import stat
 import tempfile
@@ -110,14 +111,41 @@ def check_folder(folder: Path) -> None:
         raise TargetError(f"{folder} is not a folder; --into names the folder of your repository")
 
 
-def render_into(answers: Answers, folder: Path, *, force: bool = False, dry_run: bool = False) -> RenderResult:
+def refuse_project_made_with_o(folder: Path, answers: Answers, answers_file: str) -> None:
+    """TargetError, naming the commands that do work, for a project `-o` made: --into would have to take its
+    README.md and requirements.txt (npu-wizard's there) for the user's."""
+    if not _has_state(folder) or is_into(folder):
+        return
+    source = shlex.quote(answers_file) if answers_file != "-" else "FILE"
+    ways = [
+        f"change its answers with npu-wizard update {shlex.quote(str(folder))} --answers {source} (your edits kept)"
+    ]
+    place = folder if folder.name not in ("", ".", "..") else Path(os.path.abspath(folder))
+    if place.name == answers["project_name"]:
+        parent = shlex.quote(str(place.parent))
+        ways.insert(
+            0,
+            f"render it again with npu-wizard --answers {source} -o {parent} --force (npu-wizard's files "
+            "replaced, yours kept)",
+        )
+    raise TargetError(
+        f"{folder} is a project npu-wizard rendered with -o, not a folder of yours rendered --into, so --into was "
+        f"refused and nothing was changed: {', or '.join(ways)}"
+    )
+
+
+def render_into(
+    answers: Answers, folder: Path, *, force: bool = False, dry_run: bool = False, answers_file: str = "FILE"
+) -> RenderResult:
     """Add the project of `answers` to `folder`; TargetError naming every clash, with nothing written.
 
     With `force`, the files an earlier render wrote there are replaced (edits to them dropped); the user's stay,
     and so does each file the new render no longer makes that the user edited (the result's `kept`).
+    `answers_file` names the answers in the commands a refusal suggests.
     """
     folder = Path(folder)
     check_folder(folder)
+    refuse_project_made_with_o(folder, answers, answers_file)
     finished = _finish_interrupted(folder) if not dry_run else ""
     new = rendered_files(answers, into=True)
     names = sorted([*new.files, PRISTINE, INTO_MARKER])

@@ -20,7 +20,7 @@ import yaml
 from wizard.answers.model import Answers
 from wizard.answers.questions_cluster import OPERATOR_MASTER_PORTS
 from wizard.answers.questions_k8s import DRIVER_DIR, SOURCE_DIR, WORKSPACE, data_mount_point, pod_project_path
-from wizard.render.k8s_code import configmap_data, project_files, restore_command
+from wizard.render.k8s_code import configmap_data, pods_data_folder, project_files, restore_command
 
 ENGINES = ("ascendjob", "pytorchjob")
 NPU_RESOURCE = "huawei.com/Ascend910"
@@ -207,7 +207,7 @@ def configmap_name(answers: Answers) -> str:
 
 def configmap(answers: Answers, project: Path) -> dict[str, Any]:
     """The ConfigMap with the project's code as it is now (k8s_code.ConfigMapError when it cannot carry it)."""
-    data = configmap_data(project, project_files(project, answers["training.script"], answers.get("training.data_dir")))
+    data = configmap_data(project, carried_files(project, answers))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -218,6 +218,13 @@ def configmap(answers: Answers, project: Path) -> dict[str, Any]:
         },
         "data": data,
     }
+
+
+def carried_files(project: Path, answers: Answers) -> list[str]:
+    """The project's files the ConfigMap carries to the pods (wizard.render.k8s_code says which)."""
+    script = answers["training.script"]
+    data_folder = pods_data_folder(script, answers.get("training.data_dir"), _data_volume(answers) is not None)
+    return project_files(project, script, data_folder)
 
 
 def listed_files(manifest: Mapping[str, Any]) -> list[str]:

@@ -1,14 +1,19 @@
 """The code a Kubernetes pod gets of the project, carried in one ConfigMap, and how the pod puts it back.
 
 The pods need the code, never the data (that comes from the data volume):
-the runtime, the launch scripts, the answers, and the training script with
-what it imports. A user's script at src/main.py brings its folder's tree
-(src/**/*.py); a script at the top (train.py, or the user's main.py) brings
-the top-level modules and the top-level packages (folders with __init__.py).
-Hidden folders, runs/, checkpoints/, the data folder, caches and virtual
-environments are never code. Nor is a symbolic link, to a file or a folder:
-the pods get the project's own files, never what a link points to (which may
-lie anywhere on this machine).
+the runtime, the launch scripts, the answers, and every Python file a rank
+can import as launch/run-node.sh starts it. A rank runs from the project
+folder with the script's folder first on sys.path and, for a user's script,
+the project folder on PYTHONPATH (for train.py the two are the same). So the
+pods get the script's folder tree (src/**/*.py for a user's src/main.py), the
+top-level modules and every top-level folder a rank can import: a package
+(with __init__.py) or a namespace package (without), sub-folders included.
+Hidden folders, runs/, checkpoints/, caches, virtual environments and the
+data folder are never code: the data folder is train.py's training.data_dir,
+or data/ where the pods mount a data volume for a user's script (which has
+no data folder otherwise, so its data/ is code like any other). Nor is a
+symbolic link, to a file or a folder: the pods get the project's own files,
+never what a link points to (which may lie anywhere on this machine).
 
 A ConfigMap key cannot hold a '/', so each file travels under a key of its
 own and the key LAYOUT_KEY lists each key and, after a space, the path it
@@ -20,6 +25,7 @@ next `npu-wizard run`, which writes the ConfigMap again.
 from __future__ import annotations
 
 import json
+import keyword
 import os
 import posixpath
 import re
@@ -57,9 +63,10 @@ def project_files(project: Path, script: str | None = None, data_dir: str | None
     """The files a pod needs, relative to the project: the code, the launch scripts, the answers.
 
     The user's own `script` (training.script) is listed even before it exists: the ConfigMap carries it once it
-    is there. `data_dir` (training.data_dir) is never carried, whatever it holds.
+    is there. `data_dir`, the project's data folder in the pods (`pods_data_folder`; None where it has none), is
+    never carried, whatever it holds.
     """
-    skip = _data_folder(data_dir)
+    skip = _inside(data_dir)
     if is_foreign(script):
         _refuse_linked_script(project, str(script))
     names = code_files(project, script, skip)
@@ -71,16 +78,29 @@ def project_files(project: Path, script: str | None = None, data_dir: str | None
     return list(dict.fromkeys(names))  # in this order, each once (runtime/ is a top-level package too)
 
 
-def code_files(project: Path, script: str | None, skip: str = "data") -> list[str]:
-    """The training script's code: its folder's tree, or for a top-level script the top-level modules and packages."""
+def pods_data_folder(script: str | None, data_dir: str | None, data_volume: bool) -> str | None:
+    """The project's data folder in the pods: train.py's training.data_dir (data/ by default); for a user's
+    script, which has none, data/ only where the pods mount a data volume there (`data_volume`)."""
+    if is_foreign(script):
+        return "data" if data_volume else None
+    return data_dir or "data"
+
+
+def code_files(project: Path, script: str | None, skip: str = "") -> list[str]:
+    """Every Python file a rank can import as launch/run-node.sh starts it: the script's folder tree (first on
+    sys.path), the top-level modules and the top-level packages and namespace packages (the project folder)."""
     folder = posixpath.dirname(script) if is_foreign(script) else ""
-    if folder:
-        return _tree(project, folder, skip)
-    names = sorted(path.name for path in project.glob("*.py") if _own(project, path) and not path.name.startswith("."))
+    names = _tree(project, folder, skip) if folder else []
+    names += sorted(path.name for path in project.glob("*.py") if _own(project, path) and not path.name.startswith("."))
     for package in sorted(project.iterdir()) if project.is_dir() else []:
-        if package.is_dir() and not package.is_symlink() and _own(project, package / "__init__.py"):
+        if _importable(package.name) and package.is_dir() and not package.is_symlink():
             names += _tree(project, package.name, skip)
     return names
+
+
+def _importable(name: str) -> bool:
+    """Whether `import name` can find a folder of that name on sys.path (a package, or a namespace package)."""
+    return name.isidentifier() and not keyword.iskeyword(name)
 
 
 def _tree(project: Path, folder: str, skip: str) -> list[str]:
@@ -140,9 +160,11 @@ def _is_code_folder(path: Path, relative: str, skip: str) -> bool:
     )
 
 
-def _data_folder(data_dir: str | None) -> str:
-    """The data folder as a project-relative path ("" when it lies outside the project)."""
-    folder = posixpath.normpath(data_dir or "data")
+def _inside(data_dir: str | None) -> str:
+    """The data folder as a project-relative path ("" when there is none, or it lies outside the project)."""
+    if data_dir is None:
+        return ""
+    folder = posixpath.normpath(data_dir)
     return "" if folder.startswith(("/", "..")) else folder
 
 
@@ -164,8 +186,14 @@ def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
                 f"{os.fsencode(name)!r}: a file name that is not UTF-8 cannot travel to the pods (the ConfigMap "
                 "names each file's path in text); rename it"
             ) from None
+    # A file's bytes are at most what its JSON takes: the sizes on disk refuse a project far over the limit (a
+    # dataset of gigabytes in the script's folder) before a byte is read; each read then stops past the limit.
+    on_disk = {name: _file_size(project, name) for name in present}
+    if sum(on_disk.values()) > CONFIGMAP_LIMIT:
+        raise _too_large(f"at least {sum(on_disk.values())}", sorted(on_disk.items(), key=lambda item: -item[1]))
+    for name in present:
         try:
-            data[keys[name]] = (project / name).read_bytes().decode("utf-8")
+            data[keys[name]] = _read_head(project, name, CONFIGMAP_LIMIT + 1).decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigMapError(
                 f"{shown(name)} is not UTF-8 text, and a ConfigMap carries text: save it as UTF-8 (iconv -t UTF-8)"
@@ -173,6 +201,31 @@ def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
     data[LAYOUT_KEY] = "".join(f"{keys[name]} {name}\n" for name in present)
     _check_size(data, {keys[name]: name for name in present})
     return data
+
+
+def _file_size(project: Path, name: str) -> int:
+    """The size of the file `name` of `project` on disk (ConfigMapError when it cannot be read)."""
+    try:
+        return os.lstat(project / name).st_size
+    except OSError as error:
+        raise _unreadable(name, error) from None
+
+
+def _read_head(project: Path, name: str, limit: int) -> bytes:
+    """At most `limit` bytes of the file `name` of `project` (one that grew since it was measured is over the
+    limit)."""
+    try:
+        with (project / name).open("rb") as stream:
+            return stream.read(limit)
+    except OSError as error:
+        raise _unreadable(name, error) from None
+
+
+def _unreadable(name: str, error: OSError) -> ConfigMapError:
+    return ConfigMapError(
+        f"{shown(name)} cannot be read ({error.strerror or error}), and the pods get it: make it readable, or "
+        "move it out of the project's code"
+    )
 
 
 def configmap_keys(names: list[str]) -> dict[str, str]:
@@ -197,9 +250,15 @@ def _check_size(data: dict[str, str], paths: dict[str, str]) -> None:
     size = sum(sizes.values())
     if size <= CONFIGMAP_LIMIT:
         return
-    biggest = sorted(paths, key=lambda key: -sizes[key])[:BIGGEST_SHOWN]
-    listed = ", ".join(f"{shown(paths[key])} ({len(data[key].encode())} bytes)" for key in biggest)
-    raise ConfigMapTooLarge(
+    biggest = sorted(paths, key=lambda key: -sizes[key])
+    raise _too_large(str(size), [(paths[key], len(data[key].encode())) for key in biggest])
+
+
+def _too_large(size: str, biggest: list[tuple[str, int]]) -> ConfigMapTooLarge:
+    """ConfigMapTooLarge for code of `size` bytes as kubectl apply sends it, naming the first of `biggest`
+    ((path, bytes), biggest first)."""
+    listed = ", ".join(f"{shown(name)} ({count} bytes)" for name, count in biggest[:BIGGEST_SHOWN])
+    return ConfigMapTooLarge(
         f"the project's code comes to {size} bytes as kubectl apply sends it, over the {CONFIGMAP_LIMIT} a "
         f"ConfigMap it applies can carry (it keeps a copy in an annotation of at most 256 KiB); the biggest: {listed}. "
         "The pods get code only (data comes from the data volume): move data out of the script's folder, or build "

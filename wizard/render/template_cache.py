@@ -63,19 +63,50 @@ def template_cache(env: Mapping[str, str] | None = None) -> tuple[PrivateBytecod
     root = cache_root(os.environ if env is None else env)
     if root is None:
         return None, ""
-    folder = root / "templates"
     try:
-        _make_private(folder)
+        _make_private(root)
     except OSError:
         return None, ""
-    for checked in (root, folder):
-        problem = unsafe_folder(checked)
-        if problem:
-            return None, (
-                f"not using the template cache {checked}: {problem}; delete it, or set {CACHE_VARIABLE} "
-                "to a folder of your own (renders are slower without it, never different)"
-            )
+    # Nothing is made in a folder before it is found to be the user's own: templates/ is made through the root
+    # opened and checked, never through a link or in a folder another user could write.
+    problem = unsafe_folder(root)
+    if problem:
+        return None, _passed_by(root, problem)
+    folder = root / "templates"
+    try:
+        problem = _make_inside(root, folder.name)
+    except OSError:
+        return None, ""
+    if problem:  # the root changed since it was checked
+        return None, _passed_by(root, problem)
+    problem = unsafe_folder(folder)
+    if problem:
+        return None, _passed_by(folder, problem)
     return PrivateBytecodeCache(folder), ""
+
+
+def _passed_by(folder: Path, problem: str) -> str:
+    """The note of a cache folder not used for `problem`."""
+    return (
+        f"not using the template cache {folder}: {problem}; delete it, or set {CACHE_VARIABLE} "
+        "to a folder of your own (renders are slower without it, never different)"
+    )
+
+
+def _make_inside(root: Path, name: str) -> str:
+    """Make the folder `name` (mode 0700) in `root`, opened without following a link; why `root` may not hold it
+    ('' where it may, and the folder is there)."""
+    parent = os.open(root, _OPEN_FOLDER)
+    try:
+        problem = unsafe_folder(parent)
+        if not problem:
+            try:
+                os.mkdir(name, 0o700, dir_fd=parent)
+            except FileExistsError:
+                pass  # made by an earlier render, or one beside this one: checked like any other
+        return problem
+    finally:
+        os.close(parent)
 
 
 def _make_private(folder: Path) -> None:

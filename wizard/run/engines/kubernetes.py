@@ -27,7 +27,6 @@ from typing import Any
 from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
 from wizard.render import k8s
-from wizard.render.k8s_code import project_files
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import run_command
 from wizard.run.engines.k8s_pods import failed_codes, job_condition, node_of, pod_phase
@@ -176,9 +175,7 @@ class KubernetesEngine(Engine):
             raise EngineError(f"{launch.project / script} is missing: put your script there (training.script)")
         # A manifest of an earlier npu-wizard mounts only the files its items list; today's, the whole ConfigMap.
         listed = k8s.listed_files(k8s.load_manifest(manifest))
-        current = project_files(
-            launch.project, launch.answers["training.script"], launch.answers.get("training.data_dir")
-        )
+        current = k8s.carried_files(launch.project, launch.answers)
         if listed and set(listed) != set(current):
             differ = sorted(set(listed) ^ set(current))
             raise EngineError(
