@@ -118,7 +118,7 @@ def check_hccl_reserved(answers: Answers, facts: PortFacts) -> Result:
             "HCCL ports reserved",
             FAIL,
             f"{compress_numbers(exposed)} lie in the ephemeral range {first}-{last} and are not reserved: "
-            "the kernel may hand them out (EJ0003, 'Recv unmatched ack')",
+            "the kernel may hand them out (EI0019 or, on older CANN, EJ0003; 'Recv unmatched ack')",
             RESERVE_FIX,
         )
     if facts.ephemeral and not (ports.stop <= first or ports.start > last):
