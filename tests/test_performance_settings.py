@@ -62,11 +62,32 @@ def test_each_setting_keeps_a_value_from_the_environment(tmp_path: Path) -> None
     record = tmp_path / "record"
     record.mkdir()
     env = script_env(
-        record, fake_bin(tmp_path, "torchrun"), TASK_QUEUE_ENABLE="1", CPU_AFFINITY_CONF="force:1", **SKIP_CHECKS
+        record, fake_bin(tmp_path, "torchrun"), TASK_QUEUE_ENABLE="1", CPU_AFFINITY_CONF="1,force:1", **SKIP_CHECKS
     )
     assert run_node(project, 0, env).returncode == 0
     seen = recorded_env(record, "torchrun")
-    assert (seen["TASK_QUEUE_ENABLE"], seen["CPU_AFFINITY_CONF"]) == ("1", "force:1")
+    assert (seen["TASK_QUEUE_ENABLE"], seen["CPU_AFFINITY_CONF"]) == ("1", "1,force:1")
+
+
+@pytest.mark.parametrize(("torch_npu", "reads_force"), [("2.9.0.post6", True), ("2.6.0", False)])
+def test_cpu_affinity_force_is_written_after_the_mode_and_gated_by_the_release(
+    tmp_path: Path, torch_npu: str, reads_force: bool
+) -> None:
+    versions = {"environment.torch_npu_version": torch_npu, "environment.torch_version": torch_npu.split(".post")[0]}
+    project = render_project(tmp_path, **NPU, **versions)
+    readme = (project / "README.md").read_text()
+    script = (project / "launch" / "run-node.sh").read_text()
+    assert "`1,force:1`" in readme and "1,force:1" in script
+    assert '"force:1" where' not in script and "`force:1` inside a container" not in readme
+    assert ("is read only by the torch_npu of CANN 9.1.0" in readme) is not reads_force
+    record = tmp_path / "record"
+    record.mkdir()
+    env = script_env(record, fake_bin(tmp_path, "torchrun"), CPU_AFFINITY_CONF="1,force:1", **SKIP_CHECKS)
+    result = run_node(project, 0, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    note = f"NOTE: torch_npu {torch_npu} does not read the force option of CPU_AFFINITY_CONF=1,force:1"
+    assert (note in result.stdout) is not reads_force
+    assert recorded_env(record, "torchrun")["CPU_AFFINITY_CONF"] == "1,force:1"
 
 
 def test_a_cpu_project_sets_none_of_them(tmp_path: Path) -> None:
@@ -101,22 +122,30 @@ def test_the_shell_loop_leaves_core_binding_to_torch_npu_where_it_reads_cpu_affi
 
 
 @pytest.mark.parametrize(
-    ("version", "task_queue", "affinity"),
+    ("version", "task_queue", "affinity", "force"),
     [
-        ("2.1.0.post7", False, False),
-        ("2.1.0.post8", True, False),
-        ("2.1.0.post10", True, True),
-        ("2.3.1.post2", True, False),
-        ("2.3.1.post4", True, True),
-        ("2.4.0.post1", True, False),
-        ("2.4.0.post2", True, True),
-        ("2.5.1", True, True),
-        ("2.12.0", True, True),
+        ("2.1.0.post7", False, False, False),
+        ("2.1.0.post8", True, False, False),
+        ("2.1.0.post10", True, True, False),
+        ("2.3.1.post2", True, False, False),
+        ("2.3.1.post4", True, True, False),
+        ("2.4.0.post1", True, False, False),
+        ("2.4.0.post2", True, True, False),
+        ("2.5.1", True, True, False),
+        ("2.7.1.post4", True, True, False),  # CANN 9.0.0
+        ("2.7.1.post8", True, True, True),  # CANN 9.1.0: the 26.1.0 branches parse force
+        ("2.9.0.post2", True, True, False),
+        ("2.9.0.post6", True, True, True),
+        ("2.10.0.post4", True, True, True),
+        ("2.10.0.post3", True, True, False),  # not in the pairs table: by its branch
+        ("2.12.0", True, True, True),
+        ("2.13.0", True, True, True),
     ],
 )
-def test_release_gates_follow_ascend_md(version: str, task_queue: bool, affinity: bool) -> None:
+def test_release_gates_follow_ascend_md(version: str, task_queue: bool, affinity: bool, force: bool) -> None:
     assert hardware.has_task_queue_2(version) is task_queue
     assert hardware.has_cpu_affinity_conf(version) is affinity
+    assert hardware.has_cpu_affinity_force(version) is force
 
 
 class CompileModeRecorder:

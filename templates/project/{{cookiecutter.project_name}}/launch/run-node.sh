@@ -150,7 +150,16 @@ export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 {%- endif %}
 {%- if cpu_affinity %}
 # torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
-# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+# 2: fine-grained).
+{%- if cookiecutter.torch_npu_version|torch_npu_has("cpu_affinity_force") %}
+# Where a container's cgroup limits the cores, add force:1 after the mode: 1,force:1.
+{%- else %}
+# force:1 (written after the mode: 1,force:1) is read only by the torch_npu of CANN
+# 9.1.0 (2.7.1.post8, 2.9.0.post6, 2.10.0.post4, 2.11.0 and later), not by this one.
+if [[ "${CPU_AFFINITY_CONF:-}" == *force* ]]; then
+    echo "node $NODE_RANK: NOTE: torch_npu {{ cookiecutter.torch_npu_version|sh }} does not read the force option of CPU_AFFINITY_CONF=$CPU_AFFINITY_CONF (the torch_npu of CANN 9.1.0 does)"
+fi
+{%- endif %}
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 {%- elif cookiecutter.launcher == "shell" %}
 # torch_npu {{ cookiecutter.torch_npu_version|sh }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /

@@ -53,7 +53,8 @@ export HCCL_EXEC_TIMEOUT=1836
 # Operator dispatch pipelined in two stages (level 2); peak memory may rise a little.
 export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 # torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
-# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+# 2: fine-grained).
+# Where a container's cgroup limits the cores, add force:1 after the mode: 1,force:1.
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 
 # ---- run folder and this node's log ---------------------------------------------

@@ -56,7 +56,12 @@ program=(train.py --launcher shell)
 # kernels, which train.py selects (jit_compile=False).
 export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 # torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
-# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+# 2: fine-grained).
+# force:1 (written after the mode: 1,force:1) is read only by the torch_npu of CANN
+# 9.1.0 (2.7.1.post8, 2.9.0.post6, 2.10.0.post4, 2.11.0 and later), not by this one.
+if [[ "${CPU_AFFINITY_CONF:-}" == *force* ]]; then
+    echo "node $NODE_RANK: NOTE: torch_npu 2.1.0.post13 does not read the force option of CPU_AFFINITY_CONF=$CPU_AFFINITY_CONF (the torch_npu of CANN 9.1.0 does)"
+fi
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 
 # ---- run folder and this node's log ---------------------------------------------
