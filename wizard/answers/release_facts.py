@@ -24,6 +24,7 @@ FEATURES: dict[str, Callable[[str], bool]] = {
     "cpu_affinity_conf": hardware.has_cpu_affinity_conf,
     "cpu_affinity_force": hardware.has_cpu_affinity_force,
     "tiered_store_flag": hardware.has_tiered_store_flag,
+    "parallel_store_env": hardware.has_parallel_store_env,
 }
 
 
