@@ -127,6 +127,7 @@ fi
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 {%- set task_queue = cookiecutter.torch_npu_version|torch_npu_has("task_queue_2") %}
+{%- set server_devices = 16 if cookiecutter.hardware == "atlas-a3" else 8 %}
 {%- set cpu_affinity = cookiecutter.torch_npu_version|torch_npu_has("cpu_affinity_conf") %}
 {%- if cookiecutter.device == "cpu" %}
 # Left out: this project simulates on the CPU, where torch_npu reads none of them.
@@ -329,11 +330,30 @@ wait_children() {
 export WORLD_SIZE=$((NNODES * NPROC_PER_NODE))
 export LOCAL_WORLD_SIZE="$NPROC_PER_NODE"
 {%- if cookiecutter.device != "cpu" and not cpu_affinity %}
-# Each rank on its own share of the cores (ModelZoo's train_full_8p.sh does the same).
+# Each rank on the cores of the device it uses, as ModelZoo's train_full_8p.sh does: the
+# server's cores split into {{ server_devices }} equal shares, device d taking share d. A rank's device
+# is its entry of ASCEND_RT_VISIBLE_DEVICES (4,5,6,7: local rank 0 uses device 4), else its
+# local rank.
 pin=0
-cores_per_rank=$(($(nproc) / NPROC_PER_NODE))
-if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_rank > 0)) && command -v taskset >/dev/null 2>&1; then
+cpu_count="$(nproc)"
+cores_per_device=$((cpu_count / {{ server_devices }}))
+rank_devices=()
+for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
+    rank_devices+=("$local_rank")
+done
+if [[ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
+    IFS=, read -ra rank_devices <<<"${ASCEND_RT_VISIBLE_DEVICES// /}"
+fi
+if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_device > 0)) && command -v taskset >/dev/null 2>&1; then
     pin=1
+    for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
+        device="${rank_devices[local_rank]:-}"
+        if ! [[ "$device" =~ ^[0-9]+$ ]] || ((10#$device >= {{ server_devices }})); then
+            echo "node $NODE_RANK: NOTE: no taskset: ASCEND_RT_VISIBLE_DEVICES='${ASCEND_RT_VISIBLE_DEVICES:-}' names no device 0-{{ server_devices - 1 }} for local rank $local_rank"
+            pin=0
+            break
+        fi
+    done
 fi
 {%- endif %}
 for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
@@ -341,8 +361,9 @@ for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     export RANK=$((NODE_RANK * NPROC_PER_NODE + LOCAL_RANK))
 {%- if cookiecutter.device != "cpu" and not cpu_affinity %}
     if ((pin)); then
-        cores="$((local_rank * cores_per_rank))-$((local_rank * cores_per_rank + cores_per_rank - 1))"
-        start_child "rank $RANK (local rank $LOCAL_RANK, cores $cores)" taskset -c "$cores" \
+        device=$((10#${rank_devices[local_rank]}))
+        cores="$((device * cores_per_device))-$((device * cores_per_device + cores_per_device - 1))"
+        start_child "rank $RANK (local rank $LOCAL_RANK, device $device, cores $cores)" taskset -c "$cores" \
             "${PYTHON:-python3}" "${program[@]}" "$@"
         continue
     fi
