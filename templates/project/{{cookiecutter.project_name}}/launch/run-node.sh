@@ -106,6 +106,13 @@ export HCCL_IF_BASE_PORT={{ cookiecutter.hccl_base_port|int }}
 : "${HCCL_IF_BASE_PORT:?is not set: start this script through launch/entry.sh}"
 export HCCL_IF_BASE_PORT
 {%- endif %}
+{%- if cookiecutter.hardware == "atlas-training" %}
+# (This series reads neither HCCL_HOST_SOCKET_PORT_RANGE nor HCCL_NPU_SOCKET_PORT_RANGE.)
+{%- else %}
+# HCCL_HOST_SOCKET_PORT_RANGE, where this node's environment sets it, overrides
+# HCCL_IF_BASE_PORT (A2/A3), and HCCL_NPU_SOCKET_PORT_RANGE moves the device port 16666:
+# they are kept, and the lines below and the preflight follow them.
+{%- endif %}
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 {%- if cookiecutter.launcher != "mp-spawn" %}
@@ -182,6 +189,20 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+{%- if cookiecutter.device != "cpu" %}
+{%- if cookiecutter.hardware == "atlas-training" %}
+echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT ({{ cookiecutter.hccl_port_count|int }} ports)"
+{%- else %}
+if [[ -n "${HCCL_HOST_SOCKET_PORT_RANGE:-}" ]]; then
+    echo "node $NODE_RANK: HCCL host ports from HCCL_HOST_SOCKET_PORT_RANGE=$HCCL_HOST_SOCKET_PORT_RANGE, which overrides HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (reserve those: sysctl/reserve-ports.sh follows it)"
+else
+    echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT ({{ cookiecutter.hccl_port_count|int }} ports)"
+fi
+if [[ -n "${HCCL_NPU_SOCKET_PORT_RANGE:-}" ]]; then
+    echo "node $NODE_RANK: HCCL device port(s) from HCCL_NPU_SOCKET_PORT_RANGE=$HCCL_NPU_SOCKET_PORT_RANGE, not 16666: every node must set the same"
+fi
+{%- endif %}
+{%- endif %}
 
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
@@ -238,6 +259,9 @@ if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
 else
     preflight=0
     preflight_args=(--device "$DEVICE" --cann-set-env "$CANN_SET_ENV" --hccl-port-count {{ cookiecutter.hccl_port_count|int }})
+{%- if cookiecutter.hardware != "atlas-training" %}
+    preflight_args+=(--hccl-reads-port-range)
+{%- endif %}
     for candidate in "${cann_tried[@]}"; do
         preflight_args+=(--cann-tried "$candidate")
     done

@@ -45,6 +45,7 @@ HCCL_NIC="$HCCL_IF_IP"
 export HCCL_WHITELIST_DISABLE=1
 # Host ports 60000-60015: reserve them with sysctl/reserve-ports.sh.
 export HCCL_IF_BASE_PORT=60000
+# (This series reads neither HCCL_HOST_SOCKET_PORT_RANGE nor HCCL_NPU_SOCKET_PORT_RANGE.)
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
 
@@ -72,6 +73,7 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (16 ports)"
 
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
