@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from runtime import nic
+from runtime import hccl_ports, nic
 from runtime.cann import check_cann
 from runtime.checks import FAIL, PASS, WARN, Result
 
@@ -359,11 +359,47 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
     results.append(check_cann(args.device, args.cann_set_env, env, args.cann_tried))
     address = hccl_address(env)
     if args.device == "npu" and address and results[0].status == PASS:
-        base = int(env.get("HCCL_IF_BASE_PORT", "60000"))
-        count = args.hccl_port_count
-        hccl_free = check_ports_free("HCCL ports", address, base, count)
-        results.append(as_job_clash(hccl_free, env, f"{base}-{base + count - 1}"))
+        results.append(
+            check_hccl_ports_in_force(
+                address, env, args.hccl_port_count, args.hccl_reads_port_range
+            )
+        )
     return results
+
+
+def check_hccl_ports_in_force(
+    address: str, env: Mapping[str, str], count: int, reads_range: bool
+) -> Result:
+    """HCCL's host ports are free: HCCL_HOST_SOCKET_PORT_RANGE's where set (A2/A3), else HCCL_IF_BASE_PORT's."""
+    name = "HCCL ports"
+    try:
+        ports = hccl_ports.host_ports(env, count, reads_range=reads_range)
+    except ValueError as error:
+        return Result(
+            name, FAIL, str(error), f"fix it or unset it ({hccl_ports.SYNTAX})"
+        )
+    if ports.ranges is None:
+        return Result(name, PASS, f"{ports.describe()}: none to check")
+    if ports.variable == hccl_ports.BASE_PORT:
+        (first, last), *_ = ports.ranges
+        return as_job_clash(
+            check_ports_free(name, address, first, count), env, f"{first}-{last}"
+        )
+    taken = [port for port in ports.ports if port_error(address, port) is not None]
+    if not taken:
+        return Result(
+            name,
+            PASS,
+            f"{ports.describe()} free on {address}, overriding HCCL_IF_BASE_PORT",
+        )
+    return Result(
+        name,
+        FAIL,
+        f"{compress_numbers(taken)} taken on {address} (HCCL needs {ports.describe()}, which overrides "
+        "HCCL_IF_BASE_PORT)",
+        f"stop what holds them (see: ss -tanp 'sport = :{taken[0]}'), often an earlier run; reserve them "
+        f"(sysctl/reserve-ports.sh follows {hccl_ports.HOST_RANGE}) or change {hccl_ports.HOST_RANGE}",
+    )
 
 
 def report_lines(node: str, results: Sequence[Result]) -> list[str]:
@@ -398,6 +434,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
         help="a place the launch script looked for set_env.sh",
     )
     parser.add_argument("--hccl-port-count", type=int, default=16)
+    parser.add_argument(
+        "--hccl-reads-port-range",
+        action="store_true",
+        help="A2/A3: HCCL_HOST_SOCKET_PORT_RANGE",
+    )
     wait = float(env.get(ENV_WAIT) or DEFAULT_WAIT_S)
     parser.add_argument("--wait", type=float, default=wait, help="master wait (s)")
     args = parser.parse_args(argv)

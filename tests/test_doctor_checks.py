@@ -144,12 +144,15 @@ def test_partly_reserved_hccl_ports_name_the_rest(tmp_path: Path) -> None:
 
 def test_reserved_hccl_ports_pass(tmp_path: Path) -> None:
     result = network.check_hccl_reserved(npu_answers(), port_files(tmp_path, "22,59990-60020"))
-    assert (result.status, result.detail) == (PASS, "60000-60015 reserved")
+    assert (result.status, result.detail) == (PASS, "60000-60015 reserved (HCCL_IF_BASE_PORT=60000, 16 ports)")
 
 
 def test_hccl_ports_outside_the_ephemeral_range_need_no_reservation(tmp_path: Path) -> None:
     result = network.check_hccl_reserved(npu_answers(), port_files(tmp_path, "", "32768\t50000"))
-    assert (result.status, result.detail) == (PASS, "60000-60015 outside the ephemeral range")
+    assert (result.status, result.detail) == (
+        PASS,
+        "60000-60015 outside the ephemeral range (HCCL_IF_BASE_PORT=60000, 16 ports)",
+    )
 
 
 def test_an_unreadable_reservation_is_a_warning(tmp_path: Path) -> None:

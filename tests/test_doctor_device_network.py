@@ -1,9 +1,9 @@
 """`npu-wizard doctor` reads the device network of a multi-node NPU project with hccn_tool, read only.
 
 No NPU exists here: a recording test double of hccn_tool (a bash script on
-PATH) answers `-ip -g`, `-link -g` and `-tls -g` the way the driver's tool
-prints them and writes down every argv it gets, so the tests also prove that
-doctor only reads.
+PATH) answers `-ip -g`, `-link -g`, `-tls -g` and `-net_health -g` the way the
+driver's tool prints them, or fails as it does (a non-zero exit code), and
+writes down every argv it gets, so the tests also prove that doctor only reads.
 """
 
 from __future__ import annotations
@@ -19,11 +19,16 @@ from wizard.doctor.probe import Software
 HCCN_TOOL_DOUBLE = """\
 #!/usr/bin/env bash
 # hccn_tool test double (no NPU here): records its argv, answers like the driver's tool.
-# HCCN_DOUBLE_DOWN / _NO_IP / _TLS_ON: space-separated device ids with a link down,
-# without an address, with the TLS switch on.
+# HCCN_DOUBLE_DOWN / _NO_IP / _TLS_ON / _FAULT / _FAIL: space-separated device ids with a
+# link down, without an address, with the TLS switch on, with a net health fault, whose
+# every call fails (as for a user without rights, an unknown id or a driver that is down).
 printf '%s\\n' "$*" >>"$HCCN_DOUBLE_RECORD"
 device="$2"
 has() { [[ " $1 " == *" $device "* ]]; }
+if has "${HCCN_DOUBLE_FAIL:-}"; then
+    echo "Permission denied, please run as root" >&2
+    exit 255
+fi
 case "$3" in
     -ip)
         if has "${HCCN_DOUBLE_NO_IP:-}"; then echo "ipaddr:"; else
@@ -35,6 +40,10 @@ case "$3" in
         switch=0
         if has "${HCCN_DOUBLE_TLS_ON:-}"; then switch=1; fi
         echo "dev_id:$device, tls switch[$switch](0:disable, 1:enable), tls preconfigured[1]" ;;
+    -net_health)
+        health=Success
+        if has "${HCCN_DOUBLE_FAULT:-}"; then health=Fault; fi
+        echo "net health status: $health" ;;
     *) echo "unknown option $3" >&2; exit 1 ;;
 esac
 """
@@ -73,9 +82,9 @@ def test_a_ready_device_network_passes_and_doctor_only_reads(tmp_path: Path) -> 
     assert result.status == PASS
     assert result.detail.startswith(
         "addresses 0=192.168.100.101/255.255.255.0, 1=192.168.100.102/255.255.255.0, "
-        "2=192.168.100.103/255.255.255.0, 3=192.168.100.104/255.255.255.0, links up, TLS switch 0"
+        "2=192.168.100.103/255.255.255.0, 3=192.168.100.104/255.255.255.0, links up, TLS switch 0, net health Success"
     )
-    expected = [f"-i {n} {what} -g" for n in range(4) for what in ("-ip", "-link", "-tls")]
+    expected = [f"-i {n} {what} -g" for n in range(4) for what in ("-ip", "-link", "-tls", "-net_health")]
     assert calls(tmp_path) == expected
 
 
@@ -90,6 +99,39 @@ def test_a_device_without_address_a_link_down_and_mixed_tls_fail_by_name(tmp_pat
     assert "hccn_tool -i N -ip -s" in result.fix and "TLS" in result.fix
 
 
+def test_a_failing_hccn_tool_call_is_unread_not_a_device_without_address(tmp_path: Path) -> None:
+    result = device_network.check_device_network(npu_cluster(), double_env(tmp_path, HCCN_DOUBLE_FAIL="1"))
+    assert result.status == WARN
+    assert "has no address" not in result.detail and "link unknown" not in result.detail
+    assert result.detail.startswith(
+        "could not read the device network: hccn_tool -i 1 -ip -g failed "
+        "(exit code 255: Permission denied, please run as root); hccn_tool -i 1 -link -g failed"
+    )
+    assert "run doctor as root" in result.fix and "logical id" in result.fix
+
+
+def test_a_failing_call_is_named_beside_the_faults_that_were_read(tmp_path: Path) -> None:
+    env = double_env(tmp_path, HCCN_DOUBLE_FAIL="0", HCCN_DOUBLE_DOWN="3")
+    result = device_network.check_device_network(npu_cluster(), env)
+    assert result.status == FAIL
+    assert result.detail.startswith("device 3 link DOWN (hccn_tool -i 3 -link -g); hccn_tool -i 0 -ip -g failed")
+    assert "device 0 has no address" not in result.detail
+
+
+def test_a_net_health_fault_is_reported_by_device(tmp_path: Path) -> None:
+    result = device_network.check_device_network(npu_cluster(), double_env(tmp_path, HCCN_DOUBLE_FAULT="2"))
+    assert result.status == WARN
+    assert result.detail == "device 2 net health Fault (hccn_tool -i 2 -net_health -g)"
+
+
+def test_a_tool_that_cannot_run_is_unread_without_a_traceback(tmp_path: Path) -> None:
+    tool = tmp_path / "hccn_tool"
+    tool.write_text("not a program")
+    tool.chmod(0o644)  # found, but not executable: running it raises PermissionError
+    result = device_network.check_device_network(npu_cluster(), {"PATH": "/bin"}, which=lambda name: str(tool))
+    assert result.status == WARN and "cannot run it" in result.detail
+
+
 def test_visible_devices_decide_which_devices_are_read(tmp_path: Path) -> None:
     project = npu_cluster(devices_per_node=2)
     env = double_env(tmp_path, ASCEND_RT_VISIBLE_DEVICES="4,5")
@@ -101,7 +143,7 @@ def test_without_hccn_tool_doctor_warns_and_says_how_to_check_by_hand(tmp_path: 
     result = device_network.check_device_network(npu_cluster(), {"PATH": str(tmp_path)})
     assert result.status == WARN
     assert result.detail.startswith("hccn_tool not found")
-    assert "hccn_tool -i N -ip -g, -link -g and -tls -g" in result.fix
+    assert "hccn_tool -i N -ip -g, -link -g, -tls -g and -net_health -g" in result.fix
 
 
 def test_one_node_or_the_cpu_skips_it(tmp_path: Path) -> None:

@@ -69,3 +69,22 @@ def test_every_launch_script_runs_under_each_release(case: str, release: str, tm
         assert seen["HCCL_IF_IP"] == answers["network.host_ips"][0] and "HCCL_SOCKET_IFNAME" not in seen
     assert seen["HCCL_IF_BASE_PORT"] == str(answers["network.hccl_base_port"])
     assert seen["HCCL_EXEC_TIMEOUT"] == str(answers["network.exec_timeout"])
+
+
+@pytest.mark.parametrize("release", sorted(pytest.importorskip("tests.doubles.torch_npu_double").RELEASES))
+@pytest.mark.parametrize("case", ["a2-4x8-torch-npu-run-fp16-mnist", "own-a2-2x8-torch-npu-run-slurm"])
+def test_the_torch_npu_run_restart_text_follows_the_release(case: str, release: str, tmp_path: Path) -> None:
+    double_release = pytest.importorskip("tests.doubles.torch_npu_double").RELEASES[release]
+    assert hardware.has_parallel_store_env(release) is double_release.parallel_store_env
+    readme = " ".join(
+        (render(for_release(case, release), tmp_path / "out").project_dir / "README.md").read_text().split()
+    )
+    own_store = "predates torch_npu_run's own store for the workers" in readme
+    assert own_store is not double_release.parallel_store_env
+    if double_release.parallel_store_env:
+        assert "TORCH_NPU_USE_PARALLEL_TCPSTORE=True" in readme and "no store of its own there" in readme
+    else:
+        # the 6.0.0 and 7.0.0 branches: plain env:// and a MASTER_PORT the agent chose
+        assert "no store of its own there" not in readme
+        assert "plain `env://` and a `MASTER_PORT` it chose" in readme
+        assert "under a prefix of its own attempt (`TORCHELASTIC_RESTART_COUNT`)" in readme

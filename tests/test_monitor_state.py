@@ -24,6 +24,9 @@ MESSAGES = [
     ("EJ0001: Failed to initialize the HCCP process. the last training process is running", "EJ0001", False),
     ("EI0020: listen on ip[10.0.0.1] and specific port[60000] fail", "EJ0003", False),
     ("EI0019: the device port 16666 is bound", "EI0019", False),
+    ("EI0019: socket type[2] fail to listen on ip[10.0.0.1] and specific port[60000] fail", "EI0019", False),
+    ("EI0015: Failed to get the root info within the timeout", "EI0015", True),
+    ("EI0016: The TLS configurations of the cards in the communicator are inconsistent", "EI0016", False),
     ("HCCL Recv unmatched ack from 10.0.0.2", "Recv unmatched ack", False),
     ("EI0004: the rank table is invalid", "EI0004", False),
     ("EI0005: operator arguments differ between ranks", "EI0005", False),
@@ -48,10 +51,39 @@ def test_known_failures_are_decoded_with_their_fix(message: str, code: str, peer
     assert hint.fix
 
 
-def test_the_socket_timeout_hint_names_the_device_network_and_tls() -> None:
+def test_the_socket_timeout_is_the_parameter_plane_link_not_the_host_nic() -> None:
     hint = explain("EI0006: Getting socket times out")
     assert hint is not None
-    assert "device network" in hint.fix and "hccn_tool -i N -ip -g" in hint.fix and "TLS" in hint.fix
+    assert "parameter-plane" in hint.meaning and "16666" in hint.meaning
+    for check in ("hccn_tool -i N -link -g", "(-ip -g)", "(-tls -g)", "HCCL_CONNECT_TIMEOUT"):
+        assert check in hint.fix
+    # the host NIC (HCCL_IF_IP) only reaches the root: EI0015 is its timeout, not EI0006
+    assert "HCCL_IF_IP" not in hint.fix
+
+
+def test_the_host_nic_negotiation_timeout_points_at_hccl_if_ip_and_the_master() -> None:
+    hint = explain("EI0015: Failed to get the root info within the timeout")
+    assert hint is not None and hint.code == "EI0015"
+    assert "HCCL_IF_IP" in hint.fix and "HCCL_SOCKET_IFNAME" in hint.fix and "master" in hint.fix
+
+
+def test_tls_that_differs_across_cards_points_at_hccn_tool_tls() -> None:
+    hint = explain("EI0016: TLS configurations differ")
+    assert hint is not None and "hccn_tool -i N -tls -g" in hint.fix
+
+
+def test_a_host_port_bind_failure_names_the_hccl_port_range_not_one_process_per_device() -> None:
+    hint = explain("EI0019: socket type[2] fail to listen on ip[10.0.0.1] and specific port[60000] fail")
+    assert hint is not None and hint.code == "EI0019"
+    assert "host port" in hint.meaning and "HCCL_IF_BASE_PORT" in hint.meaning
+    assert "HCCL_HOST_SOCKET_PORT_RANGE" in hint.meaning
+    assert "sysctl/reserve-ports.sh" in hint.fix
+
+
+def test_a_device_port_bind_failure_names_one_process_per_device() -> None:
+    hint = explain("EI0019: socket type[1] fail to listen on ip[192.168.1.8] and specific port[16666] fail")
+    assert hint is not None and hint.code == "EI0019"
+    assert "device port 16666" in hint.meaning and "one training process per device" in hint.fix
 
 
 def test_ee1002_says_how_to_rerun_with_more_cann_logging() -> None:

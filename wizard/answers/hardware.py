@@ -136,6 +136,25 @@ def has_cpu_affinity_conf(torch_npu_version: str) -> bool:
     return _from_release(torch_npu_version, {(2, 1, 0): 10, (2, 3, 1): 4, (2, 4, 0): 2}, (2, 5, 0))
 
 
+def has_cpu_affinity_force(torch_npu_version: str) -> bool:
+    """Whether torch_npu parses CPU_AFFINITY_CONF's force option ('1,force:1'): the 26.1.0 branches (CANN 9.1.0)."""
+    newer = cann_at_least(torch_npu_version, 9, 1)
+    if newer is not None:
+        return newer
+    return _from_release(torch_npu_version, {(2, 7, 1): 8, (2, 9, 0): 6, (2, 10, 0): 4}, (2, 11, 0))
+
+
+def has_parallel_store_env(torch_npu_version: str) -> bool:
+    """Whether torch_npu_run's workers get its parallel store through env://: the 7.1.0 branches on.
+
+    2.1.0.post13 / 2.5.1.post1 / 2.6.0 and later (CANN 8.2.RC1); the 2.3.1 and 2.4.0 lines end before 7.1.0.
+    """
+    parsed = parse_version(torch_npu_version)
+    if parsed is None or parsed[:3] in ((2, 3, 1), (2, 4, 0)):
+        return False
+    return _from_release(torch_npu_version, {(2, 1, 0): 13, (2, 5, 1): 1}, (2, 6, 0))
+
+
 def has_tiered_store_flag(torch_npu_version: str) -> bool:
     """Whether torch_npu_run has the tiered store flag: 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1 on."""
     return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 3, 1): 6, (2, 4, 0): 4}, (2, 5, 1))

@@ -22,7 +22,9 @@ EXTENSION = f"{__name__}.ReleaseFacts"
 FEATURES: dict[str, Callable[[str], bool]] = {
     "task_queue_2": hardware.has_task_queue_2,
     "cpu_affinity_conf": hardware.has_cpu_affinity_conf,
+    "cpu_affinity_force": hardware.has_cpu_affinity_force,
     "tiered_store_flag": hardware.has_tiered_store_flag,
+    "parallel_store_env": hardware.has_parallel_store_env,
 }
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runtime import nic, preflight
+from runtime import hccl_ports, nic, preflight
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import compress_numbers
 from wizard.answers import hardware
@@ -103,31 +104,51 @@ def check_if_ip(answers: Answers, node: Node, nonlocal_bind: Path) -> Result:
     return replace(result, detail=f"node {node.index}: {result.detail}")
 
 
-def check_hccl_reserved(answers: Answers, facts: PortFacts) -> Result:
-    """HCCL's host ports are outside the ephemeral range, or reserved."""
+def hccl_env(answers: Answers, env: Mapping[str, str] | None) -> dict[str, str]:
+    """What HCCL reads for its host ports on this node: the answers' base port, this shell's port range."""
+    found = {hccl_ports.BASE_PORT: str(answers["network.hccl_base_port"])}
+    if env and hccl_ports.HOST_RANGE in env:
+        found[hccl_ports.HOST_RANGE] = env[hccl_ports.HOST_RANGE]
+    return found
+
+
+def hccl_host_ports(answers: Answers, env: Mapping[str, str] | None) -> hccl_ports.PortsInForce:
+    """HCCL's host ports on this node: HCCL_HOST_SOCKET_PORT_RANGE's where set (A2/A3), else the answers' base port."""
+    reads_range = answers["hardware"] != "atlas-training"
+    return hccl_ports.host_ports(hccl_env(answers, env), answers["network.hccl_port_count"], reads_range=reads_range)
+
+
+def check_hccl_reserved(answers: Answers, facts: PortFacts, env: Mapping[str, str] | None = None) -> Result:
+    """HCCL's host ports in force are outside the ephemeral range, or reserved."""
+    name = "HCCL ports reserved"
     if answers["device"] == "cpu":
-        return Result("HCCL ports reserved", SKIP, "device cpu: gloo uses no HCCL ports")
+        return Result(name, SKIP, "device cpu: gloo uses no HCCL ports")
+    try:
+        in_force = hccl_host_ports(answers, env)
+    except ValueError as error:
+        return Result(name, FAIL, str(error), f"fix it or unset it ({hccl_ports.SYNTAX})")
+    if in_force.ranges is None:
+        return Result(name, PASS, f"HCCL's host ports are {in_force.describe()}: none to reserve")
     if facts.problems:
-        return Result("HCCL ports reserved", WARN, "; ".join(facts.problems), "check /proc/sys/net/ipv4 by hand")
-    base, count = answers["network.hccl_base_port"], answers["network.hccl_port_count"]
-    ports = range(base, base + count)
-    exposed = facts.in_ephemeral(ports)
+        return Result(name, WARN, "; ".join(facts.problems), "check /proc/sys/net/ipv4 by hand")
+    exposed = facts.in_ephemeral(in_force.ports)
     first, last = facts.ephemeral or (0, 0)
     if exposed:
         return Result(
-            "HCCL ports reserved",
+            name,
             FAIL,
-            f"{compress_numbers(exposed)} lie in the ephemeral range {first}-{last} and are not reserved: "
-            "the kernel may hand them out (EJ0003, 'Recv unmatched ack')",
+            f"{compress_numbers(exposed)} lie in the ephemeral range {first}-{last} and are not reserved: the "
+            "kernel may hand them out (EI0019 or, on older CANN, EJ0003; 'Recv unmatched ack'); HCCL's host "
+            f"ports here: {in_force.describe()}",
             RESERVE_FIX,
         )
-    if facts.ephemeral and not (ports.stop <= first or ports.start > last):
-        return Result("HCCL ports reserved", PASS, f"{ports.start}-{ports.stop - 1} reserved")
-    return Result("HCCL ports reserved", PASS, f"{ports.start}-{ports.stop - 1} outside the ephemeral range")
+    inside = facts.ephemeral and any(first <= port <= last for port in in_force.ports)
+    state = "reserved" if inside else "outside the ephemeral range"
+    return Result(name, PASS, f"{in_force.text} {state} ({in_force.source})")
 
 
-def check_hccl_free(answers: Answers, node: Node, if_ip: Result) -> Result:
-    """HCCL's host ports are free on HCCL's address (this node's HCCL_IF_IP, or the named NIC's)."""
+def check_hccl_free(answers: Answers, node: Node, if_ip: Result, env: Mapping[str, str] | None = None) -> Result:
+    """HCCL's host ports in force are free on HCCL's address (this node's HCCL_IF_IP, or the named NIC's)."""
     if answers["device"] == "cpu":
         return Result("HCCL ports free", SKIP, "device cpu: gloo uses no HCCL ports")
     address = node.address
@@ -136,8 +157,31 @@ def check_hccl_free(answers: Answers, node: Node, if_ip: Result) -> Result:
         address = found[1] if found else ""
     if if_ip.status != PASS or not address:
         return Result("HCCL ports free", SKIP, f"{address or answers['network.nic']} is not on this host")
-    base, count = answers["network.hccl_base_port"], answers["network.hccl_port_count"]
-    return preflight.check_ports_free("HCCL ports free", address, base, count)
+    reads_range = answers["hardware"] != "atlas-training"
+    count = answers["network.hccl_port_count"]
+    result = preflight.check_hccl_ports_in_force(address, hccl_env(answers, env), count, reads_range)
+    return replace(result, name="HCCL ports free")
+
+
+def check_device_port(answers: Answers, env: Mapping[str, str]) -> Result:
+    """Which device port HCCL listens on, on the NPUs' own NICs: 16666 or HCCL_NPU_SOCKET_PORT_RANGE's."""
+    name = "HCCL device port"
+    if answers["device"] == "cpu":
+        return Result(name, SKIP, "device cpu: no NPU network")
+    if answers["hardware"] == "atlas-training":
+        return Result(name, PASS, f"{hccl_ports.DEFAULT_DEVICE_PORT} (this series has no HCCL_NPU_SOCKET_PORT_RANGE)")
+    try:
+        ports = hccl_ports.device_ports(env, reads_range=True)
+    except ValueError as error:
+        return Result(name, FAIL, str(error), f"fix it or unset it ({hccl_ports.SYNTAX})")
+    if ports.variable == hccl_ports.DEFAULT:
+        return Result(name, PASS, ports.describe())
+    return Result(
+        name,
+        WARN,
+        f"{ports.describe()}, not {hccl_ports.DEFAULT_DEVICE_PORT}: every node of the job must set the same",
+        f"compare with the other nodes (echo ${hccl_ports.NPU_RANGE}), or unset it on every node",
+    )
 
 
 def check_master_port(answers: Answers, node: Node, facts: PortFacts) -> Result:

@@ -35,13 +35,29 @@ HINTS: tuple[Hint, ...] = (
     _hint(
         "EI0006",
         r"EI0006|Getting socket times? out",
-        "HCCL connection setup timed out",
-        "A rank is slow, dead or unreachable: check HCCL_IF_IP (or the named NIC) on every node and the "
-        "firewall; check the device network, where ranks on different nodes meet: every device's address set "
-        "and in one subnet with the same device on the other nodes (hccn_tool -i N -ip -g), its link up "
-        "(-link -g), and the same TLS switch on every node (-tls -g; npu-wizard doctor checks these); "
+        "the parameter-plane link (the NPUs' own NICs, device port 16666) timed out while a collective set up "
+        "its links",
+        "A rank is slow, dead or unreachable over the device network, where ranks on different nodes meet: on "
+        "each node check every device's link is up (hccn_tool -i N -link -g), its address is set and in one "
+        "subnet with device N on the other nodes (-ip -g), and the TLS switch is the same everywhere (-tls -g); "
+        "npu-wizard doctor reads these. Or raise HCCL_CONNECT_TIMEOUT.",
+        caused_by_peer=True,
+    ),
+    _hint(
+        "EI0015",
+        r"EI0015",
+        "setting up the communicator over the host network (the root-info exchange with the master) timed out",
+        "A rank never started or cannot reach the root over the host NIC: check HCCL_IF_IP (or "
+        "HCCL_SOCKET_IFNAME) on every node, the master's address and port, and the firewall between the hosts; "
         "or raise HCCL_CONNECT_TIMEOUT.",
         caused_by_peer=True,
+    ),
+    _hint(
+        "EI0016",
+        r"EI0016",
+        "the TLS configuration differs between the communicator's cards",
+        "Make the TLS switch the same on every device of every node: compare hccn_tool -i N -tls -g "
+        "(npu-wizard doctor reads it).",
     ),
     _hint(
         "EI0002",
@@ -64,16 +80,28 @@ HINTS: tuple[Hint, ...] = (
         "Kill the previous training process and wait about 10 s before starting again.",
     ),
     _hint(
+        "EI0019",
+        r"(?:EI0019|EJ0003|listen on ip)[^\n]*port\W*16666|device port\W*16666",
+        "device port 16666 (HCCL_NPU_SOCKET_PORT_RANGE moves it) is bound by two processes on one card",
+        "Run one training process per device (check ASCEND_RT_VISIBLE_DEVICES and nproc_per_node) and stop "
+        "leftover processes of an earlier run.",
+    ),
+    _hint(
         "EJ0003",
-        r"EJ0003|EI0020|listen on ip.*port.*fail",
-        "an HCCL host port is taken",
-        "Reserve the HCCL port range (sysctl/reserve-ports.sh) or move HCCL_IF_BASE_PORT.",
+        r"EJ0003|EI0020",
+        "an HCCL host port is taken (the older CANN code of EI0019)",
+        "Stop leftover processes of an earlier run (ss -tlnp), reserve the HCCL port range "
+        "(sysctl/reserve-ports.sh) or move HCCL_IF_BASE_PORT (HCCL_HOST_SOCKET_PORT_RANGE instead, where set).",
     ),
     _hint(
         "EI0019",
-        r"EI0019|port\W*16666",
-        "device port 16666 is bound by two processes on one card",
-        "Run one training process per device (check ASCEND_RT_VISIBLE_DEVICES and nproc_per_node).",
+        r"EI0019|listen on ip.*port.*fail",
+        "a listening port could not be bound: usually a host port of HCCL's range (HCCL_IF_BASE_PORT, or "
+        "HCCL_HOST_SOCKET_PORT_RANGE where set) is taken",
+        "Stop leftover processes of an earlier run (ss -tlnp), reserve the HCCL port range "
+        "(sysctl/reserve-ports.sh) or move HCCL_IF_BASE_PORT (HCCL_HOST_SOCKET_PORT_RANGE instead, where set). "
+        "If the port named is the device port (16666, or HCCL_NPU_SOCKET_PORT_RANGE's), two processes share "
+        "one card: run one per device.",
     ),
     _hint(
         "Recv unmatched ack",

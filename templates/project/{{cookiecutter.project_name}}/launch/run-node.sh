@@ -106,6 +106,13 @@ export HCCL_IF_BASE_PORT={{ cookiecutter.hccl_base_port|int }}
 : "${HCCL_IF_BASE_PORT:?is not set: start this script through launch/entry.sh}"
 export HCCL_IF_BASE_PORT
 {%- endif %}
+{%- if cookiecutter.hardware == "atlas-training" %}
+# (This series reads neither HCCL_HOST_SOCKET_PORT_RANGE nor HCCL_NPU_SOCKET_PORT_RANGE.)
+{%- else %}
+# HCCL_HOST_SOCKET_PORT_RANGE, where this node's environment sets it, overrides
+# HCCL_IF_BASE_PORT (A2/A3), and HCCL_NPU_SOCKET_PORT_RANGE moves the device port 16666:
+# they are kept, and the lines below and the preflight follow them.
+{%- endif %}
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
 {%- if cookiecutter.launcher != "mp-spawn" %}
@@ -127,6 +134,7 @@ fi
 
 # ---- performance: Huawei's settings (README.md says what each does) --------------
 {%- set task_queue = cookiecutter.torch_npu_version|torch_npu_has("task_queue_2") %}
+{%- set server_devices = 16 if cookiecutter.hardware == "atlas-a3" else 8 %}
 {%- set cpu_affinity = cookiecutter.torch_npu_version|torch_npu_has("cpu_affinity_conf") %}
 {%- if cookiecutter.device == "cpu" %}
 # Left out: this project simulates on the CPU, where torch_npu reads none of them.
@@ -150,7 +158,16 @@ export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 {%- endif %}
 {%- if cpu_affinity %}
 # torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
-# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+# 2: fine-grained).
+{%- if cookiecutter.torch_npu_version|torch_npu_has("cpu_affinity_force") %}
+# Where a container's cgroup limits the cores, add force:1 after the mode: 1,force:1.
+{%- else %}
+# force:1 (written after the mode: 1,force:1) is read only by the torch_npu of CANN
+# 9.1.0 (2.7.1.post8, 2.9.0.post6, 2.10.0.post4, 2.11.0 and later), not by this one.
+if [[ "${CPU_AFFINITY_CONF:-}" == *force* ]]; then
+    echo "node $NODE_RANK: NOTE: torch_npu {{ cookiecutter.torch_npu_version|sh }} does not read the force option of CPU_AFFINITY_CONF=$CPU_AFFINITY_CONF (the torch_npu of CANN 9.1.0 does)"
+fi
+{%- endif %}
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 {%- elif cookiecutter.launcher == "shell" %}
 # torch_npu {{ cookiecutter.torch_npu_version|sh }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
@@ -172,6 +189,20 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+{%- if cookiecutter.device != "cpu" %}
+{%- if cookiecutter.hardware == "atlas-training" %}
+echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT ({{ cookiecutter.hccl_port_count|int }} ports)"
+{%- else %}
+if [[ -n "${HCCL_HOST_SOCKET_PORT_RANGE:-}" ]]; then
+    echo "node $NODE_RANK: HCCL host ports from HCCL_HOST_SOCKET_PORT_RANGE=$HCCL_HOST_SOCKET_PORT_RANGE, which overrides HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (reserve those: sysctl/reserve-ports.sh follows it)"
+else
+    echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT ({{ cookiecutter.hccl_port_count|int }} ports)"
+fi
+if [[ -n "${HCCL_NPU_SOCKET_PORT_RANGE:-}" ]]; then
+    echo "node $NODE_RANK: HCCL device port(s) from HCCL_NPU_SOCKET_PORT_RANGE=$HCCL_NPU_SOCKET_PORT_RANGE, not 16666: every node must set the same"
+fi
+{%- endif %}
+{%- endif %}
 
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
@@ -228,6 +259,9 @@ if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
 else
     preflight=0
     preflight_args=(--device "$DEVICE" --cann-set-env "$CANN_SET_ENV" --hccl-port-count {{ cookiecutter.hccl_port_count|int }})
+{%- if cookiecutter.hardware != "atlas-training" %}
+    preflight_args+=(--hccl-reads-port-range)
+{%- endif %}
     for candidate in "${cann_tried[@]}"; do
         preflight_args+=(--cann-tried "$candidate")
     done
@@ -320,11 +354,30 @@ wait_children() {
 export WORLD_SIZE=$((NNODES * NPROC_PER_NODE))
 export LOCAL_WORLD_SIZE="$NPROC_PER_NODE"
 {%- if cookiecutter.device != "cpu" and not cpu_affinity %}
-# Each rank on its own share of the cores (ModelZoo's train_full_8p.sh does the same).
+# Each rank on the cores of the device it uses, as ModelZoo's train_full_8p.sh does: the
+# server's cores split into {{ server_devices }} equal shares, device d taking share d. A rank's device
+# is its entry of ASCEND_RT_VISIBLE_DEVICES (4,5,6,7: local rank 0 uses device 4), else its
+# local rank.
 pin=0
-cores_per_rank=$(($(nproc) / NPROC_PER_NODE))
-if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_rank > 0)) && command -v taskset >/dev/null 2>&1; then
+cpu_count="$(nproc)"
+cores_per_device=$((cpu_count / {{ server_devices }}))
+rank_devices=()
+for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
+    rank_devices+=("$local_rank")
+done
+if [[ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
+    IFS=, read -ra rank_devices <<<"${ASCEND_RT_VISIBLE_DEVICES// /}"
+fi
+if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_device > 0)) && command -v taskset >/dev/null 2>&1; then
     pin=1
+    for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
+        device="${rank_devices[local_rank]:-}"
+        if ! [[ "$device" =~ ^[0-9]+$ ]] || ((10#$device >= {{ server_devices }})); then
+            echo "node $NODE_RANK: NOTE: no taskset: ASCEND_RT_VISIBLE_DEVICES='${ASCEND_RT_VISIBLE_DEVICES:-}' names no device 0-{{ server_devices - 1 }} for local rank $local_rank"
+            pin=0
+            break
+        fi
+    done
 fi
 {%- endif %}
 for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
@@ -332,8 +385,9 @@ for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     export RANK=$((NODE_RANK * NPROC_PER_NODE + LOCAL_RANK))
 {%- if cookiecutter.device != "cpu" and not cpu_affinity %}
     if ((pin)); then
-        cores="$((local_rank * cores_per_rank))-$((local_rank * cores_per_rank + cores_per_rank - 1))"
-        start_child "rank $RANK (local rank $LOCAL_RANK, cores $cores)" taskset -c "$cores" \
+        device=$((10#${rank_devices[local_rank]}))
+        cores="$((device * cores_per_device))-$((device * cores_per_device + cores_per_device - 1))"
+        start_child "rank $RANK (local rank $LOCAL_RANK, device $device, cores $cores)" taskset -c "$cores" \
             "${PYTHON:-python3}" "${program[@]}" "$@"
         continue
     fi

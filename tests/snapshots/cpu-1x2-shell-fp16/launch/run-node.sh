@@ -45,6 +45,9 @@ HCCL_NIC="$HCCL_IF_IP"
 export HCCL_WHITELIST_DISABLE=1
 # Host ports 60000-60031: reserve them with sysctl/reserve-ports.sh.
 export HCCL_IF_BASE_PORT=60000
+# HCCL_HOST_SOCKET_PORT_RANGE, where this node's environment sets it, overrides
+# HCCL_IF_BASE_PORT (A2/A3), and HCCL_NPU_SOCKET_PORT_RANGE moves the device port 16666:
+# they are kept, and the lines below and the preflight follow them.
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
 # What every rank runs (after python, or the launcher's flags).
@@ -115,6 +118,7 @@ if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
 else
     preflight=0
     preflight_args=(--device "$DEVICE" --cann-set-env "$CANN_SET_ENV" --hccl-port-count 32)
+    preflight_args+=(--hccl-reads-port-range)
     for candidate in "${cann_tried[@]}"; do
         preflight_args+=(--cann-tried "$candidate")
     done

@@ -49,6 +49,9 @@ export HCCL_WHITELIST_DISABLE=1
 # This job's slot of the HCCL host ports, from launch/entry.sh.
 : "${HCCL_IF_BASE_PORT:?is not set: start this script through launch/entry.sh}"
 export HCCL_IF_BASE_PORT
+# HCCL_HOST_SOCKET_PORT_RANGE, where this node's environment sets it, overrides
+# HCCL_IF_BASE_PORT (A2/A3), and HCCL_NPU_SOCKET_PORT_RANGE moves the device port 16666:
+# they are kept, and the lines below and the preflight follow them.
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
 # What every rank runs (after python, or the launcher's flags).
@@ -59,7 +62,8 @@ program=(train.py --launcher torch-npu-run)
 # Operator dispatch pipelined in two stages (level 2); peak memory may rise a little.
 export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 # torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
-# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+# 2: fine-grained).
+# Where a container's cgroup limits the cores, add force:1 after the mode: 1,force:1.
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 
 # ---- run folder and this node's log ---------------------------------------------
@@ -72,6 +76,14 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+if [[ -n "${HCCL_HOST_SOCKET_PORT_RANGE:-}" ]]; then
+    echo "node $NODE_RANK: HCCL host ports from HCCL_HOST_SOCKET_PORT_RANGE=$HCCL_HOST_SOCKET_PORT_RANGE, which overrides HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (reserve those: sysctl/reserve-ports.sh follows it)"
+else
+    echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (32 ports)"
+fi
+if [[ -n "${HCCL_NPU_SOCKET_PORT_RANGE:-}" ]]; then
+    echo "node $NODE_RANK: HCCL device port(s) from HCCL_NPU_SOCKET_PORT_RANGE=$HCCL_NPU_SOCKET_PORT_RANGE, not 16666: every node must set the same"
+fi
 
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
@@ -124,6 +136,7 @@ if [[ "${NPU_WIZARD_SKIP_PREFLIGHT:-0}" == 1 ]]; then
 else
     preflight=0
     preflight_args=(--device "$DEVICE" --cann-set-env "$CANN_SET_ENV" --hccl-port-count 32)
+    preflight_args+=(--hccl-reads-port-range)
     for candidate in "${cann_tried[@]}"; do
         preflight_args+=(--cann-tried "$candidate")
     done

@@ -21,6 +21,18 @@ set -euo pipefail
 
 PROJECT=a2-ssh
 OURS=29500,60000-60031
+# HCCL_HOST_SOCKET_PORT_RANGE, where this node sets it, overrides HCCL_IF_BASE_PORT (A2/A3):
+# HCCL listens on its ports instead, so those are reserved. sudo drops the environment:
+#   sudo HCCL_HOST_SOCKET_PORT_RANGE="$HCCL_HOST_SOCKET_PORT_RANGE" bash sysctl/reserve-ports.sh --apply
+if [[ -n "${HCCL_HOST_SOCKET_PORT_RANGE:-}" ]]; then
+    if [[ "${HCCL_HOST_SOCKET_PORT_RANGE// /}" == auto ]]; then
+        echo "HCCL_HOST_SOCKET_PORT_RANGE=auto: the kernel picks HCCL's host ports, so only the master port is reserved" >&2
+        OURS=29500
+    else
+        echo "HCCL's host ports from HCCL_HOST_SOCKET_PORT_RANGE=$HCCL_HOST_SOCKET_PORT_RANGE, which overrides HCCL_IF_BASE_PORT" >&2
+        OURS=29500",$HCCL_HOST_SOCKET_PORT_RANGE"
+    fi
+fi
 RESERVED_FILE="${NPU_WIZARD_RESERVED_PORTS_FILE:-/proc/sys/net/ipv4/ip_local_reserved_ports}"
 SYSCTL_DIR="${NPU_WIZARD_SYSCTL_DIR:-/etc/sysctl.d}"
 CONF_FILE="$SYSCTL_DIR/90-$PROJECT-ports.conf"

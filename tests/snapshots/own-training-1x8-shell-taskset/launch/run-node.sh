@@ -50,6 +50,7 @@ HCCL_NIC="$HCCL_IF_IP"
 export HCCL_WHITELIST_DISABLE=1
 # Host ports 60000-60031: reserve them with sysctl/reserve-ports.sh.
 export HCCL_IF_BASE_PORT=60000
+# (This series reads neither HCCL_HOST_SOCKET_PORT_RANGE nor HCCL_NPU_SOCKET_PORT_RANGE.)
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
 # What every rank runs (after python, or the launcher's flags).
@@ -83,6 +84,7 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (32 ports)"
 
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
@@ -225,18 +227,38 @@ wait_children() {
 # One process per device: this loop plays the launcher's part.
 export WORLD_SIZE=$((NNODES * NPROC_PER_NODE))
 export LOCAL_WORLD_SIZE="$NPROC_PER_NODE"
-# Each rank on its own share of the cores (ModelZoo's train_full_8p.sh does the same).
+# Each rank on the cores of the device it uses, as ModelZoo's train_full_8p.sh does: the
+# server's cores split into 8 equal shares, device d taking share d. A rank's device
+# is its entry of ASCEND_RT_VISIBLE_DEVICES (4,5,6,7: local rank 0 uses device 4), else its
+# local rank.
 pin=0
-cores_per_rank=$(($(nproc) / NPROC_PER_NODE))
-if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_rank > 0)) && command -v taskset >/dev/null 2>&1; then
+cpu_count="$(nproc)"
+cores_per_device=$((cpu_count / 8))
+rank_devices=()
+for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
+    rank_devices+=("$local_rank")
+done
+if [[ -n "${ASCEND_RT_VISIBLE_DEVICES:-}" ]]; then
+    IFS=, read -ra rank_devices <<<"${ASCEND_RT_VISIBLE_DEVICES// /}"
+fi
+if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_device > 0)) && command -v taskset >/dev/null 2>&1; then
     pin=1
+    for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
+        device="${rank_devices[local_rank]:-}"
+        if ! [[ "$device" =~ ^[0-9]+$ ]] || ((10#$device >= 8)); then
+            echo "node $NODE_RANK: NOTE: no taskset: ASCEND_RT_VISIBLE_DEVICES='${ASCEND_RT_VISIBLE_DEVICES:-}' names no device 0-7 for local rank $local_rank"
+            pin=0
+            break
+        fi
+    done
 fi
 for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     export LOCAL_RANK="$local_rank"
     export RANK=$((NODE_RANK * NPROC_PER_NODE + LOCAL_RANK))
     if ((pin)); then
-        cores="$((local_rank * cores_per_rank))-$((local_rank * cores_per_rank + cores_per_rank - 1))"
-        start_child "rank $RANK (local rank $LOCAL_RANK, cores $cores)" taskset -c "$cores" \
+        device=$((10#${rank_devices[local_rank]}))
+        cores="$((device * cores_per_device))-$((device * cores_per_device + cores_per_device - 1))"
+        start_child "rank $RANK (local rank $LOCAL_RANK, device $device, cores $cores)" taskset -c "$cores" \
             "${PYTHON:-python3}" "${program[@]}" "$@"
         continue
     fi

@@ -45,6 +45,7 @@ HCCL_NIC="$HCCL_IF_IP"
 export HCCL_WHITELIST_DISABLE=1
 # Host ports 60000-60015: reserve them with sysctl/reserve-ports.sh.
 export HCCL_IF_BASE_PORT=60000
+# (This series reads neither HCCL_HOST_SOCKET_PORT_RANGE nor HCCL_NPU_SOCKET_PORT_RANGE.)
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
 
@@ -54,7 +55,12 @@ export HCCL_EXEC_TIMEOUT=1836
 # kernels, which train.py selects (jit_compile=False).
 export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 # torch_npu binds each rank's threads to the CPU cores near its device (1: coarse;
-# 2: fine-grained; "force:1" where a container's cgroup limits the cores).
+# 2: fine-grained).
+# force:1 (written after the mode: 1,force:1) is read only by the torch_npu of CANN
+# 9.1.0 (2.7.1.post8, 2.9.0.post6, 2.10.0.post4, 2.11.0 and later), not by this one.
+if [[ "${CPU_AFFINITY_CONF:-}" == *force* ]]; then
+    echo "node $NODE_RANK: NOTE: torch_npu 2.1.0.post10 does not read the force option of CPU_AFFINITY_CONF=$CPU_AFFINITY_CONF (the torch_npu of CANN 9.1.0 does)"
+fi
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 
 # ---- run folder and this node's log ---------------------------------------------
@@ -67,6 +73,7 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (16 ports)"
 
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
