@@ -7,9 +7,10 @@ which each `step` event reports as `data_s` and `forward_s` (runtime/timing.py),
 the mean seconds per step of that logging window. Their sum is the rank's
 compute time.
 
-Ranks log at the same steps, so a window is one step number; each rank's
-first window after it (re)started is left out (it holds the start-up: the
-first shuffle, allocations). Once every reporting rank has reached a window,
+A window is one step number, judged with the ranks that logged it (ranks
+logging at different strides share only some); each rank's first window
+after it (re)started is left out (it holds the start-up: the first shuffle,
+allocations). Once every reporting rank has reached a window,
 each rank's compute time is compared with the median of the other ranks',
 and each node's (with two ranks or more) with the median of the ranks on the
 other nodes, taking its least slow rank: a node is slow only when all of its
@@ -19,7 +20,9 @@ FLAG_S (15) seconds at least, is flagged, from the first of its slow windows
 flagged node is named through its node. Once above the threshold, a subject
 stays slow on a lower bar (the threshold below with half the jitter's part);
 one window below that ends a streak not yet flagged, and WINDOWS windows in a
-row end a flag, at the end of its last window that was slow by itself.
+row end a flag, at the end of its last window that was slow by itself. A
+window that lacks a subject (its rank, or all but one rank of its node) neither
+continues nor ends its streak.
 
 What is compared is robust to the host. Windows of a few hundred
 milliseconds (a small model logging every 40 steps) are at the mercy of the
@@ -137,6 +140,7 @@ def _span(seconds: float) -> str:
 
 
 _Key = tuple[int, int]  # a window: (era, step)
+_Subject = tuple[str, int | None]  # ("rank", rank) or ("node", node)
 
 
 @dataclass
@@ -223,9 +227,9 @@ class StragglerDetector:
         self._recent: dict[int, deque[_Sample]] = {}  # rank -> its judged windows of the last span_s seconds
         self._judged_step: _Key | None = None
         self._streaks: dict[tuple[str, int | None], _Streak] = {}
-        # (start, end, {subject: seconds lost}) of the judged windows of the last span_s seconds:
-        # the subjects slow in each by itself
-        self._alone: deque[tuple[float, float, dict[tuple[str, int | None], float]]] = deque()
+        # (start, end, {subject: seconds lost}, subjects judged) of the judged windows of the last span_s seconds:
+        # the subjects slow in each by itself, and those it had the ranks to judge
+        self._alone: deque[tuple[float, float, dict[_Subject, float], set[_Subject]]] = deque()
 
     def add(self, rank: int, event: dict) -> None:
         """Take one step event; a window every rank has reached is judged at once."""
@@ -324,6 +328,7 @@ class StragglerDetector:
             for key, found in self._slow_subjects(sliding, hold).items()
             if found[0] >= threshold or key in self._streaks
         }
+        judged = self._subjects(samples)
         alone = self._slow_subjects(samples, threshold)  # slow in this window by itself
         alone.update(self._slow_subjects(samples, threshold, only={key: () for key in slow if key not in alone}))
         window_s = end - start
@@ -333,14 +338,14 @@ class StragglerDetector:
             own_gap, own_excess_s, _, own_forward_gap = alone[key]
             lost_s = _lost(own_excess_s * steps, own_forward_gap, window_s)
             self._slow_window(key, end, gap, lost_s, excess, own_gap >= threshold, gap >= threshold)
-        for key in [key for key in self._streaks if key not in slow]:
-            self._normal_window(key)
+        for key in [key for key in self._streaks if key in judged and key not in slow]:
+            self._normal_window(key)  # a window without the subject (another stride, a lost line) says nothing
         slow_alone = {
             key: _lost(excess_s * steps, forward_gap, window_s)
             for key, (gap, excess_s, _, forward_gap) in alone.items()
             if gap >= threshold
         }
-        self._alone.append((start, end, slow_alone))
+        self._alone.append((start, end, slow_alone, judged))
         while self._alone[0][1] < end - self.span_s:
             self._alone.popleft()
 
@@ -351,11 +356,21 @@ class StragglerDetector:
         span: those windows belong to the straggler, and their seconds to what it cost.
         """
         lost_s = 0.0
-        for earlier_start, _, slow_alone in reversed(self._alone):
+        for earlier_start, _, slow_alone, judged in reversed(self._alone):
+            if key not in judged:
+                continue
             if key not in slow_alone:
                 break
             start, lost_s = earlier_start, lost_s + slow_alone[key]
         return _Streak(start=start, lost_s=lost_s)
+
+    def _subjects(self, samples: dict[int, _Sample]) -> set[_Subject]:
+        """The subjects a window judges: each rank in it, and each node with two of its ranks in it or more."""
+        nodes = Counter(self.node_of(rank) for rank in samples)
+        judged: set[_Subject] = {("rank", rank) for rank in samples}
+        if len(nodes) > 1:
+            judged.update(("node", node) for node, count in nodes.items() if node is not None and count >= 2)
+        return judged
 
     def _noise(self, samples: dict[int, _Sample]) -> float | None:
         """The job's own jitter: the lower third over ranks of each one's jitter (a few slow ranks move it not)."""
