@@ -27,7 +27,7 @@ demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/npu-wizard run out/cpu-demo --fresh
 
 test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowest tests (setup, call or teardown)
-	$(BIN)/python -m pytest -n 2 -q -rs --durations=20
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -rs --durations=20
 
 snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
 	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py
