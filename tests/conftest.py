@@ -70,7 +70,8 @@ def _no_animations(monkeypatch: pytest.MonkeyPatch) -> None:
 def finished_2x2_run(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
     """`npu-wizard run --report` of the 2 x 2 torchrun CPU project (2 epochs of 16 steps, TensorBoard on), to its end.
 
-    Mark its readers @pytest.mark.xdist_group("finished-2x2-run"); none may change its folders.
+    Mark its readers @pytest.mark.xdist_group("finished-2x2-run"). They only read it; the report test draws its
+    page again (`report --png`), which no other reads.
     """
     from tests.runs import render_cpu, run_to_its_end
 
