@@ -233,7 +233,7 @@ class RunEnded:
     run_dir: Path
     code: int
     stdout: str
-    stderr: str
+    stderr: str  # empty where the errors were read with the output (interrupt_once_training)
     left: list[int]  # live processes of the job when the runner returned, before any clean-up killed them
     alive_before: list[int] = field(default_factory=list)  # the job's processes when it was interrupted
 
