@@ -26,8 +26,11 @@ demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it
 	$(BIN)/npu-wizard --answers examples/cpu-demo.yaml -o out --force
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/npu-wizard run out/cpu-demo --fresh
 
-test: $(BIN)/npu-wizard  ## the whole test suite
-	$(BIN)/python -m pytest -n 2 -q -rs
+# -n 2 on two cores: the slowest tests start 3 to 7 torch processes each (a 2 x 2 run is about 32 CPU s), so a
+# third worker adds contention, not throughput, to the tests that bound a stop or a detection in time.
+# --dist loadgroup: the tests that read one shared run (tests/conftest.py) go to one worker, which makes it once.
+test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowest tests (setup, call or teardown)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -rs --durations=20
 
 snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
 	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py

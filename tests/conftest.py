@@ -8,8 +8,12 @@ import signal
 import socket
 import tempfile
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.runs import RunEnded
 
 # A suite started in the background by a non-interactive shell (CI, nohup ... &) inherits
 # SIGINT ignored, and so would every process it starts: bash cannot trap a signal ignored
@@ -55,3 +59,33 @@ def _no_animations(monkeypatch: pytest.MonkeyPatch) -> None:
     except ImportError:  # the runtime-only venv of the oldest torch has no Textual
         return
     monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
+
+
+# ---- real runs that several tests only read ----------------------------------------------------------
+# A session fixture is made once per xdist worker: the tests that read one carry its xdist_group mark, so that
+# `make test` (--dist loadgroup) runs them all on one worker, after one run.
+
+
+@pytest.fixture(scope="session")
+def finished_2x2_run(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
+    """`npu-wizard run --report` of the 2 x 2 torchrun CPU project (2 epochs of 16 steps, TensorBoard on), to its end.
+
+    Mark its readers @pytest.mark.xdist_group("finished-2x2-run"). They only read it; the report test draws its
+    page again (`report --png`), which no other reads.
+    """
+    from tests.runs import render_cpu, run_to_its_end
+
+    project = render_cpu(tmp_path_factory.mktemp("finished-2x2"), "torchrun", nodes=2, tensorboard=True)
+    return run_to_its_end(project, "--interval", "1", "--report")
+
+
+@pytest.fixture(scope="session")
+def interrupted_2x2_run(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
+    """`npu-wizard run --report` of a long 2 x 2 torchrun CPU job, stopped by SIGINT (Ctrl-C) once rank 0 trains.
+
+    Mark its readers @pytest.mark.xdist_group("interrupted-2x2-run"); none may change its folders.
+    """
+    from tests.runs import interrupt_once_training, render_cpu
+
+    project = render_cpu(tmp_path_factory.mktemp("interrupted-2x2"), "torchrun", nodes=2, samples=65536, epochs=2)
+    return interrupt_once_training(project, "--interval", "1", "--report")

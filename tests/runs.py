@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,49 @@ def clean_up(project: Path, *runners: subprocess.Popen[str]) -> None:
         runner.communicate()
     for run_dir in run_dirs(project):
         kill_job(run_dir, grace=0.5)
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    """How `npu-wizard run` of a project ended: its exit code, its output, its run folder, and what it left."""
+
+    project: Path
+    run_dir: Path
+    code: int
+    stdout: str
+    stderr: str  # empty where the errors were read with the output (interrupt_once_training)
+    left: list[int]  # live processes of the job when the runner returned, before any clean-up killed them
+    alive_before: list[int] = field(default_factory=list)  # the job's processes when it was interrupted
+
+
+def run_to_its_end(project: Path, *args: str, timeout: float = 300) -> RunEnded:
+    """`npu-wizard run PROJECT --plain ARGS` to its end, its output and errors read apart."""
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "wizard", "run", str(project), "--plain", *args],
+        env=node_env(project / "runs" / "unused"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = runner.communicate(timeout=timeout)
+        left = leftover_processes(project)
+    finally:
+        clean_up(project, runner)
+    (run_dir,) = run_dirs(project)
+    return RunEnded(project, run_dir, runner.returncode, stdout, stderr, left)
+
+
+def interrupt_once_training(project: Path, *args: str, start_s: float = 180) -> RunEnded:
+    """`npu-wizard run PROJECT --plain ARGS`, sent SIGINT (Ctrl-C) once rank 0 trains; how it ended."""
+    runner = start_runner(project, *args)
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), start_s, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 0), start_s, "rank 0 to train")
+        alive_before = leftover_processes(project)
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=60)
+        left = leftover_processes(project)
+    finally:
+        clean_up(project, runner)
+    return RunEnded(project, run_dir, runner.returncode, output, "", left, alive_before)

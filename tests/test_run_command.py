@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import answers
-from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs
+from tests.runs import RunEnded, events_of, kinds, node_env, render_cpu, run_dirs
 from wizard.errors import TargetError
 from wizard.monitor.ranks import Failure
 from wizard.monitor.summary_text import format_summary
@@ -30,15 +30,15 @@ def npu_wizard_run(project: Path, tmp_path: Path, *args: str) -> subprocess.Comp
 
 
 @pytest.mark.slow
-def test_run_starts_every_simulated_node_and_reports_the_finish(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2)
-    result = npu_wizard_run(project, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "starting nodes 0, 1 of 2" in result.stdout
-    assert "4 ranks: finished 4" in result.stdout
-    assert "outcome: finished" in result.stdout
-    (run_dir,) = (p for p in (project / "runs").iterdir() if p.name != "unused")
-    assert sorted(p.name for p in (run_dir / "events").iterdir()) == [f"rank-{r}.jsonl" for r in range(4)]
+@pytest.mark.xdist_group("finished-2x2-run")
+def test_run_starts_every_simulated_node_and_reports_the_finish(finished_2x2_run: RunEnded) -> None:
+    run = finished_2x2_run  # tests/conftest.py: npu-wizard run of a 2 x 2 torchrun project, to its end
+    assert run.code == 0, run.stdout + run.stderr
+    assert "starting nodes 0, 1 of 2" in run.stdout
+    assert "4 ranks: finished 4" in run.stdout
+    assert "outcome: finished" in run.stdout
+    assert [p for p in (run.project / "runs").iterdir() if p.name != "unused"] == [run.run_dir]
+    assert sorted(p.name for p in (run.run_dir / "events").iterdir()) == [f"rank-{r}.jsonl" for r in range(4)]
 
 
 @pytest.mark.slow

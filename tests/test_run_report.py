@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from PIL import Image
 
 from runtime.events import EventWriter
 from tests.browser import can_isolate_network, chromium, visit
-from tests.runs import clean_up, node_env, render_cpu, run_dirs, start_runner, started_pid, wait_for
+from tests.runs import RunEnded, clean_up, node_env, render_cpu, run_dirs, start_runner
 from wizard.cli import main
 
 PLOTS = {"loss": (1000, 360), "throughput-ranks": (1000, 360), "throughput-nodes": (1000, 360)}
@@ -243,16 +242,14 @@ needs_browser = pytest.mark.skipif(
 
 @pytest.mark.slow
 @needs_browser
-def test_a_real_2x2_run_with_report_opens_offline_in_chromium_with_every_plot_drawn(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2)
-    runner = start_runner(project, "--interval", "2", "--report")
-    try:
-        output, _ = runner.communicate(timeout=300)
-    finally:
-        clean_up(project, runner)
-    assert runner.returncode == 0, output
-    (run_dir,) = run_dirs(project)
-    assert output.rstrip().endswith(f"report: {run_dir / 'report.html'}")
+@pytest.mark.xdist_group("finished-2x2-run")
+def test_a_real_2x2_run_with_report_opens_offline_in_chromium_with_every_plot_drawn(
+    tmp_path: Path, finished_2x2_run: RunEnded
+) -> None:
+    run = finished_2x2_run  # tests/conftest.py: npu-wizard run --report of a 2 x 2 torchrun project, to its end
+    assert run.code == 0, run.stdout + run.stderr
+    project, run_dir = run.project, run.run_dir
+    assert run.stdout.rstrip().endswith(f"report: {run_dir / 'report.html'}")
     pngs = tmp_path / "plots"
     done = subprocess.run(
         [sys.executable, "-m", "wizard", "report", str(project), "--png", str(pngs)], capture_output=True, text=True
@@ -336,19 +333,12 @@ def test_a_report_that_fails_leaves_a_failed_runs_exit_code_and_root_cause(tmp_p
 
 
 @pytest.mark.slow
-def test_an_interrupted_run_writes_a_report_that_says_so(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=65536)
-    runner = start_runner(project, "--interval", "1", "--report")
-    try:
-        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        wait_for(lambda: started_pid(run_dir, 0), 180, "rank 0 to train")
-        runner.send_signal(signal.SIGINT)
-        output, _ = runner.communicate(timeout=60)
-    finally:
-        clean_up(project, runner)
-    assert runner.returncode == 130, output
-    assert f"report: {run_dir / 'report.html'}" in output
-    page = (run_dir / "report.html").read_text()
+@pytest.mark.xdist_group("interrupted-2x2-run")
+def test_an_interrupted_run_writes_a_report_that_says_so(interrupted_2x2_run: RunEnded) -> None:
+    run = interrupted_2x2_run  # tests/conftest.py: npu-wizard run --report of a long 2 x 2 job, Ctrl-C once training
+    assert run.code == 130, run.stdout
+    assert f"report: {run.run_dir / 'report.html'}" in run.stdout
+    page = (run.run_dir / "report.html").read_text()
     assert '<span class="outcome interrupted">interrupted</span>' in page
     assert "the job was stopped (Ctrl-C or a signal) before it finished" in page
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.runs import (
+    RunEnded,
     clean_up,
     events_of,
     kinds,
@@ -40,15 +41,11 @@ def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def test_a_normal_run_writes_a_correct_summary(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2)
-    runner = start_runner(project, "--interval", "2")
-    try:
-        output, _ = runner.communicate(timeout=300)
-        assert runner.returncode == 0, output
-    finally:
-        clean_up(project, runner)
-    (run_dir,) = run_dirs(project)
+@pytest.mark.xdist_group("finished-2x2-run")
+def test_a_normal_run_writes_a_correct_summary(finished_2x2_run: RunEnded) -> None:
+    run = finished_2x2_run  # tests/conftest.py: npu-wizard run of a 2 x 2 torchrun project, to its end
+    assert run.code == 0, run.stdout + run.stderr
+    run_dir, output = run.run_dir, run.stdout
     summary = summary_of(run_dir)
     steps = 1024 // 16 // 4 * 2  # samples / batch / world size x epochs
     assert summary["outcome"] == "finished"
@@ -100,20 +97,13 @@ def test_a_stopped_rank_is_flagged_hung_and_abort_on_hang_ends_the_job(tmp_path:
     assert summary["failure"]["rank"] == 2
 
 
-def test_sigint_to_the_runner_stops_every_process_and_exits_130(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2, **LONG_RUN)
-    runner = start_runner(project, "--interval", "1")
-    try:
-        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        wait_for(lambda: started_pid(run_dir, 0), START_S, "rank 0 to train")
-        assert leftover_processes(project)
-        runner.send_signal(signal.SIGINT)
-        output, _ = runner.communicate(timeout=30)
-        assert not leftover_processes(project)
-    finally:
-        clean_up(project, runner)
-    assert runner.returncode == 130, output
-    assert summary_of(run_dir)["outcome"] == "interrupted"
+@pytest.mark.xdist_group("interrupted-2x2-run")
+def test_sigint_to_the_runner_stops_every_process_and_exits_130(interrupted_2x2_run: RunEnded) -> None:
+    run = interrupted_2x2_run  # tests/conftest.py: npu-wizard run of a long 2 x 2 job, Ctrl-C once rank 0 trains
+    assert run.alive_before  # the job ran when SIGINT came
+    assert run.left == []  # and nothing of it was left when the runner returned
+    assert run.code == 130, run.stdout
+    assert summary_of(run.run_dir)["outcome"] == "interrupted"
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["TERM", "HUP"])

@@ -8,6 +8,8 @@ window on (learn=1) instead of learning the job's jitter first.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import pytest
 
 from wizard.monitor.state import JobState
@@ -267,3 +269,60 @@ def test_after_a_restart_from_a_checkpoint_the_steps_run_again_are_judged() -> N
             found.add(rank, {"step": window * STEPS, "time": 1400.0 + 15 * window, "data_s": 0.2, "forward_s": forward})
     (flag,) = found.findings
     assert (flag.rank, flag.node) == (3, 1)
+
+
+def replay_lockstep(slow: set[int], every: dict[int, int], lost: Collection[tuple[int, int]] = ()) -> JobState:
+    """A 2 x 2 job replayed through the monitor's state: 1,500 steps of 0.1 s in lockstep (DDP), ranks `slow` 1.5x
+    slower in forward from step 300 to 1200 (90 s); rank R logs every `every[R]` steps (10 unless said), and its
+    windows `lost` ((rank, step)) never reach the monitor."""
+    state = JobState(4, nodes=2, clock=lambda: 2000.0)
+    for rank in range(4):
+        state.ingest({"event": "started", "time": 999.0, "rank": rank, "node": rank // 2, "world_size": 4})
+    for step in range(0, 1501, 10):
+        for rank in range(4):
+            if step % every.get(rank, 10) or (rank, step) in lost:
+                continue
+            forward = 0.012 if rank in slow and 300 < step <= 1200 else 0.008
+            event = {"event": "step", "time": 1000.0 + step * 0.1, "rank": rank, "step": step}
+            state.ingest({**event, "loss": 1.0, "data_s": 0.002, "forward_s": forward})
+    return state
+
+
+def test_a_rank_logging_at_twice_the_others_stride_is_flagged_when_slow() -> None:
+    """Rank 3 logs every 20 steps, the others every 10: every other window lacks it, and each of those ended
+    its slow streak before it was flagged (1.5x slower for 90 s, never named)."""
+    state = replay_lockstep({3}, {3: 20})
+    (flag,) = state.stragglers.as_dicts(wall_s=150.0)
+    assert (flag["rank"], flag["node"], flag["phase"]) == (3, 1, "forward")
+    assert flag["start"] == pytest.approx(1030.0, abs=2.0)
+    assert flag["end"] == pytest.approx(1120.0, abs=2.0)
+    assert flag["gap_pct"] == pytest.approx(40.0, abs=1.0)  # compute 0.002 + 0.012 against 0.002 + 0.008
+
+
+def test_a_slow_rank_whose_every_third_window_is_lost_is_flagged() -> None:
+    state = replay_lockstep({3}, {}, lost={(3, step) for step in range(0, 1501, 30)})
+    (flag,) = state.stragglers.as_dicts(wall_s=150.0)
+    assert (flag["rank"], flag["node"]) == (3, 1)
+    assert flag["end"] == pytest.approx(1120.0, abs=2.0)
+
+
+def test_a_slow_node_whose_rank_logs_at_a_longer_stride_is_named_as_the_node_alone() -> None:
+    """The windows without rank 3 judge rank 2 alone (slow) and those with it judge node 1 (slow): the node is
+    named, and rank 2 is not named besides it."""
+    state = replay_lockstep({2, 3}, {3: 20})
+    assert [(flag["rank"], flag["node"]) for flag in state.stragglers.as_dicts(wall_s=150.0)] == [(None, 1)]
+
+
+def test_a_flag_stays_up_through_windows_that_lack_the_rank_and_ends_on_its_normal_ones() -> None:
+    """Rank 1's windows 13-15 are lost, its window 16 is slow still: one flag, up to the end of window 16."""
+    found = detector()
+    feed(found, 12, {1: 1.5})
+    for window in range(13, 17):
+        for rank in (0, 2, 3) if window < 16 else range(4):
+            forward = 1.2 if rank == 1 else 0.8
+            event = {"step": window * STEPS, "time": 1000.0 + window * STEPS * 1.5, "data_s": 0.2, "forward_s": forward}
+            found.add(rank, event)
+    assert found.active() and found.findings[0].windows == 13
+    feed(found, 3, {}, first=17)  # three normal windows of its own end it, at the end of its last slow one
+    assert not found.active()
+    assert [flag.end for flag in found.findings] == [1000.0 + 16 * STEPS * 1.5]

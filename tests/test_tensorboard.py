@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +9,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Label, OptionList
 
 from tests.factories import answers, answers_yaml
-from tests.runs import events_of, kinds, node_env, render_cpu, run_dirs, run_project
+from tests.runs import RunEnded, events_of, kinds, render_cpu, run_project
 from tests.tui_driver import field, next_step, pick, problem_text, run_wizard, type_into, until
 from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
@@ -76,25 +74,21 @@ def test_requirements_name_tensorboard_only_when_it_is_on(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_rank_0_writes_loss_lr_and_throughput_of_each_logged_step_into_the_run_folder(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("finished-2x2-run")
+def test_rank_0_writes_loss_lr_and_throughput_of_each_logged_step_into_the_run_folder(
+    finished_2x2_run: RunEnded,
+) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    project = render_cpu(tmp_path, "torchrun", tensorboard=True)
-    result = subprocess.run(
-        [sys.executable, "-m", "wizard", "run", str(project), "--interval", "1", "--plain"],
-        env=node_env(tmp_path / "unused"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    (run_dir,) = run_dirs(project)
-    (event_file,) = project.rglob("events.out.tfevents.*")  # one writer in the whole project: rank 0's
+    run = finished_2x2_run  # tests/conftest.py: npu-wizard run of a 2 x 2 torchrun project, TensorBoard on
+    assert run.code == 0, run.stdout + run.stderr
+    project, run_dir = run.project, run.run_dir
+    (event_file,) = project.rglob("events.out.tfevents.*")  # one writer of the 4 ranks in the whole project: rank 0's
     assert event_file.parent == run_dir / "tensorboard"
     events = events_of(run_dir)
     assert event_file.name.split(".")[-2] == str(kinds(events[0], "started")[-1]["pid"])
     logged = kinds(events[0], "step")
-    assert [event["step"] for event in logged] == list(range(4, 65, 4))  # 2 epochs x 32 steps, every 4th
+    assert [event["step"] for event in logged] == list(range(4, 33, 4))  # 2 epochs x 16 steps, every 4th
 
     board = EventAccumulator(str(event_file.parent))
     board.Reload()

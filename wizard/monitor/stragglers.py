@@ -7,9 +7,10 @@ which each `step` event reports as `data_s` and `forward_s` (runtime/timing.py),
 the mean seconds per step of that logging window. Their sum is the rank's
 compute time.
 
-Ranks log at the same steps, so a window is one step number; each rank's
-first window after it (re)started is left out (it holds the start-up: the
-first shuffle, allocations). Once every reporting rank has reached a window,
+A window is one step number, judged with the ranks that logged it (ranks
+logging at different strides share only some); each rank's first window
+after it (re)started is left out (it holds the start-up: the first shuffle,
+allocations). Once every reporting rank has reached a window,
 each rank's compute time is compared with the median of the other ranks',
 and each node's (with two ranks or more) with the median of the ranks on the
 other nodes, taking its least slow rank: a node is slow only when all of its
@@ -19,7 +20,9 @@ FLAG_S (15) seconds at least, is flagged, from the first of its slow windows
 flagged node is named through its node. Once above the threshold, a subject
 stays slow on a lower bar (the threshold below with half the jitter's part);
 one window below that ends a streak not yet flagged, and WINDOWS windows in a
-row end a flag, at the end of its last window that was slow by itself.
+row end a flag, at the end of its last window that was slow by itself. A
+window that lacks a subject (its rank, or all but one rank of its node) neither
+continues nor ends its streak.
 
 What is compared is robust to the host. Windows of a few hundred
 milliseconds (a small model logging every 40 steps) are at the mercy of the
@@ -56,15 +59,26 @@ the rest of its step is slower by as much (a node 38% slower costs 0.38 /
 wall time. Each window counts with its own times, not the middle. It assumes
 the excess is not hidden behind other work, so it says "about".
 
-Pure: no processes, no clock; JobState feeds it step events.
+Pure: no processes, no clock; JobState feeds it step events. The numbers it compares window by window
+(the middle, the jitter, the medians, what a window cost) are wizard/monitor/straggler_windows.py.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from wizard.monitor.straggler_windows import (
+    PHASES,
+    Sample,
+    Subject,
+    judged_subjects,
+    lost_seconds,
+    relative_jitter,
+    sliding_middle,
+    slow_subjects,
+)
 from wizard.monitor.values import is_step, is_time
 
 THRESHOLD = 0.15  # compute time this far above the median is slow
@@ -77,7 +91,6 @@ NOISE_K = 3.0  # a subject is slow only this many times the job's jitter above t
 NOISE_RANKS = 64  # the ranks, evenly spread, whose jitter is measured
 LEARN_WINDOWS = 5  # the judged windows the job's jitter is learnt from before any is judged
 PENDING_LIMIT = 64  # windows kept waiting for a lagging rank before they are judged without it
-PHASES = ("data", "forward")
 
 
 @dataclass
@@ -140,41 +153,6 @@ _Key = tuple[int, int]  # a window: (era, step)
 
 
 @dataclass
-class _Sample:
-    time: float
-    since: float  # when the rank's previous window ended
-    steps: int  # steps since its previous window
-    data_s: float
-    forward_s: float
-
-    @property
-    def compute_s(self) -> float:
-        return self.data_s + self.forward_s
-
-
-def _sliding(recent: deque[_Sample]) -> _Sample:
-    """The middle of `recent` (the newest last) by compute time, as one window of all their steps."""
-    newest = recent[-1]
-    if len(recent) == 1:
-        return newest
-    ordered = sorted(recent, key=lambda sample: sample.compute_s)
-    middle = ordered[(len(ordered) - 1) // 2 : len(ordered) // 2 + 1]
-    data = sum(sample.data_s for sample in middle) / len(middle)
-    forward = sum(sample.forward_s for sample in middle) / len(middle)
-    return _Sample(newest.time, recent[0].since, sum(sample.steps for sample in recent), data, forward)
-
-
-def _jitter(history: deque[float], learn: int) -> float | None:
-    """How far a rank's compute time strays from its own middle, window to window: the median deviation, relative."""
-    if len(history) < learn:
-        return None
-    middle = _middle(list(history))
-    if middle <= 0:
-        return None
-    return _middle([abs(value - middle) for value in history]) / middle
-
-
-@dataclass
 class _Streak:
     """One subject's run of slow windows, before and while it is flagged."""
 
@@ -215,17 +193,17 @@ class StragglerDetector:
         # A window is known by (era, step): a rank's era goes up when it (re)starts and when its step
         # numbers start again (a script counting steps per epoch), as every rank's do at once.
         self._era: dict[int, int] = {}
-        self._pending: dict[_Key, dict[int, _Sample]] = {}  # window -> rank -> its sample
+        self._pending: dict[_Key, dict[int, Sample]] = {}  # window -> rank -> its sample
         self._newest: dict[int, _Key] = {}  # rank -> the newest window it reported
         self._at_step: Counter[_Key] = Counter()  # window -> ranks whose newest it is: few, as ranks keep in step
         self._warm: set[int] = set()  # ranks past their first window since they started
         self._last: dict[int, tuple[int, float]] = {}  # rank -> (step, time) of its previous window
-        self._recent: dict[int, deque[_Sample]] = {}  # rank -> its judged windows of the last span_s seconds
+        self._recent: dict[int, deque[Sample]] = {}  # rank -> its judged windows of the last span_s seconds
         self._judged_step: _Key | None = None
-        self._streaks: dict[tuple[str, int | None], _Streak] = {}
-        # (start, end, {subject: seconds lost}) of the judged windows of the last span_s seconds:
-        # the subjects slow in each by itself
-        self._alone: deque[tuple[float, float, dict[tuple[str, int | None], float]]] = deque()
+        self._streaks: dict[Subject, _Streak] = {}
+        # (start, end, {subject: seconds lost}, subjects judged) of the judged windows of the last span_s seconds:
+        # the subjects slow in each by itself, and those it had the ranks to judge
+        self._alone: deque[tuple[float, float, dict[Subject, float], set[Subject]]] = deque()
 
     def add(self, rank: int, event: dict) -> None:
         """Take one step event; a window every rank has reached is judged at once."""
@@ -249,7 +227,7 @@ class StragglerDetector:
         late = self._judged_step is not None and key <= self._judged_step
         if timed and not warming_up and not late and previous is not None:
             since, steps = previous[1], step - previous[0]
-            sample = _Sample(float(at), since, steps, float(times[0]), float(times[1]))
+            sample = Sample(float(at), since, steps, float(times[0]), float(times[1]))
             self._pending.setdefault(key, {})[rank] = sample
         self._judge_ready()
 
@@ -301,7 +279,7 @@ class StragglerDetector:
                 return
             self._judge(key, self._pending.pop(key))
 
-    def _judge(self, key: _Key, samples: dict[int, _Sample]) -> None:
+    def _judge(self, key: _Key, samples: dict[int, Sample]) -> None:
         end = max(sample.time for sample in samples.values())
         start = min(sample.since for sample in samples.values())
         steps = max(sample.steps for sample in samples.values())
@@ -318,46 +296,49 @@ class StragglerDetector:
             return  # the job's first windows: its jitter is not known yet
         threshold = max(self.threshold, self.noise_k * noise)
         hold = max(self.threshold, self.noise_k * noise / 2)  # what keeps a raised flag up
-        sliding = {rank: _sliding(self._recent[rank]) for rank in samples}
+        sliding = {rank: sliding_middle(self._recent[rank]) for rank in samples}
         slow = {
             key: found
-            for key, found in self._slow_subjects(sliding, hold).items()
+            for key, found in slow_subjects(sliding, self.node_of, hold).items()
             if found[0] >= threshold or key in self._streaks
         }
-        alone = self._slow_subjects(samples, threshold)  # slow in this window by itself
-        alone.update(self._slow_subjects(samples, threshold, only={key: () for key in slow if key not in alone}))
+        judged = judged_subjects(samples, self.node_of)
+        alone = slow_subjects(samples, self.node_of, threshold)  # slow in this window by itself
+        alone.update(slow_subjects(samples, self.node_of, threshold, only={key for key in slow if key not in alone}))
         window_s = end - start
         for key, (gap, _, excess, _) in slow.items():
             if key not in self._streaks:
                 self._streaks[key] = self._new_streak(key, start)
             own_gap, own_excess_s, _, own_forward_gap = alone[key]
-            lost_s = _lost(own_excess_s * steps, own_forward_gap, window_s)
+            lost_s = lost_seconds(own_excess_s * steps, own_forward_gap, window_s)
             self._slow_window(key, end, gap, lost_s, excess, own_gap >= threshold, gap >= threshold)
-        for key in [key for key in self._streaks if key not in slow]:
-            self._normal_window(key)
+        for key in [key for key in self._streaks if key in judged and key not in slow]:
+            self._normal_window(key)  # a window without the subject (another stride, a lost line) says nothing
         slow_alone = {
-            key: _lost(excess_s * steps, forward_gap, window_s)
+            key: lost_seconds(excess_s * steps, forward_gap, window_s)
             for key, (gap, excess_s, _, forward_gap) in alone.items()
             if gap >= threshold
         }
-        self._alone.append((start, end, slow_alone))
+        self._alone.append((start, end, slow_alone, judged))
         while self._alone[0][1] < end - self.span_s:
             self._alone.popleft()
 
-    def _new_streak(self, key: tuple[str, int | None], start: float) -> _Streak:
+    def _new_streak(self, key: Subject, start: float) -> _Streak:
         """A streak for `key`, from the first of the windows just before that were slow by themselves.
 
         The sliding mean lags a slowdown of a few tens of percent by up to a
         span: those windows belong to the straggler, and their seconds to what it cost.
         """
         lost_s = 0.0
-        for earlier_start, _, slow_alone in reversed(self._alone):
+        for earlier_start, _, slow_alone, judged in reversed(self._alone):
+            if key not in judged:
+                continue
             if key not in slow_alone:
                 break
             start, lost_s = earlier_start, lost_s + slow_alone[key]
         return _Streak(start=start, lost_s=lost_s)
 
-    def _noise(self, samples: dict[int, _Sample]) -> float | None:
+    def _noise(self, samples: dict[int, Sample]) -> float | None:
         """The job's own jitter: the lower third over ranks of each one's jitter (a few slow ranks move it not)."""
         ranks = sorted(samples)
         every = max(1, len(ranks) // NOISE_RANKS)
@@ -371,7 +352,7 @@ class StragglerDetector:
                 ends.popleft()
                 history.popleft()
         for rank in ranks[::every]:
-            jitter = _jitter(self._history[rank], self.learn)
+            jitter = relative_jitter(self._history[rank], self.learn)
             if jitter is not None:
                 jitters.append(jitter)
         if not jitters:
@@ -379,58 +360,9 @@ class StragglerDetector:
         jitters.sort()
         return jitters[(len(jitters) - 1) // 3]
 
-    def _slow_subjects(
-        self,
-        samples: dict[int, _Sample],
-        threshold: float,
-        only: dict[tuple[str, int | None], tuple] | None = None,
-    ) -> dict[tuple[str, int | None], tuple]:
-        """Each slow node and rank of one window: (gap, excess seconds per step, excess per phase, forward gap).
-
-        With `only`, each of those subjects instead, slow or not: how far it was above in `samples`.
-        """
-        ranks = sorted(samples)
-        column = {
-            "compute": _Column([samples[r].compute_s for r in ranks]),
-            "data": _Column([samples[r].data_s for r in ranks]),
-            "forward": _Column([samples[r].forward_s for r in ranks]),
-        }
-        nodes: dict[int | None, list[int]] = {}
-        for index, rank in enumerate(ranks):
-            nodes.setdefault(self.node_of(rank), []).append(index)
-        slow: dict[tuple[str, int | None], tuple] = {}
-        on_slow_node: set[int] = set()
-        if len(nodes) > 1:
-            for node, members in nodes.items():
-                if node is None or len(members) < 2 or (only is not None and ("node", node) not in only):
-                    continue
-                baseline = column["compute"].median_without(members)
-                values = [column["compute"].values[i] for i in members]
-                gap = min(values) / baseline - 1 if baseline > 0 else 0.0
-                if gap >= threshold or only is not None:
-                    on_slow_node.update(members)
-                    middle = {phase: _middle([column[phase].values[i] for i in members]) for phase in PHASES}
-                    others = {phase: column[phase].median_without(members) for phase in PHASES}
-                    excess = {phase: middle[phase] - others[phase] for phase in PHASES}
-                    forward_gap = middle["forward"] / others["forward"] - 1 if others["forward"] > 0 else 0.0
-                    slow[("node", node)] = (gap, max(values) - baseline, excess, forward_gap)
-        for index, rank in enumerate(ranks):
-            if index in on_slow_node or (only is not None and ("rank", rank) not in only):
-                continue
-            baseline = column["compute"].median_without([index])
-            value = column["compute"].values[index]
-            gap = value / baseline - 1 if baseline > 0 else 0.0
-            if gap >= threshold or only is not None:
-                others = {phase: column[phase].median_without([index]) for phase in PHASES}
-                excess = {phase: column[phase].values[index] - others[phase] for phase in PHASES}
-                forward = column["forward"].values[index]
-                forward_gap = forward / others["forward"] - 1 if others["forward"] > 0 else 0.0
-                slow[("rank", rank)] = (gap, value - baseline, excess, forward_gap)
-        return slow
-
     def _slow_window(
         self,
-        key: tuple[str, int | None],
+        key: Subject,
         end: float,
         gap: float,
         lost_s: float,
@@ -466,7 +398,7 @@ class StragglerDetector:
             finding.lost_s = streak.lost_s
             finding.phase = max(PHASES, key=lambda phase: streak.excess[phase])
 
-    def _normal_window(self, key: tuple[str, int | None]) -> None:
+    def _normal_window(self, key: Subject) -> None:
         streak = self._streaks[key]
         if streak.finding is None:
             del self._streaks[key]  # slow windows must come in a row
@@ -476,48 +408,3 @@ class StragglerDetector:
             streak.finding.end = streak.last_slow_end
             self._fresh.append(("end", streak.finding))
             del self._streaks[key]
-
-
-class _Column:
-    """One window's values across ranks, sorted once, for medians that leave some ranks out."""
-
-    def __init__(self, values: list[float]) -> None:
-        self.values = values
-        self._order = sorted(range(len(values)), key=values.__getitem__)
-        self._position = {index: position for position, index in enumerate(self._order)}
-
-    def median_without(self, left_out: Iterable[int]) -> float:
-        """The median of the values whose index is not in `left_out` (0.0 when none is left)."""
-        removed = sorted(self._position[index] for index in left_out)
-        count = len(self.values) - len(removed)
-        if count <= 0:
-            return 0.0
-        middle = [self._kth_kept(k, removed) for k in {(count - 1) // 2, count // 2}]
-        return sum(middle) / len(middle)
-
-    def _kth_kept(self, k: int, removed: list[int]) -> float:
-        position = k
-        for gone in removed:  # each removed position at or before ours shifts it one further
-            if gone <= position:
-                position += 1
-            else:
-                break
-        return self.values[self._order[position]]
-
-
-def _lost(excess_s: float, forward_gap: float, window_s: float) -> float:
-    """The seconds a window of `window_s` lost to a straggler: what its excess cost, the larger of two readings.
-
-    Its excess waiting for data and in forward (`excess_s`) is time every rank
-    waited, as is the share of the rest of its step that a forward `forward_gap`
-    slower suggests: a slower device or host runs the backward pass slower by as
-    much (a node 38% slower costs the job 0.38 / 1.38, 27% of its time).
-    """
-    slower = max(forward_gap, 0.0)
-    return max(0.0, min(window_s, max(excess_s, window_s * slower / (1 + slower))))
-
-
-def _middle(values: list[float]) -> float:
-    ordered = sorted(values)
-    half = len(ordered) // 2
-    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
