@@ -9,6 +9,7 @@ redraws from overlapping.
 from __future__ import annotations
 
 import asyncio
+import io
 import signal
 import sys
 import threading
@@ -22,13 +23,15 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
 from wizard.monitor.ranks import where
-from wizard.monitor.summary_text import duration, eta_text, failure_log_lines, format_summary, log_tail
+from wizard.monitor.run_files import RunFileError, open_regular
 from wizard.monitor.source import JobSource, RunningJob
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, JobState
+from wizard.monitor.summary_text import duration, eta_text, failure_log_lines, format_summary, log_tail
 from wizard.stopping import stop_signals_raise
 
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
 LOG_LINES = 200
+LOG_CHUNK = 1024 * 1024  # bytes of a rank's log read per redraw: a log growing by gigabytes is caught up with
 PLOT_POINTS = 120
 SLOW = "slow"  # the state cell of a running rank a straggler flag names: "slow +38%"
 ALERT_NOTICES = 3  # the newest warnings shown under the job line
@@ -231,10 +234,16 @@ class MonitorApp(App[str | None]):
             self._log_offset = path.stat().st_size
             return
         if path.is_file() and path.stat().st_size > self._log_offset:
-            with path.open("rb") as handle:
+            try:
+                handle = open_regular(path)
+            except RunFileError:  # swapped for a FIFO or a link since it was shown: read no more of it
+                return
+            with handle or io.BytesIO() as handle:  # none: gone since it was shown
                 handle.seek(self._log_offset)
-                chunk = handle.read()
+                chunk = handle.read(LOG_CHUNK)
             complete = chunk[: chunk.rfind(b"\n") + 1]
+            if not complete and len(chunk) == LOG_CHUNK:  # a line longer than a chunk: shown in pieces
+                complete = chunk
             self._log_offset += len(complete)
             log.write_lines(complete.decode(errors="replace").splitlines())
 

@@ -14,6 +14,9 @@ from typing import TextIO
 from runtime.events import EventFollower
 from wizard.errors import TargetError
 from wizard.monitor import procs
+from wizard.monitor.run_files import RegularFollower, events_files, read_head, read_json_object
+from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
+from wizard.monitor.summary_file import checked
 from wizard.monitor.summary_text import (
     SUMMARY_FILE,
     failure_log_lines,
@@ -22,7 +25,6 @@ from wizard.monitor.summary_text import (
     straggler_line,
     summarize,
 )
-from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
 from wizard.monitor.values import is_time
 
 RUN_FILE = "run.json"
@@ -45,8 +47,10 @@ class RunFolder:
     ) -> None:
         self.run_dir = run_dir
         self.clock = clock
-        self.info = _read_json(run_dir / RUN_FILE) or {}
-        self._followers = [EventFollower(run_dir), EventFollower(run_dir / REMOTE_DIR)]
+        self.info = read_json_object(run_dir / RUN_FILE) or {}
+        for folder in (run_dir, run_dir / REMOTE_DIR):
+            events_files(folder)  # a FIFO or a device among them is refused now, by name
+        self._followers = [RegularFollower(run_dir), RegularFollower(run_dir / REMOTE_DIR)]
         world_size = self.info.get("world_size") or _world_size(run_dir)
         if not isinstance(world_size, int) or not 0 < world_size <= MAX_WORLD_SIZE:
             raise TargetError(
@@ -80,7 +84,9 @@ class RunFolder:
             return self.outcome
         for follower in self._followers:
             catch_up(self.state, follower)
-        self.summary = _read_json(self.run_dir / SUMMARY_FILE)
+        said = read_json_object(self.run_dir / SUMMARY_FILE)
+        self.summary = None if said is None else checked(said)  # as anyone wrote it: each value of its kind
+        self._note_refused()
         if self.summary is not None:
             outcome, ended_at = self.summary.get("outcome"), self.summary.get("ended_at")
             self.outcome = outcome if isinstance(outcome, str) and outcome else "unknown"
@@ -106,6 +112,13 @@ class RunFolder:
                 run_dir=self.run_dir,
             )
         return self.outcome
+
+    def _note_refused(self) -> None:
+        """Say once of each events file passed over since the folder was opened (swapped for a FIFO, say)."""
+        for follower in self._followers:
+            for line in follower.refused.values():
+                if f"warning: {line}" not in self.notes:
+                    self.notes.append(f"warning: {line}")
 
     def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
         """Ask the runner to stop the job (as Ctrl-C in its terminal would)."""
@@ -135,28 +148,24 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None 
     """Print a progress line per interval until the run ends, then its summary."""
     out = out or sys.stdout  # looked up now: a test may have swapped it since import
     print(f"run folder: {folder.run_dir}", file=out, flush=True)
-    next_line = folder.clock()
+    next_line, noted = folder.clock(), 0
     while folder.tick() is None:
         now = folder.clock()
+        for note in folder.notes[noted:]:
+            print(note, file=out, flush=True)
+        noted = len(folder.notes)
         for kind, finding in folder.state.stragglers.fresh():
             print(straggler_line(kind, finding, now - folder.started_at), file=out, flush=True)
         if now >= next_line:
             print(progress_line(folder.state, now - folder.started_at, now), file=out, flush=True)
             next_line = now + interval
         time.sleep(poll)
+    for note in folder.notes[noted:]:
+        print(note, file=out, flush=True)
     if folder.summary is not None:
         print(format_summary(folder.summary), file=out, flush=True)
         for line in failure_log_lines(folder.summary):
             print(line, file=out, flush=True)
-
-
-def _read_json(path: Path) -> dict | None:
-    """The object in a JSON file; None for no file, no JSON or JSON that is no object."""
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 MAX_WORLD_SIZE = 4096 * 16  # the most nodes a project has, times the most devices a node has
@@ -164,16 +173,15 @@ MAX_WORLD_SIZE = 4096 * 16  # the most nodes a project has, times the most devic
 
 def _world_size(run_dir: Path) -> int:
     """The world size a run folder without run.json shows: its ranks' files and their first events."""
-    files = [*(run_dir / "events").glob("rank-*.jsonl"), *(run_dir / REMOTE_DIR / "events").glob("rank-*.jsonl")]
-    ranks = [int(path.stem.split("-", 1)[1]) for path in files if path.stem.split("-", 1)[1].isdigit()]
+    files = [*events_files(run_dir), *events_files(run_dir / REMOTE_DIR)]
+    ranks = [int(path.stem.split("-", 1)[1]) for path in files]
     sizes = []
     for path in files:
-        with path.open("rb") as handle:
-            head = handle.read(64 * 1024)  # the `started` event comes first
+        head = read_head(path) or b""  # the `started` event comes first
         for line in head.split(b"\n")[:-1]:
             try:
                 size = json.loads(line).get("world_size")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 continue
             if isinstance(size, int):
                 sizes.append(size)
