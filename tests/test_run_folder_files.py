@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ import pytest
 from runtime.events import EventWriter
 from tests.test_bad_input import refused
 from tests.test_hostfile import npu_wizard
-from wizard.monitor.attach import RunFolder, watch_plain
+from wizard.cli import main
+from wizard.monitor.attach import RunFolder, run_folder_path, watch_plain
 from wizard.monitor.run_files import RunFileError, read_events
 from wizard.run.smoke import print_smoke_report
 
@@ -145,3 +147,50 @@ def test_the_smoke_report_refuses_an_events_file_that_is_a_fifo(tmp_path: Path) 
         print_smoke_report(run_dir, 2)
     assert sorted(read_events(finished_run(tmp_path / "other"))) == [0, 1]
 
+
+# ---- the newest run of a project --------------------------------------------------------------------------------
+
+
+def project_with_runs(tmp_path: Path, *names: str) -> Path:
+    """A project folder (answers.yaml) whose runs/ holds a finished run of each name, oldest first by name."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "answers.yaml").write_text("project_name: project\n")
+    for name in names:
+        finished_run(project / "runs" / name)
+    return project
+
+
+def aged(folder: Path, seconds_ago: float) -> None:
+    """Set the folder's modification time `seconds_ago` seconds back."""
+    then = time.time() - seconds_ago
+    os.utime(folder, (then, then))
+
+
+def test_drawing_an_older_runs_report_does_not_make_it_the_newest(tmp_path: Path) -> None:
+    """`report PROJECT` took the folder written last: drawing the older run hid the newer, failed one."""
+    project = project_with_runs(tmp_path, "20260101-100000", "20260101-110000")
+    older, newer = project / "runs" / "20260101-100000", project / "runs" / "20260101-110000"
+    (older / "run.json").write_text(json.dumps({"world_size": 2, "started_at": 1.7e9}))
+    (newer / "run.json").write_text(json.dumps({"world_size": 2, "started_at": 1.7e9 + 3600}))
+    (newer / "summary.json").write_text(json.dumps({"outcome": "failed", "world_size": 2}))
+    aged(older, 200)
+    aged(newer, 100)
+    assert main(["report", str(older)]) == 0  # the older folder is now the one written last
+    assert main(["report", str(project)]) == 0
+    assert "outcome failed" in (newer / "report.html").read_text()
+    result = npu_wizard("monitor", "--plain", str(project), cwd=tmp_path)
+    assert f"run folder: {newer}" in result.stdout and "outcome: failed" in result.stdout
+
+
+def test_runs_without_run_json_are_ordered_by_the_stamp_of_their_name_then_their_first_event(tmp_path: Path) -> None:
+    project = project_with_runs(tmp_path, "20260101-110000-1", "20260101-110000", "20260101-105959")
+    for run_dir in (project / "runs").iterdir():
+        (run_dir / "run.json").unlink()
+        aged(run_dir, 0 if run_dir.name == "20260101-105959" else 100)
+    assert run_folder_path(project) == project / "runs" / "20260101-110000-1"
+    latest = project / "runs" / "latest"  # the launch scripts run by hand: its ranks' first event says when
+    finished_run(latest)
+    (latest / "run.json").unlink()
+    aged(latest, 500)
+    assert run_folder_path(project) == latest

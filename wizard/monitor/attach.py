@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -28,6 +29,8 @@ from wizard.monitor.summary_text import (
 from wizard.monitor.values import is_time
 
 RUN_FILE = "run.json"
+RUN_STAMP = re.compile(r"(\d{8}-\d{6})(?:-(\d{1,4}))?")  # runs/<stamp> as wizard.run.launch.new_run_dir names them
+FIRST_EVENTS_READ = 64  # events files whose first event says when a run folder without run.json started
 REMOTE_DIR = "remote"  # <run>/remote/events/rank-R.jsonl: what the stream told node 0 about other nodes
 
 
@@ -134,7 +137,7 @@ def run_folder_path(path: Path) -> Path:
     if (path / "answers.yaml").is_file():
         runs = sorted(
             (p for p in (path / "runs").glob("*") if (p / RUN_FILE).is_file() or (p / "events").is_dir()),
-            key=lambda p: p.stat().st_mtime,
+            key=_run_order,
         )
         if not runs:
             raise TargetError(f"{path} has no runs yet: start one with npu-wizard run {path}")
@@ -142,6 +145,47 @@ def run_folder_path(path: Path) -> Path:
     if not (path / "events").is_dir() and not (path / RUN_FILE).is_file():
         raise TargetError(f"{path} is not a run folder (no events/ and no {RUN_FILE}); pass runs/<stamp>")
     return path
+
+
+def _run_order(run_dir: Path) -> tuple[float, int, str]:
+    """Where a run folder stands among the project's runs: by when it started, never by when it was last written.
+
+    A folder's time changes whenever something is written into it (a report drawn of an old run), so the
+    start is what the run says of itself: run.json's started_at, else the stamp of its name (`runs/<stamp>`,
+    `<stamp>-N` for a second run in the same second), else its ranks' first event (runs/latest of the launch
+    scripts run by hand); a folder that says none of these comes first.
+    """
+    stamp = RUN_STAMP.fullmatch(run_dir.name)
+    again = int(stamp.group(2) or 0) if stamp else 0
+    try:
+        said = (read_json_object(run_dir / RUN_FILE) or {}).get("started_at")
+    except TargetError:  # an older run's run.json that is no regular file: the chosen run's own is read later
+        said = None
+    if is_time(said):
+        return float(said), again, run_dir.name
+    if stamp:
+        try:
+            return time.mktime(time.strptime(stamp.group(1), "%Y%m%d-%H%M%S")), again, run_dir.name
+        except (ValueError, OverflowError):
+            pass
+    return _first_event_time(run_dir) or float("-inf"), again, run_dir.name
+
+
+def _first_event_time(run_dir: Path) -> float | None:
+    """The time of the earliest first event of the run folder's events files, or None."""
+    times = []
+    try:
+        for path in events_files(run_dir)[:FIRST_EVENTS_READ]:
+            head = read_head(path, 4096) or b""
+            try:
+                at = json.loads(head.split(b"\n", 1)[0]).get("time")
+            except (ValueError, AttributeError, RecursionError):
+                continue
+            if is_time(at):
+                times.append(float(at))
+    except TargetError:
+        return None
+    return min(times, default=None)
 
 
 def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None = None, poll: float = 0.5) -> None:
