@@ -19,8 +19,8 @@ import pytest
 from runtime.events import read_events
 from tests.runs import free_port, kinds, wait_for
 from wizard.monitor.attach import RunFolder, watch_plain
-from wizard.monitor.summary_text import failure_report, format_summary, progress_line, summarize
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
+from wizard.monitor.summary_text import failure_report, format_summary, progress_line, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
@@ -159,6 +159,7 @@ def test_a_script_without_steps_is_judged_by_when_it_last_printed(tmp_path: Path
     assert "outcome: finished" in words
     assert "  rank 0 (node 0): finished (exit 0), no step reported, last printed " in words
     assert "  rank 1 (node 0): finished (exit 0), no step reported, last printed " in words
+    assert "stragglers: not judged: no rank reported a step" in words  # never "no straggler"
 
 
 # A script that sends its steps as the call does, without total_steps (with a loss, or with none).

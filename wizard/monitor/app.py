@@ -186,8 +186,10 @@ class MonitorApp(App[str | None]):
         if failure:
             hint = f"\nhint: {failure['hint']}" if failure.get("hint") else ""
             return f"[b red]root cause: {where(failure['rank'], failure['node'])}: {failure['summary']}[/]{hint}"
+        unjudged = summary.get("stragglers_not_judged")
+        unjudged = f"stragglers not judged: {escape(str(unjudged))}" if unjudged else ""
         if self.source.outcome == "finished":
-            return "[b green]the job finished: press q for the summary[/]"
+            return "\n".join(filter(None, ("[b green]the job finished: press q for the summary[/]", unjudged)))
         report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now))))
         report = report if self.source.outcome is None else ""
         notices = state.notices.all()[-ALERT_NOTICES:]
@@ -203,6 +205,7 @@ class MonitorApp(App[str | None]):
                     f"[b yellow]{escape(report)}[/]" if report else "",
                     f"[b magenta]{escape(slow)}[/]" if slow and self.source.outcome is None else "",
                     f"[yellow]{said}[/]" if said else "",
+                    unjudged,
                 ),
             )
         )

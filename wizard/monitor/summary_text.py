@@ -14,7 +14,7 @@ from typing import Any
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.run_files import RunFileError, log_lines, read_tail
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
-from wizard.monitor.stragglers import Straggler, describe
+from wizard.monitor.stragglers import LEARN_WINDOWS, Straggler, describe
 
 SUMMARY_FILE = "summary.json"
 LOG_TAIL_LINES = 10
@@ -156,6 +156,28 @@ def cann_log_lines(failure: Failure) -> list[str]:
     ]
 
 
+def stragglers_not_judged(state: JobState) -> str | None:
+    """Why the straggler detector compared no window of the job; None once it compared one.
+
+    A run in which nothing was compared has no verdict: it is never said to have had no straggler.
+    """
+    if state.stragglers.judged:
+        return None
+    if len(state.ranks) < 2:
+        return "the job has one rank: there is no other rank to compare it with"
+    if not any(view.steps_reported for view in state.ranks.values()):
+        return "no rank reported a step (the script reports none, or the run ended before its first)"
+    if not state.stragglers.timed:
+        return (
+            "no step event carries forward_s and data_s, which are compared "
+            "(a script of your own passes them to report.step)"
+        )
+    return (
+        "the run ended before the ranks had logged enough steps to compare: each rank's first step event "
+        f"holds its start-up, and the next {LEARN_WINDOWS} teach the detector the job's jitter"
+    )
+
+
 def summarize(
     state: JobState,
     *,
@@ -207,6 +229,7 @@ def summarize(
         "failure": None if failure is None else _failure_dict(failure, run_dir),
         "warnings": state.notices.as_dicts(),
         "stragglers": state.stragglers.as_dicts(ended_at - started_at),
+        "stragglers_not_judged": stragglers_not_judged(state),
     }
 
 
@@ -260,7 +283,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: " if ranks else ""
             lines.append(f"  {who}{warning.get('message')}")
     stragglers = summary.get("stragglers") or []
-    if stragglers:
+    if summary.get("stragglers_not_judged"):
+        lines.append(f"stragglers: not judged: {summary['stragglers_not_judged']}")
+    elif stragglers:
         lines.append("stragglers (compute time: waiting for data + forward, against the other ranks' median):")
         lines += [f"  {describe(entry, until=summary.get('ended_at'))}" for entry in stragglers]
     silent = summary.get("never_reported")

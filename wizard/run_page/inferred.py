@@ -23,7 +23,7 @@ from wizard.monitor import procs
 from wizard.monitor.run_files import open_regular
 from wizard.monitor.state import JobState
 from wizard.monitor.summary_file import checked
-from wizard.monitor.summary_text import summarize
+from wizard.monitor.summary_text import stragglers_not_judged, summarize
 from wizard.monitor.values import is_step, is_time, number
 from wizard.run_page.record import KIND_AT, LINE_START, RunRecord, parse_lines
 
@@ -54,7 +54,7 @@ def effective_summary(record: RunRecord) -> dict[str, Any]:
     if isinstance(found, str):
         made["stragglers"], made["stragglers_not_judged"] = None, found
     else:
-        made["stragglers"] = found
+        made["stragglers"], made["stragglers_not_judged"] = found, None
     return made
 
 
@@ -79,7 +79,7 @@ def replayed_stragglers(record: RunRecord, wall_s: float) -> list[dict[str, obje
     state = JobState(record.world_size, nodes=record.state.nodes, hang_after=math.inf)
     for event in steps.merged(others):
         state.ingest(event)
-    return state.stragglers.as_dicts(wall_s)
+    return stragglers_not_judged(state) or state.stragglers.as_dicts(wall_s)
 
 
 class _Steps:
