@@ -26,6 +26,7 @@ from wizard.monitor.summary_text import (
     straggler_line,
     summarize,
 )
+from wizard.monitor.terminal import PrintableOut
 from wizard.monitor.values import is_time
 
 RUN_FILE = "run.json"
@@ -190,7 +191,8 @@ def _first_event_time(run_dir: Path) -> float | None:
 
 def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None = None, poll: float = 0.5) -> None:
     """Print a progress line per interval until the run ends, then its summary."""
-    out = out or sys.stdout  # looked up now: a test may have swapped it since import
+    # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
+    out = PrintableOut(out or sys.stdout)
     print(f"run folder: {folder.run_dir}", file=out, flush=True)
     next_line, noted = folder.clock(), 0
     while folder.tick() is None:
