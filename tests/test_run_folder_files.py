@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.events import EventWriter
+from runtime.events import EventFollower, EventWriter
 from tests.test_bad_input import refused
 from tests.test_hostfile import npu_wizard
 from wizard.cli import main
@@ -106,6 +106,8 @@ def test_a_summary_json_of_the_wrong_kinds_ends_monitor_with_its_summary_not_a_t
 def test_an_events_file_swapped_for_a_fifo_while_watched_is_passed_over_and_named(tmp_path: Path) -> None:
     run_dir = finished_run(tmp_path / "run")
     (run_dir / "summary.json").unlink()
+    # RegularFollower passes a file over in the place EventFollower reads it: were that renamed, this would hang
+    assert callable(vars(EventFollower).get("_read"))
     folder = RunFolder(run_dir, clock=lambda: 2.0e9)
     planted(run_dir / "events" / "rank-1.jsonl", "fifo")
     assert folder.tick() == "finished"  # no runner: both ranks finished (a blocking read would never return)
