@@ -191,6 +191,8 @@ def test_runs_without_run_json_are_ordered_by_the_stamp_of_their_name_then_their
         (run_dir / "run.json").unlink()
         aged(run_dir, 0 if run_dir.name == "20260101-105959" else 100)
     assert run_folder_path(project) == project / "runs" / "20260101-110000-1"
+    planted(project / "runs" / "20260101-105959" / "run.json", "fifo")  # an older run's: passed over, not read
+    assert run_folder_path(project) == project / "runs" / "20260101-110000-1"
     latest = project / "runs" / "latest"  # the launch scripts run by hand: its ranks' first event says when
     finished_run(latest)
     (latest / "run.json").unlink()
