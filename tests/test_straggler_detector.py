@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from wizard.monitor.summary_text import format_summary, straggler_line, summarize
 from wizard.monitor.state import JobState
 from wizard.monitor.stragglers import StragglerDetector, describe
+from wizard.monitor.summary_text import format_summary, straggler_line, summarize
 
 STEPS = 10
 STEP_S = 1.0

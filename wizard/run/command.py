@@ -11,12 +11,12 @@ from pathlib import Path
 from wizard.errors import TargetError
 from wizard.monitor.plain import run_plain
 from wizard.render.conflict_markers import refuse_unresolved
-from wizard.run_page.command import report_at_end, report_line
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job
 from wizard.run.launch import RunOptions, load_project, manual_steps
 from wizard.run.launch import dry_run as show_dry_run
+from wizard.run_page.command import report_at_end, report_line
 
 
 def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: bool, report: bool = False) -> None:

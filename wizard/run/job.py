@@ -25,9 +25,9 @@ from typing import TextIO
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
-from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
+from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
 from wizard.run.engines import Engine, Launch, engine_for
