@@ -87,3 +87,12 @@ async def test_the_live_view_shows_a_ranks_escape_sequences_escaped(tmp_path: Pa
         assert f"root cause: rank 0 (node 0): ValueError: [b]bad[/b] {SHOWN}" in alert
         log = app.query_one(Log)
         assert f"step 1 {SHOWN}" in log.lines and not any("\x1b" in line for line in log.lines)
+
+
+@pytest.mark.anyio
+async def test_an_outcome_a_summary_json_made_up_is_shown_escaped_in_the_job_line(tmp_path: Path) -> None:
+    """`monitor` takes the outcome from summary.json, which is anyone's to write."""
+    app = app_for(FakeJob(own_script_state(), tmp_path, outcome=f"done {CLEAR_AND_RETITLE}[b]"))
+    async with app.run_test(size=(110, 32)):
+        line = str(app.query_one("#job", Static).render())
+        assert "\x1b" not in line and "DONE \\x1b[2J\\x1b]0;OWNED\\x07[B] (q to quit)" in line

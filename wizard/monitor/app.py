@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 
-from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -173,12 +172,12 @@ class MonitorApp(App[str | None]):
         quietest = state.quietest(now)
         if quietest is not None and not any(view.steps_reported for view in state.ranks.values()):
             step = f"no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
-        head = f"{self.job_title}  |  {duration(now - self.source.started_at)}  |  {step}"
+        head = f"{_shown(self.job_title)}  |  {duration(now - self.source.started_at)}  |  {step}"
         saved = state.last_checkpoint()
         if saved is not None:
             head += f"  |  checkpoint at step {saved[1]}"
         if self.source.outcome is not None:
-            return f"{head}  |  {self.source.outcome.upper()} (q to quit)"
+            return f"{head}  |  {_shown(self.source.outcome.upper())} (q to quit)"
         return f"{head}  |  {state.throughput():,.0f} samples/s  |  {eta_text(state)}"
 
     def _alert(self, state: JobState, now: float) -> str:
@@ -206,7 +205,7 @@ class MonitorApp(App[str | None]):
                 None,
                 (
                     f"[b yellow]{_shown(report)}[/]" if report else "",
-                    f"[b magenta]{escape(slow)}[/]" if slow and self.source.outcome is None else "",
+                    f"[b magenta]{_shown(slow)}[/]" if slow and self.source.outcome is None else "",
                     f"[yellow]{said}[/]" if said else "",
                     unjudged,
                 ),
@@ -305,8 +304,13 @@ class MonitorApp(App[str | None]):
 
 
 def _shown(text: object) -> str:
-    """A text of the run in the alert line: its control characters escaped, its square brackets no markup."""
-    return escape(printable(str(text)))
+    """A text of the run in markup: its control characters escaped, each square bracket no markup.
+
+    Every `[` is escaped, not only those rich's escape() takes for a tag (lowercase): Textual reads `[B]`
+    as one too. A backslash at the end would escape the closing tag that follows: a space keeps it apart.
+    """
+    shown = printable(str(text)).replace("[", "\\[")
+    return f"{shown} " if shown.endswith("\\") else shown
 
 
 def _slow_ranks(state: JobState) -> dict[int, float]:
