@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Log, Sparkline, Static
 from tests.tui_driver import until
 from wizard.monitor.app import MonitorApp
 from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import summarize
 
 NOW = 1_000.0
 pytestmark = pytest.mark.anyio
@@ -269,3 +270,12 @@ def test_the_live_view_runs_with_animations_off_in_tests(tmp_path: Path) -> None
 def test_the_live_view_looks_the_same(tmp_path: Path, snap_compare: object) -> None:
     # the log lines and the time are fixed, so the picture is stable
     assert snap_compare(app_for(fake_job(tmp_path)), terminal_size=(110, 32))  # type: ignore[operator]
+
+
+async def test_a_run_ended_without_any_window_compared_says_its_stragglers_were_not_judged(tmp_path: Path) -> None:
+    job = FakeJob(own_script_state(), tmp_path, outcome="finished")
+    job.summary = summarize(job.state, started_at=890.0, ended_at=NOW, outcome="finished")
+    app = app_for(job)
+    async with app.run_test(size=(110, 32)):
+        alert = str(app.query_one("#alert", Static).render())
+        assert "the job finished: press q for the summary\nstragglers not judged: no rank reported a step" in alert

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from wizard.monitor.attach import RunFolder
 from wizard.monitor.hints import explain
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, STARTING, JobState
-from wizard.monitor.summary_text import failure_report, progress_line
+from wizard.monitor.summary_text import failure_report, format_summary, progress_line, summarize
 
 # (message as a rank reports it, expected code, caused by another rank)
 MESSAGES = [
@@ -290,3 +291,46 @@ def test_stopping_a_watched_run_signals_its_runner_only_never_another_process_ru
     finally:
         named.kill()
         named.wait()
+
+
+# ---- the straggler verdict: judged, or not judged and why -----------------------------------------------------
+
+
+def stepped(world_size: int, steps: int, **timing: float) -> JobState:
+    """Ranks that started and logged `steps` step events a second apart, each with `timing` (forward_s, data_s)."""
+    state = JobState(world_size, hang_after=math.inf)
+    for rank in range(world_size):
+        state.ingest(event(rank, "started", 10.0, node=rank // 2, world_size=world_size))
+    for step in range(1, steps + 1):
+        for rank in range(world_size):
+            state.ingest(event(rank, "step", 10.0 + step + rank / 100, step=10 * step, loss=1.0, **timing))
+    for rank in range(world_size):
+        state.ingest(event(rank, "finished", 20.0 + steps))
+    return state
+
+
+TIMED = {"forward_s": 0.01, "data_s": 0.001}
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        (stepped(4, 0), "no rank reported a step (the script reports none, or the run ended before its first)"),
+        (stepped(4, 30), "no step event carries forward_s and data_s, which are compared"),
+        (stepped(4, 30, forward_s=0.01), "no step event carries forward_s and data_s, which are compared"),
+        (stepped(1, 30, **TIMED), "the job has one rank: there is no other rank to compare it with"),
+        (stepped(4, 5, **TIMED), "the run ended before the ranks had logged enough steps to compare"),
+    ],
+    ids=["no-steps", "untimed", "forward-only", "one-rank", "too-short"],
+)
+def test_a_run_in_which_no_window_was_compared_is_not_judged_and_says_why(state: JobState, why: str) -> None:
+    """Such a run's summary said nothing of stragglers, and its report "no rank or node was slower"."""
+    summary = summarize(state, started_at=10.0, ended_at=60.0, outcome="finished")
+    assert summary["stragglers"] == [] and summary["stragglers_not_judged"].startswith(why)
+    assert f"stragglers: not judged: {why}" in format_summary(summary)
+
+
+def test_a_run_whose_windows_were_compared_and_found_even_has_a_verdict() -> None:
+    summary = summarize(stepped(4, 30, **TIMED), started_at=10.0, ended_at=60.0, outcome="finished")
+    assert (summary["stragglers"], summary["stragglers_not_judged"]) == ([], None)
+    assert "stragglers" not in format_summary(summary)

@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from runtime.events import EventWriter
+from runtime.events import EventWriter, read_events
 from tests.browser import can_isolate_network, chromium, visit
 from tests.runs import RunEnded, clean_up, node_env, render_cpu, run_dirs, start_runner
 from wizard.cli import main
+from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import summarize, write_json
 
 PLOTS = {"loss": (1000, 360), "throughput-ranks": (1000, 360), "throughput-nodes": (1000, 360)}
 SPREAD = {"compute-spread": (1000, 520)}
@@ -197,6 +199,20 @@ def test_stragglers_that_cannot_be_judged_are_not_called_none(tmp_path: Path, mo
     big = report_text(forward_skew_run(tmp_path / "big", slow_rank=1))
     assert "<h2>Stragglers</h2><p>not judged: the events files hold " in big
     assert "none: no rank" not in big and "<td>rank 1" not in big
+
+
+@pytest.mark.parametrize(("steps", "why"), [(True, "no step event carries forward_s and data_s"), (False, "no rank")])
+def test_a_runners_summary_of_a_run_in_which_nothing_was_judged_says_not_judged(
+    tmp_path: Path, steps: bool, why: str
+) -> None:
+    """summary.json as the runner writes it had "stragglers": [], and the page said no rank was slower."""
+    run_dir = user_script_run(tmp_path / "run", steps=steps)
+    state = JobState(2)
+    state.ingest_all(read_events(run_dir))
+    write_json(run_dir / "summary.json", summarize(state, started_at=1.0, ended_at=2.0, outcome="finished"))
+    page = report_text(run_dir)
+    assert f"<h2>Stragglers</h2><p>not judged: {why}" in page
+    assert "none: no rank" not in page
 
 
 # ---- real runs, and the browser ---------------------------------------------------------------------------

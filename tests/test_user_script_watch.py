@@ -159,6 +159,7 @@ def test_a_script_without_steps_is_judged_by_when_it_last_printed(tmp_path: Path
     assert "outcome: finished" in words
     assert "  rank 0 (node 0): finished (exit 0), no step reported, last printed " in words
     assert "  rank 1 (node 0): finished (exit 0), no step reported, last printed " in words
+    assert "stragglers: not judged: no rank reported a step" in words  # never "no straggler"
 
 
 # A script that sends its steps as the call does, without total_steps (with a loss, or with none).

@@ -9,12 +9,12 @@ redraws from overlapping.
 from __future__ import annotations
 
 import asyncio
+import io
 import signal
 import sys
 import threading
 import time
 
-from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -22,13 +22,16 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
 from wizard.monitor.ranks import where
+from wizard.monitor.run_files import RunFileError, open_regular
 from wizard.monitor.source import JobSource, RunningJob
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, JobState
 from wizard.monitor.summary_text import duration, eta_text, failure_log_lines, format_summary, log_tail
+from wizard.monitor.terminal import PrintableOut, printable
 from wizard.stopping import stop_signals_raise
 
 COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
 LOG_LINES = 200
+LOG_CHUNK = 1024 * 1024  # bytes of a rank's log read per redraw: a log growing by gigabytes is caught up with
 PLOT_POINTS = 120
 SLOW = "slow"  # the state cell of a running rank a straggler flag names: "slow +38%"
 ALERT_NOTICES = 3  # the newest warnings shown under the job line
@@ -169,26 +172,30 @@ class MonitorApp(App[str | None]):
         quietest = state.quietest(now)
         if quietest is not None and not any(view.steps_reported for view in state.ranks.values()):
             step = f"no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
-        head = f"{self.job_title}  |  {duration(now - self.source.started_at)}  |  {step}"
+        head = f"{_shown(self.job_title)}  |  {duration(now - self.source.started_at)}  |  {step}"
         saved = state.last_checkpoint()
         if saved is not None:
             head += f"  |  checkpoint at step {saved[1]}"
         if self.source.outcome is not None:
-            return f"{head}  |  {self.source.outcome.upper()} (q to quit)"
+            return f"{head}  |  {_shown(self.source.outcome.upper())} (q to quit)"
         return f"{head}  |  {state.throughput():,.0f} samples/s  |  {eta_text(state)}"
 
     def _alert(self, state: JobState, now: float) -> str:
         summary = self.source.summary or {}
         failure = summary.get("failure")
         if failure:
-            hint = f"\nhint: {failure['hint']}" if failure.get("hint") else ""
-            return f"[b red]root cause: {where(failure['rank'], failure['node'])}: {failure['summary']}[/]{hint}"
+            hint = f"\nhint: {_shown(failure['hint'])}" if failure.get("hint") else ""
+            return (
+                f"[b red]root cause: {where(failure['rank'], failure['node'])}: {_shown(failure['summary'])}[/]{hint}"
+            )
+        unjudged = summary.get("stragglers_not_judged")
+        unjudged = f"stragglers not judged: {_shown(unjudged)}" if unjudged else ""
         if self.source.outcome == "finished":
-            return "[b green]the job finished: press q for the summary[/]"
+            return "\n".join(filter(None, ("[b green]the job finished: press q for the summary[/]", unjudged)))
         report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now))))
         report = report if self.source.outcome is None else ""
         notices = state.notices.all()[-ALERT_NOTICES:]
-        said = "\n".join(f"warning from {escape(notice.line())}" for notice in notices)
+        said = "\n".join(f"warning from {_shown(notice.line())}" for notice in notices)
         slow = "\n".join(
             f"straggler: {finding.who()} is {finding.gap_pct:.0f}% slower in {finding.phase} than the other ranks"
             for finding in state.stragglers.active()
@@ -197,9 +204,10 @@ class MonitorApp(App[str | None]):
             filter(
                 None,
                 (
-                    f"[b yellow]{escape(report)}[/]" if report else "",
-                    f"[b magenta]{escape(slow)}[/]" if slow and self.source.outcome is None else "",
+                    f"[b yellow]{_shown(report)}[/]" if report else "",
+                    f"[b magenta]{_shown(slow)}[/]" if slow and self.source.outcome is None else "",
                     f"[yellow]{said}[/]" if said else "",
+                    unjudged,
                 ),
             )
         )
@@ -227,16 +235,22 @@ class MonitorApp(App[str | None]):
                 log.write_line(f"waiting for rank {self.selected}'s log (on {where})")
                 self._log_offset = -1  # placeholder shown: replace it once the log appears
                 return
-            log.write_lines(log_tail(self.source.run_dir, self.selected, LOG_LINES))
+            log.write_lines([printable(line) for line in log_tail(self.source.run_dir, self.selected, LOG_LINES)])
             self._log_offset = path.stat().st_size
             return
         if path.is_file() and path.stat().st_size > self._log_offset:
-            with path.open("rb") as handle:
+            try:
+                handle = open_regular(path)
+            except RunFileError:  # swapped for a FIFO or a link since it was shown: read no more of it
+                return
+            with handle or io.BytesIO() as handle:  # none: gone since it was shown
                 handle.seek(self._log_offset)
-                chunk = handle.read()
+                chunk = handle.read(LOG_CHUNK)
             complete = chunk[: chunk.rfind(b"\n") + 1]
+            if not complete and len(chunk) == LOG_CHUNK:  # a line longer than a chunk: shown in pieces
+                complete = chunk
             self._log_offset += len(complete)
-            log.write_lines(complete.decode(errors="replace").splitlines())
+            log.write_lines([printable(line) for line in complete.decode(errors="replace").splitlines()])
 
     # ---- keys ----------------------------------------------------------------------
 
@@ -289,6 +303,16 @@ class MonitorApp(App[str | None]):
         self.action_quit_view()
 
 
+def _shown(text: object) -> str:
+    """A text of the run in markup: its control characters escaped, each square bracket no markup.
+
+    Every `[` is escaped, not only those rich's escape() takes for a tag (lowercase): Textual reads `[B]`
+    as one too. A backslash at the end would escape the closing tag that follows: a space keeps it apart.
+    """
+    shown = printable(str(text)).replace("[", "\\[")
+    return f"{shown} " if shown.endswith("\\") else shown
+
+
 def _slow_ranks(state: JobState) -> dict[int, float]:
     """Each rank a straggler flag names, directly or through its node, with the flag's gap (%)."""
     slow: dict[int, float] = {}
@@ -315,15 +339,16 @@ def run_live(job: RunningJob) -> None:
     MonitorApp(job, title=title, owns_job=True, catch_sigint=True).run()
     if job.outcome is None:
         job.stop("interrupted")
+    out = PrintableOut(sys.stdout)  # what the ranks said, shown escaped
     for note in job.notes:
-        print(note)
+        print(note, file=out)
     if job.summary is not None:
-        print(format_summary(job.summary))
+        print(format_summary(job.summary), file=out)
     note = job.finished_note()
     if note:
-        print(note)
-    job.print_smoke_report(sys.stdout)
-    print(f"events, logs and summary in {job.run_dir}")
+        print(note, file=out)
+    job.print_smoke_report(out)  # type: ignore[arg-type]  # a TextIO to what it prints
+    print(f"events, logs and summary in {job.run_dir}", file=out, flush=True)
 
 
 def monitor_live(folder: object) -> None:
@@ -333,7 +358,10 @@ def monitor_live(folder: object) -> None:
     assert isinstance(folder, RunFolder)
     folder.tick()
     MonitorApp(folder, title=f"{folder.run_dir}", owns_job=False).run()
+    out = PrintableOut(sys.stdout)  # what the ranks said, shown escaped
+    for note in folder.notes:
+        print(note, file=out)
     if folder.summary is not None:
-        print(format_summary(folder.summary))
+        print(format_summary(folder.summary), file=out)
         for line in failure_log_lines(folder.summary):
-            print(line)
+            print(line, file=out, flush=True)

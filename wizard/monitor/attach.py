@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -14,7 +15,9 @@ from typing import TextIO
 from runtime.events import EventFollower
 from wizard.errors import TargetError
 from wizard.monitor import procs
+from wizard.monitor.run_files import RegularFollower, events_files, read_head, read_json_object
 from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
+from wizard.monitor.summary_file import checked
 from wizard.monitor.summary_text import (
     SUMMARY_FILE,
     failure_log_lines,
@@ -23,9 +26,12 @@ from wizard.monitor.summary_text import (
     straggler_line,
     summarize,
 )
+from wizard.monitor.terminal import PrintableOut
 from wizard.monitor.values import is_time
 
 RUN_FILE = "run.json"
+RUN_STAMP = re.compile(r"(\d{8}-\d{6})(?:-(\d{1,4}))?")  # runs/<stamp> as wizard.run.launch.new_run_dir names them
+FIRST_EVENTS_READ = 64  # events files whose first event says when a run folder without run.json started
 REMOTE_DIR = "remote"  # <run>/remote/events/rank-R.jsonl: what the stream told node 0 about other nodes
 
 
@@ -45,8 +51,10 @@ class RunFolder:
     ) -> None:
         self.run_dir = run_dir
         self.clock = clock
-        self.info = _read_json(run_dir / RUN_FILE) or {}
-        self._followers = [EventFollower(run_dir), EventFollower(run_dir / REMOTE_DIR)]
+        self.info = read_json_object(run_dir / RUN_FILE) or {}
+        for folder in (run_dir, run_dir / REMOTE_DIR):
+            events_files(folder)  # a FIFO or a device among them is refused now, by name
+        self._followers = [RegularFollower(run_dir), RegularFollower(run_dir / REMOTE_DIR)]
         world_size = self.info.get("world_size") or _world_size(run_dir)
         if not isinstance(world_size, int) or not 0 < world_size <= MAX_WORLD_SIZE:
             raise TargetError(
@@ -80,7 +88,9 @@ class RunFolder:
             return self.outcome
         for follower in self._followers:
             catch_up(self.state, follower)
-        self.summary = _read_json(self.run_dir / SUMMARY_FILE)
+        said = read_json_object(self.run_dir / SUMMARY_FILE)
+        self.summary = None if said is None else checked(said)  # as anyone wrote it: each value of its kind
+        self._note_refused()
         if self.summary is not None:
             outcome, ended_at = self.summary.get("outcome"), self.summary.get("ended_at")
             self.outcome = outcome if isinstance(outcome, str) and outcome else "unknown"
@@ -107,6 +117,13 @@ class RunFolder:
             )
         return self.outcome
 
+    def _note_refused(self) -> None:
+        """Say once of each events file passed over since the folder was opened (swapped for a FIFO, say)."""
+        for follower in self._followers:
+            for line in follower.refused.values():
+                if f"warning: {line}" not in self.notes:
+                    self.notes.append(f"warning: {line}")
+
     def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
         """Ask the runner to stop the job (as Ctrl-C in its terminal would)."""
         pid = self.runner_pid
@@ -121,7 +138,7 @@ def run_folder_path(path: Path) -> Path:
     if (path / "answers.yaml").is_file():
         runs = sorted(
             (p for p in (path / "runs").glob("*") if (p / RUN_FILE).is_file() or (p / "events").is_dir()),
-            key=lambda p: p.stat().st_mtime,
+            key=_run_order,
         )
         if not runs:
             raise TargetError(f"{path} has no runs yet: start one with npu-wizard run {path}")
@@ -131,32 +148,70 @@ def run_folder_path(path: Path) -> Path:
     return path
 
 
+def _run_order(run_dir: Path) -> tuple[float, int, str]:
+    """Where a run folder stands among the project's runs: by when it started, never by when it was last written.
+
+    A folder's time changes whenever something is written into it (a report drawn of an old run), so the
+    start is what the run says of itself: run.json's started_at, else the stamp of its name (`runs/<stamp>`,
+    `<stamp>-N` for a second run in the same second), else its ranks' first event (runs/latest of the launch
+    scripts run by hand); a folder that says none of these comes first.
+    """
+    stamp = RUN_STAMP.fullmatch(run_dir.name)
+    again = int(stamp.group(2) or 0) if stamp else 0
+    try:
+        said = (read_json_object(run_dir / RUN_FILE) or {}).get("started_at")
+    except TargetError:  # an older run's run.json that is no regular file: the chosen run's own is read later
+        said = None
+    if is_time(said):
+        return float(said), again, run_dir.name
+    if stamp:
+        try:
+            return time.mktime(time.strptime(stamp.group(1), "%Y%m%d-%H%M%S")), again, run_dir.name
+        except (ValueError, OverflowError):
+            pass
+    return _first_event_time(run_dir) or float("-inf"), again, run_dir.name
+
+
+def _first_event_time(run_dir: Path) -> float | None:
+    """The time of the earliest first event of the run folder's events files, or None."""
+    times = []
+    try:
+        for path in events_files(run_dir)[:FIRST_EVENTS_READ]:
+            head = read_head(path, 4096) or b""
+            try:
+                at = json.loads(head.split(b"\n", 1)[0]).get("time")
+            except (ValueError, AttributeError, RecursionError):
+                continue
+            if is_time(at):
+                times.append(float(at))
+    except TargetError:
+        return None
+    return min(times, default=None)
+
+
 def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None = None, poll: float = 0.5) -> None:
     """Print a progress line per interval until the run ends, then its summary."""
-    out = out or sys.stdout  # looked up now: a test may have swapped it since import
+    # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
+    out = PrintableOut(out or sys.stdout)
     print(f"run folder: {folder.run_dir}", file=out, flush=True)
-    next_line = folder.clock()
+    next_line, noted = folder.clock(), 0
     while folder.tick() is None:
         now = folder.clock()
+        for note in folder.notes[noted:]:
+            print(note, file=out, flush=True)
+        noted = len(folder.notes)
         for kind, finding in folder.state.stragglers.fresh():
             print(straggler_line(kind, finding, now - folder.started_at), file=out, flush=True)
         if now >= next_line:
             print(progress_line(folder.state, now - folder.started_at, now), file=out, flush=True)
             next_line = now + interval
         time.sleep(poll)
+    for note in folder.notes[noted:]:
+        print(note, file=out, flush=True)
     if folder.summary is not None:
         print(format_summary(folder.summary), file=out, flush=True)
         for line in failure_log_lines(folder.summary):
             print(line, file=out, flush=True)
-
-
-def _read_json(path: Path) -> dict | None:
-    """The object in a JSON file; None for no file, no JSON or JSON that is no object."""
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 MAX_WORLD_SIZE = 4096 * 16  # the most nodes a project has, times the most devices a node has
@@ -164,16 +219,15 @@ MAX_WORLD_SIZE = 4096 * 16  # the most nodes a project has, times the most devic
 
 def _world_size(run_dir: Path) -> int:
     """The world size a run folder without run.json shows: its ranks' files and their first events."""
-    files = [*(run_dir / "events").glob("rank-*.jsonl"), *(run_dir / REMOTE_DIR / "events").glob("rank-*.jsonl")]
-    ranks = [int(path.stem.split("-", 1)[1]) for path in files if path.stem.split("-", 1)[1].isdigit()]
+    files = [*events_files(run_dir), *events_files(run_dir / REMOTE_DIR)]
+    ranks = [int(path.stem.split("-", 1)[1]) for path in files]
     sizes = []
     for path in files:
-        with path.open("rb") as handle:
-            head = handle.read(64 * 1024)  # the `started` event comes first
+        head = read_head(path) or b""  # the `started` event comes first
         for line in head.split(b"\n")[:-1]:
             try:
                 size = json.loads(line).get("world_size")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 continue
             if isinstance(size, int):
                 sizes.append(size)

@@ -14,12 +14,14 @@ from typing import TextIO
 from wizard.monitor.source import RunningJob
 from wizard.monitor.state import JobState
 from wizard.monitor.summary_text import format_summary, progress_line, straggler_line
+from wizard.monitor.terminal import PrintableOut
 from wizard.stopping import stop_signals_raise
 
 
 def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) -> RunningJob:
     """Start the job, print a progress line per interval and the summary; return the ended job."""
-    out = out or sys.stdout  # looked up now: a test may have swapped it since import
+    # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
+    out = PrintableOut(out or sys.stdout)
     print(f"run folder: {job.run_dir}", file=out)
     print(
         f"starting node{'s' if len(job.nodes) > 1 else ''} {', '.join(map(str, job.nodes))} of {job.answers['nodes']}",

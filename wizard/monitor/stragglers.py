@@ -189,6 +189,8 @@ class StragglerDetector:
         self._history: dict[int, deque[float]] = {}  # rank -> compute time of its judged windows of NOISE_S
         self._history_ends: dict[int, deque[float]] = {}
         self.findings: list[Straggler] = []  # every flag, open and ended, in the order raised
+        self.judged = 0  # windows compared across ranks: none means nothing was judged, not that no one was slow
+        self.timed = False  # whether any step event carried data_s and forward_s, which are compared
         self._fresh: list[tuple[str, Straggler]] = []
         # A window is known by (era, step): a rank's era goes up when it (re)starts and when its step
         # numbers start again (a script counting steps per epoch), as every rank's do at once.
@@ -224,6 +226,7 @@ class StragglerDetector:
         warming_up = rank not in self._warm  # its first window holds the start: the first shuffle, allocations
         self._warm.add(rank)
         timed = all(is_time(t) for t in times)
+        self.timed = self.timed or timed
         late = self._judged_step is not None and key <= self._judged_step
         if timed and not warming_up and not late and previous is not None:
             since, steps = previous[1], step - previous[0]
@@ -294,6 +297,7 @@ class StragglerDetector:
         noise = self._noise(samples)
         if noise is None:
             return  # the job's first windows: its jitter is not known yet
+        self.judged += 1
         threshold = max(self.threshold, self.noise_k * noise)
         hold = max(self.threshold, self.noise_k * noise / 2)  # what keeps a raised flag up
         sliding = {rank: sliding_middle(self._recent[rank]) for rank in samples}

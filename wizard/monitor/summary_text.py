@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from wizard.monitor.ranks import Failure, where
+from wizard.monitor.run_files import RunFileError, log_lines, read_tail
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
-from wizard.monitor.stragglers import Straggler, describe
+from wizard.monitor.stragglers import LEARN_WINDOWS, Straggler, describe
 
 SUMMARY_FILE = "summary.json"
 LOG_TAIL_LINES = 10
+LOG_SCANNED_LINES = 100_000  # lines of a node's log end (its last 64 KiB) searched for the preflight's failures
 # In place of the ETA where a script sends its steps without total_steps, which the ETA needs.
 ETA_NEEDS_TOTAL = "ETA: pass total_steps= to report.step"
 
@@ -62,22 +64,12 @@ def progress_line(state: JobState, elapsed: float, now: float | None = None) -> 
 
 def log_tail(run_dir: Path, rank: int, lines: int = LOG_TAIL_LINES) -> list[str]:
     """The last lines of a rank's log in this run folder (none when it is on another node)."""
-    log = run_dir / "logs" / f"rank-{rank}.log"
-    if not log.is_file():
-        return []
-    with log.open("rb") as handle:
-        handle.seek(max(0, log.stat().st_size - 64 * 1024))
-        return handle.read().decode(errors="replace").splitlines()[-lines:]
+    return log_lines(run_dir / "logs" / f"rank-{rank}.log", lines)
 
 
 def node_log_reason(run_dir: Path, node: int, lines: int = LOG_TAIL_LINES) -> list[str]:
     """Why a node's script stopped, from its log: the preflight's failure lines, else the log's last lines."""
-    log = run_dir / "logs" / f"node-{node}.log"
-    if not log.is_file():
-        return []
-    with log.open("rb") as handle:
-        handle.seek(max(0, log.stat().st_size - 64 * 1024))
-        text = handle.read().decode(errors="replace").splitlines()
+    text = log_lines(run_dir / "logs" / f"node-{node}.log", LOG_SCANNED_LINES)
     preflight = [line for line in text if "preflight FAIL:" in line]
     return preflight or [line for line in text if line.strip()][-lines:]
 
@@ -94,7 +86,7 @@ SHELL_EXIT = re.compile(r"\brank (\d+) \(local rank \d+[^)]*\) failed with exit 
 def launcher_log(run_dir: Path, node: int) -> Path | None:
     """Node's launch script log on this host: its own, or the ssh engine's copy of a remote node's output."""
     for name in (f"node-{node}.log", f"ssh-node-{node}.log"):
-        if (log := run_dir / "logs" / name).is_file():
+        if (log := run_dir / "logs" / name).is_file() and not log.is_symlink():
             return log
     return None
 
@@ -106,9 +98,10 @@ def launcher_exit(run_dir: Path, failure: Failure) -> str | None:
     log = launcher_log(run_dir, failure.node)
     if log is None:
         return None
-    with log.open("rb") as handle:
-        handle.seek(max(0, log.stat().st_size - 64 * 1024))
-        text = handle.read().decode(errors="replace")
+    try:
+        text = (read_tail(log) or b"").decode(errors="replace")
+    except RunFileError:  # swapped for a FIFO or a link since it was found: not read
+        return None
     for pattern in TORCHRUN_EXIT:
         for found in pattern.finditer(text):
             if failure.pid is not None and int(found.group(2)) == failure.pid:
@@ -163,6 +156,28 @@ def cann_log_lines(failure: Failure) -> list[str]:
     ]
 
 
+def stragglers_not_judged(state: JobState) -> str | None:
+    """Why the straggler detector compared no window of the job; None once it compared one.
+
+    A run in which nothing was compared has no verdict: it is never said to have had no straggler.
+    """
+    if state.stragglers.judged:
+        return None
+    if len(state.ranks) < 2:
+        return "the job has one rank: there is no other rank to compare it with"
+    if not any(view.steps_reported for view in state.ranks.values()):
+        return "no rank reported a step (the script reports none, or the run ended before its first)"
+    if not state.stragglers.timed:
+        return (
+            "no step event carries forward_s and data_s, which are compared "
+            "(a script of your own passes them to report.step)"
+        )
+    return (
+        "the run ended before the ranks had logged enough steps to compare: each rank's first step event "
+        f"holds its start-up, and the next {LEARN_WINDOWS} teach the detector the job's jitter"
+    )
+
+
 def summarize(
     state: JobState,
     *,
@@ -214,6 +229,7 @@ def summarize(
         "failure": None if failure is None else _failure_dict(failure, run_dir),
         "warnings": state.notices.as_dicts(),
         "stragglers": state.stragglers.as_dicts(ended_at - started_at),
+        "stragglers_not_judged": stragglers_not_judged(state),
     }
 
 
@@ -267,7 +283,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: " if ranks else ""
             lines.append(f"  {who}{warning.get('message')}")
     stragglers = summary.get("stragglers") or []
-    if stragglers:
+    if summary.get("stragglers_not_judged"):
+        lines.append(f"stragglers: not judged: {summary['stragglers_not_judged']}")
+    elif stragglers:
         lines.append("stragglers (compute time: waiting for data + forward, against the other ranks' median):")
         lines += [f"  {describe(entry, until=summary.get('ended_at'))}" for entry in stragglers]
     silent = summary.get("never_reported")

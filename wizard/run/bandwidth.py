@@ -78,8 +78,8 @@ def expected_lines(result: Mapping[str, Any]) -> list[str]:
 def print_bandwidth_report(run_dir: Path, answers: Mapping[str, Any], out: TextIO | None = None) -> bool:
     """Print the network check of the run in `run_dir` and write its bandwidth.json; False when none came."""
     out = out or sys.stdout  # looked up now: a test may have swapped it since import
-    from runtime.events import read_events
     from wizard.monitor.attach import REMOTE_DIR
+    from wizard.monitor.run_files import read_events
 
     # rank 0 runs on node 0, which may be another host: then its events came through the status stream
     found = [

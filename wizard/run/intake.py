@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime.events import EventFollower
 from runtime.status import LOST
 from wizard.monitor import procs
 from wizard.monitor.attach import REMOTE_DIR, catch_up
 from wizard.monitor.ranks import Failure
+from wizard.monitor.run_files import RegularFollower
 from wizard.monitor.state import JobState
 from wizard.monitor.status_server import StatusServer
 
@@ -22,7 +22,7 @@ class Intake:
         self.run_dir = run_dir
         self.server: StatusServer | None = None
         self.local_ranks: set[int] = set()  # the engine says which nodes run here, once started
-        self._followers = [EventFollower(run_dir), EventFollower(run_dir / REMOTE_DIR)]
+        self._followers = [RegularFollower(run_dir), RegularFollower(run_dir / REMOTE_DIR)]
 
     def ingest(self) -> None:
         """Read every new event into the state; a remote rank's are kept in the run folder too."""

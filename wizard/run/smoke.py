@@ -48,8 +48,8 @@ def smoke_lines(events: Mapping[int, Sequence[Mapping[str, Any]]], world_size: i
 def print_smoke_report(run_dir: Path, world_size: int, out: TextIO | None = None) -> bool:
     """Print the smoke report of the run in `run_dir`; return whether every rank here passed."""
     out = out or sys.stdout  # looked up now: a test may have swapped it since import
-    from runtime.events import read_events
     from wizard.monitor.attach import REMOTE_DIR
+    from wizard.monitor.run_files import read_events
 
     # other hosts' ranks reach this runner only through the status stream, recorded under remote/
     here, streamed = read_events(run_dir), read_events(run_dir / REMOTE_DIR)

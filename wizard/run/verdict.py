@@ -9,6 +9,7 @@ from wizard.errors import WizardError
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
 from wizard.monitor.summary_text import failure_report, node_log_reason
+from wizard.monitor.terminal import printable
 
 
 class RunFailed(WizardError):
@@ -76,7 +77,8 @@ def outcome_error(
 ) -> WizardError | None:
     """RunFailed or RunInterrupted for a job that did not finish; None where it did."""
     if outcome in ("failed", "hung"):
-        return RunFailed(f"the training run failed; {report}\nevents, logs and summary in {run_dir}")
+        # the root cause quotes the rank's message and log: their control characters are shown escaped
+        return RunFailed(printable(f"the training run failed; {report}\nevents, logs and summary in {run_dir}"))
     if outcome == "interrupted":
         name = signal.Signals(stop_signal).name
         how = "interrupted" if stop_signal == signal.SIGINT else f"stopped by {name}"

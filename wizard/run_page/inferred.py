@@ -5,11 +5,12 @@ The stragglers need every step event of every rank in time order: the record kee
 are replayed here from the events files through a JobState of their own, up to REPLAY_BYTES of files. A run
 whose stragglers cannot be judged that way says why; it is never said to have none.
 
-A summary.json, where there is one, is read through `checked`: the run folder is anyone's to write into.
+A summary.json, where there is one, is read through `summary_file.checked`: the run folder is anyone's to write into.
 """
 
 from __future__ import annotations
 
+import io
 import math
 from array import array
 from collections.abc import Iterator
@@ -19,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from wizard.monitor import procs
+from wizard.monitor.run_files import open_regular
 from wizard.monitor.state import JobState
-from wizard.monitor.summary_text import summarize
-from wizard.monitor.values import is_rank_key, is_step, is_time, number
+from wizard.monitor.summary_file import checked
+from wizard.monitor.summary_text import stragglers_not_judged, summarize
+from wizard.monitor.values import is_step, is_time, number
 from wizard.run_page.record import KIND_AT, LINE_START, RunRecord, parse_lines
 
 REPLAY_BYTES = 64 * 2**20  # events files read to judge the stragglers: some 200,000 steps, a few seconds
@@ -51,82 +54,8 @@ def effective_summary(record: RunRecord) -> dict[str, Any]:
     if isinstance(found, str):
         made["stragglers"], made["stragglers_not_judged"] = None, found
     else:
-        made["stragglers"] = found
+        made["stragglers"], made["stragglers_not_judged"] = found, None
     return made
-
-
-def checked(summary: dict[str, Any]) -> dict[str, Any]:
-    """summary.json with each figure the page and the plots read of the kind they read it as, else left out.
-
-    The runner writes it, but a run folder is anyone's to write into: a value of another kind is no figure.
-    """
-    ranks, warnings, stragglers = (summary.get(key) for key in ("ranks", "warnings", "stragglers"))
-    failure = summary.get("failure")
-    return {
-        **{key: _time_or_none(summary.get(key)) for key in ("started_at", "ended_at", "wall_s")},
-        **{key: _finite_or_none(summary.get(key)) for key in ("samples_per_s", "final_loss")},
-        "outcome": summary.get("outcome") if isinstance(summary.get("outcome"), str) else "unknown",
-        "steps": _whole(summary.get("steps")),
-        "restarts": _whole(summary.get("restarts")) or 0,
-        "failure": _checked_failure(failure) if isinstance(failure, dict) else None,
-        "ranks": {
-            str(int(key)): {
-                "node": _whole(info.get("node")),
-                "state": str(info.get("state")),
-                "step": _whole(info.get("step")),
-                "loss": _finite_or_none(info.get("loss")),
-                "restarts": _whole(info.get("restarts")) or 0,
-            }
-            for key, info in (ranks.items() if isinstance(ranks, dict) else ())
-            if is_rank_key(key) and isinstance(info, dict)
-        },
-        "warnings": [
-            {"ranks": [r for r in _list(w.get("ranks")) if _whole(r) is not None], "message": str(w.get("message"))}
-            for w in _list(warnings)
-            if isinstance(w, dict)
-        ],
-        "stragglers": None
-        if stragglers is None
-        else [_checked_straggler(s) for s in _list(stragglers) if isinstance(s, dict)],
-    }
-
-
-def _checked_failure(failure: dict[str, Any]) -> dict[str, Any]:
-    hint = failure.get("hint")
-    return {
-        "rank": _whole(failure.get("rank")),
-        "node": _whole(failure.get("node")),
-        "kind": str(failure.get("kind")),
-        "summary": str(failure.get("summary")),
-        "time": _time_or_none(failure.get("time")),
-        "hint": str(hint) if hint else None,
-    }
-
-
-def _checked_straggler(entry: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "rank": _whole(entry.get("rank")),
-        "node": _whole(entry.get("node")),
-        "phase": str(entry.get("phase")),
-        **{key: _time_or_none(entry.get(key)) for key in ("start", "end")},
-        **{key: _finite_or_none(entry.get(key)) or 0.0 for key in ("gap_pct", "lost_pct")},
-    }
-
-
-def _whole(value: object) -> int | None:
-    return value if is_step(value) else None
-
-
-def _finite_or_none(value: object) -> float | None:
-    return value if number(value) is not None else None
-
-
-def _time_or_none(value: object) -> float | None:
-    return value if is_time(value) else None
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def replayed_stragglers(record: RunRecord, wall_s: float) -> list[dict[str, object]] | str:
@@ -150,7 +79,7 @@ def replayed_stragglers(record: RunRecord, wall_s: float) -> list[dict[str, obje
     state = JobState(record.world_size, nodes=record.state.nodes, hang_after=math.inf)
     for event in steps.merged(others):
         state.ingest(event)
-    return state.stragglers.as_dicts(wall_s)
+    return stragglers_not_judged(state) or state.stragglers.as_dicts(wall_s)
 
 
 class _Steps:
@@ -202,7 +131,8 @@ def _events(path: Path, rank: int) -> Iterator[dict[str, Any]]:
     """The events of `rank` in one file that move the straggler detector, in file order; other lines unparsed."""
     lines: list[bytes] = []
     try:
-        with path.open("rb") as handle:
+        handle = open_regular(path)
+        with handle or io.BytesIO() as handle:  # none: gone since it was listed
             for line in handle:
                 if line.startswith(LINE_START) and line[KIND_AT : KIND_AT + 3] not in REPLAYED_STARTS:
                     continue  # a heartbeat, warning or checkpoint, told by its first letters

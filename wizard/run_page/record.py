@@ -22,6 +22,7 @@ import numpy as np
 from runtime.events import RANK_FILE
 from wizard.errors import TargetError
 from wizard.monitor.attach import MAX_WORLD_SIZE, REMOTE_DIR, RUN_FILE
+from wizard.monitor.run_files import events_files, open_regular, read_head, read_json_object
 from wizard.monitor.state import JobState
 from wizard.monitor.summary_text import SUMMARY_FILE
 from wizard.monitor.values import is_step, is_time, number
@@ -104,13 +105,13 @@ class RunRecord:
 
 def read_run(run_dir: Path) -> RunRecord:
     """Read the run folder `run_dir` (events/, remote/events/, run.json, summary.json)."""
-    info = _read_json(run_dir / RUN_FILE) or {}
-    summary = _read_json(run_dir / SUMMARY_FILE)
+    info = read_json_object(run_dir / RUN_FILE) or {}
+    summary = read_json_object(run_dir / SUMMARY_FILE)
     files: dict[int, list[Path]] = {}
-    for folder in (run_dir / "events", run_dir / REMOTE_DIR / "events"):
-        for path in sorted(folder.glob("rank-*.jsonl")) if folder.is_dir() else []:
+    for folder in (run_dir, run_dir / REMOTE_DIR):
+        for path in events_files(folder):  # a FIFO or a device among them is refused, by name
             match = RANK_FILE.fullmatch(path.name)
-            if match and path.is_file():
+            if match:
                 files.setdefault(int(match.group(1)), []).append(path)
     world_size = _world_size(info, summary, files)
     if world_size > MAX_WORLD_SIZE:
@@ -140,8 +141,11 @@ def _scan(path: Path, size: int, samples: int, ranked: RankRecord, batch: Batch)
     """Hand one events file's complete lines to the batch a chunk at a time; return the overlong lines skipped."""
     targets = sorted({size * k // samples for k in range(samples)})
     skipped, skipping, carry, offset = 0, False, b"", 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
+    handle = open_regular(path)
+    if handle is None:  # gone since it was listed
+        return 0
+    with handle:  # read up to the size it had when listed: a file still growing is not followed
+        while offset < size and (chunk := handle.read(min(CHUNK, size - offset))):
             data = carry + chunk
             base = offset - len(carry)
             offset += len(chunk)
@@ -285,20 +289,11 @@ def _world_size(info: dict[str, Any], summary: dict[str, Any] | None, files: dic
         return max(said, max(files, default=-1) + 1)
     for paths in files.values():  # a run without npu-wizard run: the `started` events say
         for path in paths:
-            with path.open("rb") as handle:
-                for line in handle.read(64 * 1024).split(b"\n")[:-1]:
-                    try:
-                        size = json.loads(line).get("world_size")
-                    except (ValueError, AttributeError, RecursionError):
-                        continue
-                    if is_step(size) and size > 0:
-                        return max(size, max(files) + 1)
+            for line in (read_head(path) or b"").split(b"\n")[:-1]:
+                try:
+                    size = json.loads(line).get("world_size")
+                except (ValueError, AttributeError, RecursionError):
+                    continue
+                if is_step(size) and size > 0:
+                    return max(size, max(files) + 1)
     return max(files, default=0) + 1
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None

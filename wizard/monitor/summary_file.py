@@ -1,0 +1,115 @@
+"""summary.json as read back by `monitor` and `report`: each figure of the kind it is read as, else left out.
+
+The runner writes it (wizard.monitor.summary_text.summarize), but a run folder is anyone's to write into: a
+duration that is a string, a rank list that is a number, a failure that is a list are no figures, and must
+not end the monitor or the report in a TypeError. Every reader of the file takes it through `checked`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wizard.monitor.values import is_rank_key, is_step, is_time, number
+
+TEXT_SHOWN = 16 * 1024  # characters of one text of the file kept (a message, a hint, a log line)
+LIST_SHOWN = 65_536  # entries of one list of the file kept (ranks never reported, warnings, log lines)
+
+
+def checked(summary: dict[str, Any]) -> dict[str, Any]:
+    """summary.json with each value the views read of the kind they read it as; a value of another kind is none."""
+    ranks, warnings, stragglers = (summary.get(key) for key in ("ranks", "warnings", "stragglers"))
+    failure, saved = summary.get("failure"), summary.get("checkpoint")
+    return {
+        **{key: _time(summary.get(key)) for key in ("started_at", "ended_at", "wall_s", "time_to_first_step_s")},
+        **{key: _finite(summary.get(key)) for key in ("samples_per_s", "final_loss")},
+        "outcome": _outcome(summary.get("outcome")),
+        "world_size": _whole(summary.get("world_size")),
+        "steps": _whole(summary.get("steps")),
+        "restarts": _whole(summary.get("restarts")) or 0,
+        "checkpoint": _checked_checkpoint(saved) if isinstance(saved, dict) else None,
+        "failure": _checked_failure(failure) if isinstance(failure, dict) else None,
+        "ranks": {
+            str(int(key)): _checked_rank(info)
+            for key, info in (ranks.items() if isinstance(ranks, dict) else ())
+            if is_rank_key(key) and isinstance(info, dict)
+        },
+        "warnings": [
+            {"ranks": [r for r in _list(w.get("ranks")) if is_step(r)], "message": _text(w.get("message")) or ""}
+            for w in _list(warnings)
+            if isinstance(w, dict)
+        ],
+        "stragglers": None
+        if stragglers is None
+        else [_checked_straggler(s) for s in _list(stragglers) if isinstance(s, dict) and is_time(s.get("start"))],
+        "stragglers_not_judged": _text(summary.get("stragglers_not_judged")),
+        "never_reported": [rank for rank in _list(summary.get("never_reported")) if is_step(rank)],
+        "inferred": summary.get("inferred") is True,
+    }
+
+
+def _checked_rank(info: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "node": _whole(info.get("node")),
+        "state": _text(info.get("state")) or "?",
+        "step": _whole(info.get("step")),
+        "loss": _finite(info.get("loss")),
+        "samples_per_s": _finite(info.get("samples_per_s")),
+        "restarts": _whole(info.get("restarts")) or 0,
+        "exit_code": _whole(info.get("exit_code")),
+        "steps_reported": info.get("steps_reported") if isinstance(info.get("steps_reported"), bool) else None,
+        "printed_s_before_end": _time(info.get("printed_s_before_end")),
+    }
+
+
+def _checked_checkpoint(saved: dict[str, Any]) -> dict[str, Any]:
+    return {"rank": _whole(saved.get("rank")), "step": _whole(saved.get("step")), "path": _text(saved.get("path"))}
+
+
+def _checked_failure(failure: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rank": _whole(failure.get("rank")),
+        "node": _whole(failure.get("node")),
+        "kind": str(_text(failure.get("kind"))),
+        "summary": str(_text(failure.get("summary"))),
+        "time": _time(failure.get("time")),
+        "hint": _text(failure.get("hint")) or None,
+        "log_tail": [_text(line) or "" for line in _list(failure.get("log_tail"))],
+    }
+
+
+def _checked_straggler(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rank": _whole(entry.get("rank")),
+        "node": _whole(entry.get("node")),
+        "phase": str(_text(entry.get("phase"))),
+        **{key: _time(entry.get(key)) for key in ("start", "end")},
+        **{key: _finite(entry.get(key)) or 0.0 for key in ("gap_pct", "lost_pct")},
+    }
+
+
+def _outcome(value: object) -> str:
+    """One of the runner's words (finished, failed, ...): a text; anything else is "unknown"."""
+    return value[:TEXT_SHOWN] if isinstance(value, str) and value.strip() else "unknown"
+
+
+def _whole(value: object) -> int | None:
+    return value if is_step(value) else None
+
+
+def _finite(value: object) -> float | None:
+    return value if number(value) is not None else None  # type: ignore[return-value]
+
+
+def _time(value: object) -> float | None:
+    return value if is_time(value) else None  # type: ignore[return-value]
+
+
+def _text(value: object) -> str | None:
+    """A text of the file, cut to TEXT_SHOWN characters; None where it is none (None, a number shown as written)."""
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    return str(value)[:TEXT_SHOWN]
+
+
+def _list(value: object) -> list[Any]:
+    return value[:LIST_SHOWN] if isinstance(value, list) else []
