@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from runtime import events, report
 
@@ -35,6 +35,8 @@ LOCAL_RANK_FLAGS = ("--local-rank=", "--local_rank=")
 SCAN_FILES = 500
 SCAN_BYTES = 1 << 20
 INTERRUPTED = 128 + signal.SIGINT
+# sys.exit() passes a C long to exit(): a code beyond one ends the process with 255
+LONG_END = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,6 @@ def _code_beside(folder: Path) -> list[Path]:
                 if len(found) >= SCAN_FILES:
                     return found
     return found
-    return found
 
 
 def output_silence(log: Path | None) -> Callable[[], dict[str, Any]]:
@@ -213,10 +214,48 @@ def script_frames(error: BaseException, script: str) -> BaseException:
 
 
 def exit_code(stop: SystemExit) -> int:
-    """The status `sys.exit(code)` ends the process with: 0 for None, 1 for a message."""
+    """The status `sys.exit(code)` ends the process with: 0 for None, 1 for a message.
+
+    As the process really ends: Python hands the code to C's exit(), which
+    keeps its low 8 bits (sys.exit(256) ends with 0, sys.exit(-1) with 255),
+    and a code beyond a C long ends with 255.
+    """
     if stop.code is None:
         return 0
-    return stop.code if isinstance(stop.code, int) else 1
+    return process_status(stop.code) if isinstance(stop.code, int) else 1
+
+
+def process_status(code: int) -> int:
+    """The exit status a process asking for `code` (sys.exit, os._exit) ends with, as its parent sees it."""
+    return code & 0xFF if -LONG_END <= code < LONG_END else 0xFF
+
+
+def record_os_exit(recorder: events.EventWriter, script: str) -> None:
+    """Make os._exit(N) in the script record how the rank ended before the process goes.
+
+    os._exit skips every handler, so a rank ending that way said nothing and
+    read as vanished (kill -9?) though its launcher saw it exit 0. Only this
+    process records: a child it forked (a DataLoader worker) ends as before.
+    """
+    real_exit = os._exit
+    rank_pid = os.getpid()
+
+    def exit_now(status: int) -> NoReturn:
+        if os.getpid() == rank_pid and isinstance(status, int):
+            try:
+                report.flush()
+                code = process_status(status)
+                if code == 0:
+                    recorder.finished(exit_code=0)
+                else:
+                    ended = SystemExit(f"{script} called os._exit({status})")
+                    recorder.error(ended, exit_code=code)
+                recorder.close()
+            finally:
+                real_exit(status)
+        real_exit(status)
+
+    os._exit = exit_now
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -237,11 +276,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         script=script,
     )
     recorder.start_heartbeat(events.heartbeat_interval(), output_silence(log))
+    record_os_exit(recorder, script)
     try:
         run_script(script, args)
     except SystemExit as stop:
         report.flush()
         code = exit_code(stop)
+        if isinstance(stop.code, int) and code != stop.code:
+            recorder.warning(
+                f"{script} called sys.exit({stop.code}): the process ends with status {code} "
+                "(an exit status keeps the code's low 8 bits; use 1-255 for a failure)",
+                "exit",
+            )
         if code == 0:
             recorder.finished(exit_code=0)
         else:
