@@ -15,6 +15,7 @@ steps, loss and checkpoints. Nothing here imports torch: the script does.
 
 from __future__ import annotations
 
+import ast
 import faulthandler
 import os
 import runpy
@@ -112,36 +113,53 @@ def split_arguments(argv: Sequence[str]) -> tuple[str, list[str]]:
 
 
 def local_rank_option(script: str) -> str | None:
-    """--local-rank or --local_rank, as the script (else the code in its folder, two levels down) names it.
+    """--local-rank or --local_rank, as the script (else the code in its folder, two levels down) declares it.
 
-    None where neither names it; --local-rank where the script cannot be read (run_script says why).
+    Declared: a string in the code that is the option itself, as argparse's
+    add_argument("--local_rank") has it; the option named in a comment or
+    inside a longer string (help text, a message) is no declaration. None
+    where nothing declares it; --local-rank where the script cannot be read
+    or parsed (run_script says why).
     """
     path = Path(script)
     try:
-        found = _local_rank_spelling(path.read_bytes()[:SCAN_BYTES])
+        found = _declared_spellings(path.read_bytes())
     except OSError:
+        found = None
+    if found is None:
         return LOCAL_RANK_FLAGS[0][:-1]
-    if found is not None:
-        return found
-    spellings = set()
-    for module in _code_beside(path.resolve().parent):
-        try:
-            with module.open("rb") as handle:
-                spelling = _local_rank_spelling(handle.read(SCAN_BYTES))
-        except OSError:
-            continue
-        if spelling is not None:
-            spellings.add(spelling)
+    if not found:
+        for module in _code_beside(path.resolve().parent):
+            try:
+                with module.open("rb") as handle:
+                    code = handle.read(SCAN_BYTES + 1)
+            except OSError:
+                continue
+            if (
+                len(code) <= SCAN_BYTES
+            ):  # a bigger file is data or generated code, not the script's options
+                found |= _declared_spellings(code) or set()
     return (
-        min(spellings) if spellings else None
+        min(found) if found else None
     )  # "--local-rank" sorts first: what the launcher says
 
 
-def _local_rank_spelling(code: bytes) -> str | None:
-    for flag in LOCAL_RANK_FLAGS:
-        if flag[:-1].encode() in code:
-            return flag[:-1]
-    return None
+def _declared_spellings(code: bytes) -> set[str] | None:
+    """The spellings of the option that `code` holds as strings of their own; None where it is no Python."""
+    options = {flag[:-1] for flag in LOCAL_RANK_FLAGS}
+    if b"--local" not in code:  # most files: no parse needed
+        return set()
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in options
+    }
 
 
 def _code_beside(folder: Path) -> list[Path]:

@@ -326,3 +326,28 @@ def test_a_child_the_script_forks_that_ends_with_os_exit_records_nothing(tmp_pat
     result = run_shim(tmp_path, script, "script.py")
     assert (result.returncode, result.stdout.strip()) == (0, "child 7")
     assert [e["event"] for e in rank_events(tmp_path) if e["event"] in ("finished", "error")] == ["finished"]
+
+
+# the option named in a comment, a docstring, a help text or a message declares nothing: before, any mention did,
+# and torch.distributed.launch's --local-rank reached a script that refused it ("unrecognized arguments")
+READS_THE_ENVIRONMENT = '''
+    """Train. torch.distributed.launch passes --local_rank; this script reads LOCAL_RANK instead."""
+    import argparse, os
+    # no --local-rank option here: LOCAL_RANK is in the environment
+    parser = argparse.ArgumentParser(epilog="older launchers pass --local_rank=N, newer ones --local-rank=N")
+    parser.add_argument("--x", action="store_true", help="not --local_rank")
+    parser.parse_args()
+    print("local rank", os.environ["LOCAL_RANK"])
+'''
+
+
+@pytest.mark.parametrize("where", ["script", "beside"])
+def test_torch_launch_local_rank_is_left_out_where_the_code_only_mentions_it(tmp_path: Path, where: str) -> None:
+    if where == "beside":
+        (tmp_path / "options").mkdir()
+        (tmp_path / "options" / "cli.py").write_text('"""Reads --local_rank? No: see LOCAL_RANK."""\n# --local-rank\n')
+        (tmp_path / "options" / "broken.py").write_text('parser.add_argument("--local_rank"\n')  # no Python
+    result = run_shim(tmp_path, READS_THE_ENVIRONMENT, "--local-rank=1", "script.py", "--x", LOCAL_RANK="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "local rank 1"
+    assert "--local-rank=1 is not passed to script.py" in result.stderr
