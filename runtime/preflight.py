@@ -24,6 +24,7 @@ from pathlib import Path
 from runtime import nic
 from runtime.cann import check_cann
 from runtime.checks import FAIL, PASS, WARN, Result
+from runtime.shadowing import check_shadowing
 
 # a check failed; any other non-zero exit means the preflight itself could not run
 EXIT_FAILED = 3
@@ -363,6 +364,9 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
         count = args.hccl_port_count
         hccl_free = check_ports_free("HCCL ports", address, base, count)
         results.append(as_job_clash(hccl_free, env, f"{base}-{base + count - 1}"))
+    # from the project folder, which the launch script puts first on PYTHONPATH
+    if args.user_script:
+        results.append(check_shadowing(Path.cwd(), args.user_script))
     return results
 
 
@@ -398,6 +402,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
         help="a place the launch script looked for set_env.sh",
     )
     parser.add_argument("--hccl-port-count", type=int, default=16)
+    parser.add_argument(
+        "--user-script", default="", help="the user's script its ranks run, if any"
+    )
     wait = float(env.get(ENV_WAIT) or DEFAULT_WAIT_S)
     parser.add_argument("--wait", type=float, default=wait, help="master wait (s)")
     args = parser.parse_args(argv)
