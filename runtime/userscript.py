@@ -38,6 +38,7 @@ SCAN_BYTES = 1 << 20
 INTERRUPTED = 128 + signal.SIGINT
 # sys.exit() passes a C long to exit(): a code beyond one ends the process with 255
 LONG_END = 1 << 63
+C_INT = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -135,13 +136,11 @@ def local_rank_option(script: str) -> str | None:
                     code = handle.read(SCAN_BYTES + 1)
             except OSError:
                 continue
-            if (
-                len(code) <= SCAN_BYTES
-            ):  # a bigger file is data or generated code, not the script's options
+            # a bigger file is data or generated code, not the script's options
+            if len(code) <= SCAN_BYTES:
                 found |= _declared_spellings(code) or set()
-    return (
-        min(found) if found else None
-    )  # "--local-rank" sorts first: what the launcher says
+    # "--local-rank" sorts first: what the launcher says
+    return min(found) if found else None
 
 
 def _declared_spellings(code: bytes) -> set[str] | None:
@@ -259,7 +258,12 @@ def record_os_exit(recorder: events.EventWriter, script: str) -> None:
     rank_pid = os.getpid()
 
     def exit_now(status: int) -> NoReturn:
-        if os.getpid() == rank_pid and isinstance(status, int):
+        # os._exit takes a C int: anything else raises there, and the rank goes on
+        if (
+            os.getpid() == rank_pid
+            and isinstance(status, int)
+            and -C_INT <= status < C_INT
+        ):
             try:
                 report.flush()
                 code = process_status(status)

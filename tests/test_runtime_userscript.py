@@ -351,3 +351,18 @@ def test_torch_launch_local_rank_is_left_out_where_the_code_only_mentions_it(tmp
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1] == "local rank 1"
     assert "--local-rank=1 is not passed to script.py" in result.stderr
+
+
+def test_an_os_exit_call_that_raises_leaves_the_rank_recording(tmp_path: Path) -> None:
+    """os._exit(2**40) raises OverflowError (no C int) and the script goes on: nothing is recorded as its end."""
+    script = """
+        import os
+        try:
+            os._exit(2**40)
+        except OverflowError:
+            print("still here", flush=True)
+    """
+    result = run_shim(tmp_path, script, "script.py")
+    assert (result.returncode, result.stdout.strip()) == (0, "still here"), result.stderr
+    ended = [e["event"] for e in rank_events(tmp_path) if e["event"] in ("finished", "error")]
+    assert ended == ["finished"]
