@@ -357,12 +357,14 @@ def test_an_os_exit_call_that_raises_leaves_the_rank_recording(tmp_path: Path) -
     """os._exit(2**40) raises OverflowError (no C int) and the script goes on: nothing is recorded as its end."""
     script = """
         import os
+        from runtime import report
         try:
             os._exit(2**40)
         except OverflowError:
             print("still here", flush=True)
+        report.step(3, loss=1.0)
     """
-    result = run_shim(tmp_path, script, "script.py")
+    result = run_shim(tmp_path, script, "script.py", NPU_WIZARD_REPORT_S="0")
     assert (result.returncode, result.stdout.strip()) == (0, "still here"), result.stderr
-    ended = [e["event"] for e in rank_events(tmp_path) if e["event"] in ("finished", "error")]
-    assert ended == ["finished"]
+    ended = [(e["event"], e["step"]) for e in rank_events(tmp_path) if e["event"] in ("step", "finished", "error")]
+    assert ended == [("step", 3), ("finished", 3)]
