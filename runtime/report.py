@@ -31,6 +31,8 @@ events costs a clock read and an integer division.
 
 from __future__ import annotations
 
+import math
+import operator
 import os
 import time
 from pathlib import Path
@@ -41,6 +43,8 @@ from runtime import events
 ENV_REPORT_S = "NPU_WIZARD_REPORT_S"
 DEFAULT_REPORT_S = 1.0
 OVERDUE = 4  # an event is written anyway this many intervals after the last
+# a step or a count at or past this is dropped: the monitor does arithmetic on them in floats and JSON
+LARGEST = 2**63
 
 
 class _Window:
@@ -106,15 +110,16 @@ class _Window:
     def emit(self, now: float) -> None:
         fields: dict[str, Any] = {"step": self.step}
         if self.loss is not None:
+            # a tensor's own conversion may raise anything (more than one element, a device error)
             try:
                 fields["loss"] = float(self.loss)
-            except (TypeError, ValueError):
-                pass  # not a number: left out, as with no loss at all
+            except Exception as error:  # noqa: BLE001 - dropped with a warning: the hook never raises
+                _dropped("loss", self.loss, error)
         if self.samples and self.emitted_at is not None and now > self.started_at:
             # the job's rate as this rank sees it, as train.py reports it
-            fields["samples_per_s"] = (
-                self.samples * self.world_size / (now - self.started_at)
-            )
+            rate = self.samples * self.world_size / (now - self.started_at)
+            if math.isfinite(rate):
+                fields["samples_per_s"] = rate
         if self.data_calls:
             fields["data_s"] = self.data_s / self.data_calls
         if self.forward_calls:
@@ -177,19 +182,45 @@ def step(
     the forward pass (the monitor compares them across ranks). `total_steps`:
     the steps of the whole run, for the ETA.
     """
+    global _window
     window = _window
     if window is None or window.writer is not events.current_writer():
         window = _current()
         if window is None:
             return
-    window.add(step, loss, samples, data_s, forward_s, total_steps)
+    whole = _whole(step)
+    if whole is None:
+        _dropped("step", step, None)
+        return
+    try:
+        window.add(
+            whole,
+            loss,
+            _number("samples", samples),
+            _number("data_s", data_s),
+            _number("forward_s", forward_s),
+            _count_of("total_steps", total_steps),
+        )
+    except Exception as error:  # noqa: BLE001 - the hook never raises into the training loop
+        _dropped("step call", step, error)
+        _window = None  # a fresh window from the next call: nothing half added is kept
 
 
 def checkpoint(step: int, path: str | os.PathLike[str]) -> None:
     """This rank wrote a checkpoint of `step` to `path` (a relative path counts from the working folder)."""
     window = _current()
-    if window is not None:
-        window.writer.checkpoint(step=step, path=Path(os.path.abspath(path)))
+    if window is None:
+        return
+    whole = _whole(step)
+    if whole is None:
+        _dropped("checkpoint step", step, None)
+        return
+    try:
+        where = Path(os.path.abspath(path))
+    except (TypeError, ValueError) as error:  # no path: None, a number, a NUL in it
+        _dropped("checkpoint path", path, error)
+        return
+    window.writer.checkpoint(step=whole, path=where)
 
 
 def flush() -> None:
@@ -200,7 +231,10 @@ def flush() -> None:
         and window.pending
         and window.writer is events.current_writer()
     ):
-        window.emit(time.perf_counter())
+        try:
+            window.emit(time.perf_counter())
+        except Exception as error:  # noqa: BLE001 - the hook never raises into the user's code
+            _dropped("step", window.step, error)
 
 
 def _seconds(value: str | None, default: float) -> float:
@@ -212,3 +246,64 @@ def _seconds(value: str | None, default: float) -> float:
 
 def _count(value: str | None, default: int) -> int:
     return int(value) if value and value.isdigit() and value.isascii() else default
+
+
+def _whole(value: Any) -> int | None:
+    """`value` as a whole number the monitor can take (below LARGEST either way), else None."""
+    if type(value) is not int:
+        try:
+            value = operator.index(value)  # numpy and 0-d tensor integers too
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    return value if -LARGEST < value < LARGEST else None
+
+
+def _number(name: str, value: Any) -> float | int | None:
+    """`value` as a finite number, else None with a warning (None stays None, without one)."""
+    if value is None or (type(value) in (int, float) and -LARGEST < value < LARGEST):
+        return value
+    try:
+        number = float(value)
+    except Exception as error:  # noqa: BLE001 - dropped with a warning: the hook never raises
+        _dropped(name, value, error)
+        return None
+    if not math.isfinite(number) or abs(number) >= LARGEST:
+        _dropped(name, value, None)
+        return None
+    return number
+
+
+def _count_of(name: str, value: Any) -> int | None:
+    """`value` as a whole number, else None with a warning (None stays None, without one)."""
+    if value is None:
+        return None
+    whole = _whole(value)
+    if whole is None:
+        _dropped(name, value, None)
+    return whole
+
+
+_warned: set[str] = set()  # the arguments a warning was given for: one each per process
+
+
+def _dropped(name: str, value: Any, error: BaseException | None) -> None:
+    """Say once per argument that a value runtime.report could not take was left out."""
+    if name in _warned:
+        return
+    _warned.add(name)
+    shown = _shown(value)
+    why = f" ({type(error).__name__}: {error})" if error is not None else ""
+    events.warn(
+        f"runtime.report: {name}={shown} cannot be recorded{why}; it is left out "
+        f"(this warning is given once)",
+        "report",
+    )
+
+
+def _shown(value: Any) -> str:
+    """A short repr of a value of the user's, whatever its size."""
+    try:
+        text = repr(value)
+    except Exception as error:  # noqa: BLE001 - a repr of the user's may raise: shown as such
+        text = f"<{type(value).__name__}: repr failed: {type(error).__name__}>"
+    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"

@@ -15,6 +15,7 @@ steps, loss and checkpoints. Nothing here imports torch: the script does.
 
 from __future__ import annotations
 
+import ast
 import faulthandler
 import os
 import runpy
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from runtime import events, report
 
@@ -35,6 +36,9 @@ LOCAL_RANK_FLAGS = ("--local-rank=", "--local_rank=")
 SCAN_FILES = 500
 SCAN_BYTES = 1 << 20
 INTERRUPTED = 128 + signal.SIGINT
+# sys.exit() passes a C long to exit(): a code beyond one ends the process with 255
+LONG_END = 1 << 63
+C_INT = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -110,36 +114,51 @@ def split_arguments(argv: Sequence[str]) -> tuple[str, list[str]]:
 
 
 def local_rank_option(script: str) -> str | None:
-    """--local-rank or --local_rank, as the script (else the code in its folder, two levels down) names it.
+    """--local-rank or --local_rank, as the script (else the code in its folder, two levels down) declares it.
 
-    None where neither names it; --local-rank where the script cannot be read (run_script says why).
+    Declared: a string in the code that is the option itself, as argparse's
+    add_argument("--local_rank") has it; the option named in a comment or
+    inside a longer string (help text, a message) is no declaration. None
+    where nothing declares it; --local-rank where the script cannot be read
+    or parsed (run_script says why).
     """
     path = Path(script)
     try:
-        found = _local_rank_spelling(path.read_bytes()[:SCAN_BYTES])
+        found = _declared_spellings(path.read_bytes())
     except OSError:
+        found = None
+    if found is None:
         return LOCAL_RANK_FLAGS[0][:-1]
-    if found is not None:
-        return found
-    spellings = set()
-    for module in _code_beside(path.resolve().parent):
-        try:
-            with module.open("rb") as handle:
-                spelling = _local_rank_spelling(handle.read(SCAN_BYTES))
-        except OSError:
-            continue
-        if spelling is not None:
-            spellings.add(spelling)
-    return (
-        min(spellings) if spellings else None
-    )  # "--local-rank" sorts first: what the launcher says
+    if not found:
+        for module in _code_beside(path.resolve().parent):
+            try:
+                with module.open("rb") as handle:
+                    code = handle.read(SCAN_BYTES + 1)
+            except OSError:
+                continue
+            # a bigger file is data or generated code, not the script's options
+            if len(code) <= SCAN_BYTES:
+                found |= _declared_spellings(code) or set()
+    # "--local-rank" sorts first: what the launcher says
+    return min(found) if found else None
 
 
-def _local_rank_spelling(code: bytes) -> str | None:
-    for flag in LOCAL_RANK_FLAGS:
-        if flag[:-1].encode() in code:
-            return flag[:-1]
-    return None
+def _declared_spellings(code: bytes) -> set[str] | None:
+    """The spellings of the option that `code` holds as strings of their own; None where it is no Python."""
+    options = {flag[:-1] for flag in LOCAL_RANK_FLAGS}
+    if b"--local" not in code:  # most files: no parse needed
+        return set()
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in options
+    }
 
 
 def _code_beside(folder: Path) -> list[Path]:
@@ -167,7 +186,6 @@ def _code_beside(folder: Path) -> list[Path]:
                 found.append(module)
                 if len(found) >= SCAN_FILES:
                     return found
-    return found
     return found
 
 
@@ -213,10 +231,53 @@ def script_frames(error: BaseException, script: str) -> BaseException:
 
 
 def exit_code(stop: SystemExit) -> int:
-    """The status `sys.exit(code)` ends the process with: 0 for None, 1 for a message."""
+    """The status `sys.exit(code)` ends the process with: 0 for None, 1 for a message.
+
+    As the process really ends: Python hands the code to C's exit(), which
+    keeps its low 8 bits (sys.exit(256) ends with 0, sys.exit(-1) with 255),
+    and a code beyond a C long ends with 255.
+    """
     if stop.code is None:
         return 0
-    return stop.code if isinstance(stop.code, int) else 1
+    return process_status(stop.code) if isinstance(stop.code, int) else 1
+
+
+def process_status(code: int) -> int:
+    """The exit status a process asking for `code` (sys.exit, os._exit) ends with, as its parent sees it."""
+    return code & 0xFF if -LONG_END <= code < LONG_END else 0xFF
+
+
+def record_os_exit(recorder: events.EventWriter, script: str) -> None:
+    """Make os._exit(N) in the script record how the rank ended before the process goes.
+
+    os._exit skips every handler, so a rank ending that way said nothing and
+    read as vanished (kill -9?) though its launcher saw it exit 0. Only this
+    process records: a child it forked (a DataLoader worker) ends as before.
+    """
+    real_exit = os._exit
+    rank_pid = os.getpid()
+
+    def exit_now(status: int) -> NoReturn:
+        # os._exit takes a C int: anything else raises there, and the rank goes on
+        if (
+            os.getpid() == rank_pid
+            and isinstance(status, int)
+            and -C_INT <= status < C_INT
+        ):
+            try:
+                report.flush()
+                code = process_status(status)
+                if code == 0:
+                    recorder.finished(exit_code=0)
+                else:
+                    ended = SystemExit(f"{script} called os._exit({status})")
+                    recorder.error(ended, exit_code=code)
+                recorder.close()
+            finally:
+                real_exit(status)
+        real_exit(status)
+
+    os._exit = exit_now
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -237,11 +298,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         script=script,
     )
     recorder.start_heartbeat(events.heartbeat_interval(), output_silence(log))
+    record_os_exit(recorder, script)
     try:
         run_script(script, args)
     except SystemExit as stop:
         report.flush()
         code = exit_code(stop)
+        if isinstance(stop.code, int) and code != stop.code:
+            recorder.warning(
+                f"{script} called sys.exit({stop.code}): the process ends with status {code} "
+                "(an exit status keeps the code's low 8 bits; use 1-255 for a failure)",
+                "exit",
+            )
         if code == 0:
             recorder.finished(exit_code=0)
         else:

@@ -120,3 +120,38 @@ def test_doctor_reads_the_script_and_never_runs_or_imports_it(
     assert not marker.exists(), result.stdout + result.stderr
     assert script_line(result.stdout).startswith(f"PASS script {script} is there"), result.stdout
     assert "PASS  python " in result.stdout, result.stdout  # the probe imported torch, not the script
+
+
+def stdlib_line(output: str) -> str:
+    """The doctor's line about standard-library names, with its fix line."""
+    lines = output.splitlines()
+    index = next(i for i, line in enumerate(lines) if line[6:].startswith("stdlib names "))
+    follows = lines[index + 1] if index + 1 < len(lines) and "fix:" in lines[index + 1] else ""
+    return " ".join(" ".join(part.split()) for part in (lines[index], follows) if part)
+
+
+def test_a_repository_file_that_hides_a_standard_library_module_is_named(tmp_path: Path) -> None:
+    """The project is first on every rank's PYTHONPATH: its random.py is what torch gets for `import random`."""
+    project = own_project(tmp_path, "cpu", "import random\n")
+    (project / "random.py").write_text("seed = 1\n")
+    (project / "logging").mkdir()
+    (project / "logging" / "__init__.py").write_text("")
+    (project / "src" / "json.py").write_text("")
+    (project / "typing").mkdir()  # no __init__.py: a namespace package gives way to the real typing
+    (project / "utils.py").write_text("")
+    line = stdlib_line(doctor(str(project)).stdout)
+    assert line == (
+        "WARN stdlib names logging/ (in the project folder (first on PYTHONPATH)) hides the standard library's "
+        "logging; random.py (in the project folder (first on PYTHONPATH)) hides the standard library's random; "
+        "src/json.py (in the script's folder (first on sys.path)) hides the standard library's json: every rank, "
+        "torch included, imports it in the module's place "
+        "fix: rename it (and its imports), or move it into a package of your own"
+    )
+
+
+def test_a_project_without_such_files_passes_the_stdlib_names_check(tmp_path: Path) -> None:
+    project = own_project(tmp_path, "cpu", "import random\n")
+    (project / "helpers.py").write_text("")
+    assert stdlib_line(doctor(str(project)).stdout) == (
+        "PASS stdlib names no file of the project hides a standard-library module"
+    )

@@ -199,3 +199,69 @@ def test_steps_that_slow_down_a_hundred_fold_still_report_every_few_seconds(monk
     times = [event["time"] - 1000.0 for event in recorded(monkeypatch, fast + slow)]
     gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False) if earlier >= 10.0]
     assert gaps and max(gaps) <= report.OVERDUE * 1.0 + 0.1, gaps  # before: 4.2 s, 6.4 s, ...
+
+
+def warnings_of(writer: EventWriter) -> list[str]:
+    return [e["message"] for e in events.read_rank_events(writer.path) if e["event"] == "warning"]
+
+
+@pytest.mark.parametrize(
+    ("values", "dropped"),
+    [
+        ({"loss": 10**400}, "loss=1000000000000000000000000000000000000000...(401 characters)"),
+        ({"samples": 10**400}, "samples=1000000000000000000000000000000000000000...(401 characters)"),
+        ({"samples": float("inf")}, "samples=inf"),
+        ({"data_s": "slow"}, "data_s='slow'"),
+        ({"total_steps": 2.5}, "total_steps=2.5"),
+        ({"loss": torch.ones(2)}, "loss=tensor([1., 1.])"),
+    ],
+    ids=["huge-loss", "huge-samples", "infinite-samples", "text-data-s", "fractional-total", "two-element-loss"],
+)
+def test_a_value_the_hook_cannot_take_is_dropped_with_one_warning_and_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, values: dict, dropped: str
+) -> None:
+    """Before, report.step(1, loss=10**400) raised OverflowError into the training loop, and every later call too."""
+    monkeypatch.setenv(report.ENV_REPORT_S, "0")
+    monkeypatch.setattr(report, "_warned", set(), raising=False)
+    writer = EventWriter(tmp_path, 0)
+    try:
+        for step in range(1, 4):
+            report.step(step, **values)
+        report.step(4, loss=0.25, samples=8)
+        report.flush()
+        found = step_events(writer)
+        said = warnings_of(writer)
+    finally:
+        writer.close()
+    assert [e["step"] for e in found] == [1, 2, 3, 4]
+    (name,) = values
+    assert all(name not in e for e in found[:3])
+    assert found[3]["loss"] == 0.25
+    assert len(said) == 1 and said[0].startswith(f"runtime.report: {dropped} cannot be recorded"), said
+    assert said[0].endswith("it is left out (this warning is given once)")
+
+
+@pytest.mark.parametrize("bad", ["7", None, 1.5, 2**63, 10**400], ids=["text", "none", "fraction", "2**63", "10**400"])
+def test_a_step_that_is_no_whole_number_drops_the_call_and_the_next_ones_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: object
+) -> None:
+    monkeypatch.setenv(report.ENV_REPORT_S, "0")
+    monkeypatch.setattr(report, "_warned", set(), raising=False)
+    writer = EventWriter(tmp_path, 0)
+    try:
+        report.step(bad, loss=1.0)  # type: ignore[arg-type]
+        report.step(bad, loss=1.0)  # type: ignore[arg-type]
+        report.step(torch.tensor(5), loss=0.5)  # a 0-d integer tensor is a whole number
+        report.checkpoint(bad, "x.pt")  # type: ignore[arg-type]
+        report.checkpoint(5, None)  # type: ignore[arg-type]
+        report.flush()
+        found = step_events(writer)
+        said = warnings_of(writer)
+    finally:
+        writer.close()
+    assert [(e["step"], e["loss"]) for e in found] == [(5, 0.5)]
+    assert [line.split("=", 1)[0] for line in said] == [
+        "runtime.report: step",
+        "runtime.report: checkpoint step",
+        "runtime.report: checkpoint path",
+    ]

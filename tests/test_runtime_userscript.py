@@ -269,3 +269,102 @@ def test_torchrun_runs_a_tutorial_ddp_script_through_the_shim(tmp_path: Path, fa
         assert 'File "ddp_tutorial.py"' in error["traceback"] and "in train" in error["traceback"]
         log = (tmp_path / "run" / "logs" / "rank-1.log").read_text()
         assert "RuntimeError: rank 1: the loss went wrong after epoch 0" in log
+
+
+# what the process really returns decides: Python keeps an exit code's low 8 bits (sys.exit(256) ends with 0)
+@pytest.mark.parametrize(
+    ("call", "status"),
+    [("sys.exit(256)", 0), ("sys.exit(-1)", 255), ("sys.exit(259)", 3), ("sys.exit(2**64)", 255)],
+)
+def test_an_exit_code_past_255_is_recorded_as_the_status_the_process_really_ends_with(
+    tmp_path: Path, call: str, status: int
+) -> None:
+    result = run_shim(tmp_path, f"import sys\n{call}\n", "script.py")
+    assert result.returncode == status
+    found = rank_events(tmp_path)
+    ended = found[-1]
+    if status == 0:
+        assert (ended["event"], ended["exit_code"]) == ("finished", 0)
+    else:
+        assert (ended["event"], ended["exit_code"]) == ("error", status)
+    (warning,) = kinds(found, "warning")
+    asked = eval(call.removeprefix("sys.exit"))  # noqa: S307 - the test's own literal
+    assert warning["message"].startswith(f"script.py called sys.exit({asked}): the process ends with status {status} ")
+
+
+# os._exit skips every handler: the rank used to say nothing and read as vanished (kill -9?)
+@pytest.mark.parametrize(("code", "status"), [(0, 0), (3, 3), (256, 0)])
+def test_os_exit_in_the_script_records_how_the_rank_ended(tmp_path: Path, code: int, status: int) -> None:
+    script = f"""
+        import os
+        from runtime import report
+        report.step(1, loss=0.5)
+        os._exit({code})
+    """
+    result = run_shim(tmp_path, script, "script.py", NPU_WIZARD_REPORT_S="3600")
+    assert result.returncode == status, result.stderr
+    found = rank_events(tmp_path)
+    assert kinds(found, "step")[-1]["step"] == 1
+    ended = found[-1]
+    if status == 0:
+        assert (ended["event"], ended["exit_code"]) == ("finished", 0)
+    else:
+        assert (ended["event"], ended["type"], ended["exit_code"]) == ("error", "SystemExit", status)
+        assert ended["message"] == f"script.py called os._exit({code})"
+
+
+def test_a_child_the_script_forks_that_ends_with_os_exit_records_nothing(tmp_path: Path) -> None:
+    """A DataLoader worker (a forked child) ends with os._exit: the rank, still running, must not read as ended."""
+    script = """
+        import os
+        child = os.fork()
+        if child == 0:
+            os._exit(7)
+        _, status = os.waitpid(child, 0)
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+    """
+    result = run_shim(tmp_path, script, "script.py")
+    assert (result.returncode, result.stdout.strip()) == (0, "child 7")
+    assert [e["event"] for e in rank_events(tmp_path) if e["event"] in ("finished", "error")] == ["finished"]
+
+
+# the option named in a comment, a docstring, a help text or a message declares nothing: before, any mention did,
+# and torch.distributed.launch's --local-rank reached a script that refused it ("unrecognized arguments")
+READS_THE_ENVIRONMENT = '''
+    """Train. torch.distributed.launch passes --local_rank; this script reads LOCAL_RANK instead."""
+    import argparse, os
+    # no --local-rank option here: LOCAL_RANK is in the environment
+    parser = argparse.ArgumentParser(epilog="older launchers pass --local_rank=N, newer ones --local-rank=N")
+    parser.add_argument("--x", action="store_true", help="not --local_rank")
+    parser.parse_args()
+    print("local rank", os.environ["LOCAL_RANK"])
+'''
+
+
+@pytest.mark.parametrize("where", ["script", "beside"])
+def test_torch_launch_local_rank_is_left_out_where_the_code_only_mentions_it(tmp_path: Path, where: str) -> None:
+    if where == "beside":
+        (tmp_path / "options").mkdir()
+        (tmp_path / "options" / "cli.py").write_text('"""Reads --local_rank? No: see LOCAL_RANK."""\n# --local-rank\n')
+        (tmp_path / "options" / "broken.py").write_text('parser.add_argument("--local_rank"\n')  # no Python
+    result = run_shim(tmp_path, READS_THE_ENVIRONMENT, "--local-rank=1", "script.py", "--x", LOCAL_RANK="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "local rank 1"
+    assert "--local-rank=1 is not passed to script.py" in result.stderr
+
+
+def test_an_os_exit_call_that_raises_leaves_the_rank_recording(tmp_path: Path) -> None:
+    """os._exit(2**40) raises OverflowError (no C int) and the script goes on: nothing is recorded as its end."""
+    script = """
+        import os
+        from runtime import report
+        try:
+            os._exit(2**40)
+        except OverflowError:
+            print("still here", flush=True)
+        report.step(3, loss=1.0)
+    """
+    result = run_shim(tmp_path, script, "script.py", NPU_WIZARD_REPORT_S="0")
+    assert (result.returncode, result.stdout.strip()) == (0, "still here"), result.stderr
+    ended = [(e["event"], e["step"]) for e in rank_events(tmp_path) if e["event"] in ("step", "finished", "error")]
+    assert ended == [("step", 3), ("finished", 3)]

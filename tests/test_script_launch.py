@@ -252,3 +252,22 @@ def test_each_launcher_trains_the_tutorial_style_script_to_its_last_epoch(launch
         assert f"[rank {rank}] epoch {TUTORIAL_EPOCHS - 1} loss " in log, log
         (ended,) = kinds(events_of(run_dir)[rank], "finished")  # the shim saw the script end, exit 0
         assert ended["exit_code"] == 0
+
+
+def test_the_preflight_names_a_project_file_that_hides_a_standard_library_module(tmp_path: Path) -> None:
+    """PYTHONPATH starts with the project: its random.py would be every rank's `import random`, torch's too."""
+    project = own_project(tmp_path, launcher="shell")
+    (project / "random.py").write_text("seed = 1\n")
+    record = tmp_path / "record"
+    record.mkdir()
+    env = script_env(record, NPU_WIZARD_RUN_DIR=str(tmp_path / "run"), MASTER_PORT=str(free_port()))
+    done = run_node(project, 0, env, "--epochs", "1", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr  # a warning: the ranks still start
+    assert (
+        "node 0: preflight WARN: stdlib names: random.py (in the project folder (first on PYTHONPATH)) hides the "
+        "standard library's random: every rank, torch included, imports it in the module's place; "
+        "fix: rename it (and its imports), or move it into a package of your own"
+    ) in done.stdout, done.stdout
+    (project / "random.py").unlink()
+    done = run_node(project, 0, env, "--epochs", "1", timeout=120)
+    assert "stdlib names" in done.stdout.split("preflight ok: ", 1)[1].splitlines()[0], done.stdout

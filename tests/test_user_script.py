@@ -135,6 +135,22 @@ def test_a_script_whose_rank_3_raises_exits_3_naming_it_quoting_its_traceback_le
     assert summary["ranks"]["3"]["exit_code"] == 1
 
 
+# os._exit: runtime.userscript records the end on the way out; the C library's _exit says nothing, and
+# the launcher's exit code 0 is believed
+@pytest.mark.parametrize("end", ["os._exit", "libc._exit"])
+@pytest.mark.slow
+def test_a_script_ending_every_rank_with_exit_0_skipping_pythons_exit_finishes_as_torchrun_saw_it(
+    tmp_path: Path, end: str
+) -> None:
+    """Before, each rank said nothing on its way out, and run named the first "vanished ... kill -9?" (exit 3)."""
+    project = render_own(tmp_path, args=("--end-with", end))
+    code, output, run_dir, _ = run_to_the_end(project, node_env(project / "runs" / "unused"))
+    assert code == 0, output
+    summary = assert_trained_to_the_end(run_dir, output)
+    assert summary["failure"] is None
+    assert [info["exit_code"] for info in summary["ranks"].values()] == [0, 0, 0, 0]
+
+
 # torchrun notices a dead worker within its monitor interval (0.1 s) and logs its signal only after stopping the
 # others; PET_MONITOR_INTERVAL=2 makes it notice 2 s late, so `run` sees the rank gone first, every time
 @pytest.mark.parametrize(

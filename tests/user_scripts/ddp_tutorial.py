@@ -2,10 +2,16 @@
 
 The launcher sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (env://); the
 script builds its model, data and loop itself. `--fail-rank R` makes rank R
-raise after its first epoch, as a bug in a user's code would.
+raise after its first epoch, as a bug in a user's code would. `--end-with os._exit`
+ends every rank with os._exit(0) after its last step, as scripts do that must
+not wait for their data workers or a library's exit handlers; `--end-with
+libc._exit` with the C library's _exit(0), as native code may, which no Python
+code sees.
 """
 
 import argparse
+import ctypes
+import os
 
 import torch
 import torch.distributed as dist
@@ -51,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="a user's DDP script")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--end-with", choices=["return", "os._exit", "libc._exit"], default="return")
     args = parser.parse_args()
     ddp_setup()
     rank = dist.get_rank()
@@ -60,6 +67,10 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     Trainer(model, loader, rank).train(args.epochs, args.fail_rank)
     dist.destroy_process_group()
+    if args.end_with == "os._exit":
+        os._exit(0)
+    if args.end_with == "libc._exit":
+        ctypes.CDLL(None)._exit(0)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import NONLOCAL_BIND
+from runtime.shadowing import check_shadowing
 from wizard.answers.model import Answers, load_text, resolve
 from wizard.answers.script import is_foreign
 from wizard.answers.source import read_answers_text
@@ -99,6 +100,7 @@ def examine(
         network.check_timeouts(answers, script),
         *((project_files.check_conflict_markers(project_dir),) if project_dir else ()),
         *((project_files.check_user_script(project_dir, answers),) if project_dir and own_script else ()),
+        *((check_shadowing(project_dir, answers["training.script"]),) if project_dir and own_script else ()),
     )
     name = project_dir.name if project_dir else "(no project: the default answers)"
     return Report(name, this, answers["device"], answers["nodes"], results, answers["cluster.engine"])

@@ -173,6 +173,16 @@ class JobState:
             view.outcome, view.ended_at = LOST, at
         self.stragglers.rank_ended(rank)
 
+    def launcher_succeeded(self, node: int) -> None:
+        """`node`'s launch script exited 0: each of its ranks ended with 0, so none of them vanished.
+
+        A script that ends with os._exit(0) (or a C library's exit) says nothing on its way out;
+        its launcher saw how it ended, and is believed.
+        """
+        for rank, view in self.ranks.items():
+            if view.outcome == LOST and self.node_of(rank) == node:
+                view.outcome, view.exit_code = FINISHED, 0
+
     def stopping(self) -> None:
         """The monitor is stopping the job: ranks vanishing from now on were stopped, not failed."""
         self.stopping_since = self.stopping_since or self.clock()

@@ -38,9 +38,6 @@ from wizard.run.smoke import print_smoke_report
 from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
 from wizard.stopping import STOP_SIGNALS, main_thread
 
-# How long a vanished rank's launcher gets to log how the process ended (its signal) before it is stopped
-LAUNCHER_SAY_S = 5.0
-
 
 class Job:
     """One run of a project on this host: its node processes, its state and its end."""
@@ -73,7 +70,6 @@ class Job:
         self.outcome: str | None = None  # finished, failed, hung, interrupted
         self.stop_signal: int = signal.SIGINT  # what interrupted the job, for the exit code
         self.failure: Failure | None = None
-        self.launcher_said_by: float | None = None  # when a vanished rank's launcher is stopped, logged or not
         self.summary: dict | None = None
         self.intake = Intake(self.state, self.run_dir)
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
@@ -156,6 +152,8 @@ class Job:
         self.engine_lines.extend(self.engine.stream())
         self.engine_reason = description.reason or self.engine_reason
         codes = description.exit_codes
+        for node in (node for node, code in codes.items() if code == 0):
+            self.state.launcher_succeeded(node)
         failed_node = next((node for node, code in sorted(codes.items()) if code not in (None, 0)), None)
         if failed_node is not None:
             return self._fail(
@@ -181,18 +179,16 @@ class Job:
         """True while a vanished rank's launcher runs and has not logged how the rank's process ended.
 
         torchrun logs a worker's exit code or signal only after it has stopped the other workers:
-        stopping torchrun before then loses the signal from the report. It gets LAUNCHER_SAY_S.
+        stopping torchrun before then loses the signal from the report. And a rank that ended with
+        exit code 0 without a word (os._exit(0), a C library's exit) is no failure: its launcher
+        says nothing of it and, once its other ranks are done, exits 0 (seconds later on a busy
+        host). Its word is waited for, for as long as it runs.
         """
         if cause.kind != "vanished" or cause.node not in codes or codes[cause.node] is not None:
             return False
         if cause.node is None or launcher_log(self.run_dir, cause.node) is None:
             return False  # no log of that launcher here to wait for
-        if launcher_exit(self.run_dir, cause) is not None:
-            return False
-        now = self.clock()
-        if self.launcher_said_by is None:
-            self.launcher_said_by = now + LAUNCHER_SAY_S
-        return now < self.launcher_said_by
+        return launcher_exit(self.run_dir, cause) is None
 
     def _note_launchers(self, codes: Mapping[int, int | None]) -> None:
         """Tell the state what became of each node's launch script this runner started or submitted, with its log."""

@@ -157,6 +157,8 @@ else
     for candidate in "${cann_tried[@]}"; do
         preflight_args+=(--cann-tried "$candidate")
     done
+    # and no file of the project hides a standard-library module (random.py, logging/)
+    preflight_args+=(--user-script 'src/my train.py')
     "${PYTHON:-python3}" -m runtime.preflight "${preflight_args[@]}" || preflight=$?
     if ((preflight == 3)); then
         echo "node $NODE_RANK: preflight failed: nothing started; fix the above (or skip the checks with NPU_WIZARD_SKIP_PREFLIGHT=1)"
