@@ -139,13 +139,17 @@ def build_run_parser() -> argparse.ArgumentParser:
         "--epochs",
         type=_at_least_one,
         metavar="N",
-        help="train N epochs in all (default: the project's), resuming from the checkpoint if there is one",
+        help="train N epochs in all (default: the project's), resuming from the checkpoint if there is one; "
+        "the generated train.py only: refused for a script of your own (give it its own option in "
+        "training.script_args)",
     )
     parser.add_argument(
         "--fresh",
         action="store_true",
-        help="start from step 0: first move this project's checkpoint files on this node into a set-aside-<stamp> "
-        "subfolder of the checkpoint folder (nothing else moves, nothing is deleted)",
+        help="start from step 0: first move this project's checkpoint files on this node (the step-N.pt files "
+        "the generated train.py writes) into a set-aside-<stamp> subfolder of the checkpoint folder (nothing else "
+        "moves, nothing is deleted); a script of your own keeps its own checkpoints where it saves them: move "
+        "those yourself",
     )
     parser.add_argument(
         "--dry-run",

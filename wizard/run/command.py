@@ -6,17 +6,20 @@ The CLI parses argv into `RunOptions` and calls `run`; whatever ends the runner 
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
-from wizard.errors import TargetError
+from wizard.answers.model import Answers
+from wizard.answers.script import is_foreign
+from wizard.errors import TargetError, shown
 from wizard.monitor.plain import run_plain
 from wizard.render.conflict_markers import refuse_unresolved
-from wizard.run_page.command import report_at_end, report_line
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job
 from wizard.run.launch import RunOptions, load_project, manual_steps
 from wizard.run.launch import dry_run as show_dry_run
+from wizard.run_page.command import report_at_end, report_line
 
 
 def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: bool, report: bool = False) -> None:
@@ -26,6 +29,7 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     """
     project = Path(folder)
     refuse_unresolved(project, f"run npu-wizard run {folder} again")
+    refuse_epochs_for_own_script(project, options.train_args)
     if dry_run:
         print(show_dry_run(project, options), end="")
         return
@@ -39,10 +43,7 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
         refuse_one_rank_bandwidth(project)
     job = Job(project, options)
     if fresh:
-        folder = checkpoint_dir(job.project)
-        aside = set_aside(folder, job.answers["project_name"])
-        moved = f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"
-        job.notes.append(moved)
+        job.notes.extend(fresh_start(job.project, job.answers))
     try:
         if live:
             from wizard.monitor.app import run_live
@@ -58,6 +59,41 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     if job.submitted:  # a job stopped before it started has nothing to draw
         print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
     job.raise_for_outcome()
+
+
+def fresh_start(project: Path, answers: Answers) -> list[str]:
+    """Set this project's checkpoint files aside for --fresh; return what to say about it.
+
+    Only the `step-N.pt` files the generated train.py writes are moved: the
+    checkpoints of a user's own script lie wherever it saves them, which
+    npu-wizard cannot know, so it says so rather than claim a fresh start.
+    """
+    folder = checkpoint_dir(project)
+    aside = set_aside(folder, answers["project_name"])
+    script = answers["training.script"]
+    if not is_foreign(script):
+        return [f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"]
+    moved = f"moved the step-N.pt files into {aside}" if aside else f"no step-N.pt files in {folder} to move"
+    return [
+        f"--fresh: {moved}; that is all --fresh moves: your script {shown(script)} (training.script) keeps its "
+        "own checkpoints where it saves them, and resumes from them if it loads them: move those away yourself "
+        "to start from step 0"
+    ]
+
+
+def refuse_epochs_for_own_script(project: Path, train_args: Sequence[str]) -> None:
+    """Refuse --epochs for a project that runs the user's own script: only the generated train.py takes it."""
+    if "--epochs" not in train_args:
+        return
+    script = load_project(project.resolve())["training.script"]
+    if is_foreign(script):
+        epochs = train_args[list(train_args).index("--epochs") + 1]
+        raise TargetError(
+            f"--epochs {epochs}: {project} runs your own script {shown(script)} (training.script), which npu-wizard "
+            "cannot tell how many epochs to train (only the generated train.py takes --epochs); nothing was started. "
+            f"Give your script its own option in training.script_args in {project / 'answers.yaml'}, "
+            f"run npu-wizard update {project}, then run without --epochs"
+        )
 
 
 def refuse_one_rank_bandwidth(project: Path) -> None:
