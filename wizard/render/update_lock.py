@@ -128,3 +128,21 @@ def _let_go(path: Path, fd: int) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def update_at_work(project: Path) -> str | None:
+    """Who holds `project`'s update lock now (an update or a render --into at work), or None when nobody does."""
+    path = project / LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None  # no lock file (it goes with its last holder), or a link no update made
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: refused while an update holds it
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+    return None

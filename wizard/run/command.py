@@ -13,12 +13,15 @@ from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
 from wizard.errors import TargetError, shown
 from wizard.monitor.plain import run_plain
+from wizard.render import journal
 from wizard.render.conflict_markers import refuse_unresolved
+from wizard.render.update_lock import update_at_work
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job
-from wizard.run.launch import RunOptions, load_project, manual_steps
+from wizard.run.launch import RunOptions, load_project, manual_steps, nodes_to_start
 from wizard.run.launch import dry_run as show_dry_run
+from wizard.run.run_lock import RunLock, run_lock
 from wizard.run_page.command import report_at_end, report_line
 
 
@@ -37,11 +40,20 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     if steps is not None:
         print(steps)
         return
+    answers = load_project(project.resolve())
+    with run_lock(project.resolve(), nodes_to_start(answers, options.node, options.all_nodes)) as lock:
+        refuse_update_at_work(project)
+        _run_locked(project, options, lock, fresh=fresh, live=live, report=report)
+
+
+def _run_locked(project: Path, options: RunOptions, lock: RunLock, *, fresh: bool, live: bool, report: bool) -> None:
+    """`run` while holding the run lock of each node it starts."""
     if fresh:  # before anything moves or a run folder is made
         refuse_fresh(project)
     if "--bandwidth" in options.train_args:
         refuse_one_rank_bandwidth(project)
     job = Job(project, options)
+    lock.name_run(job.run_dir)
     if fresh:
         job.notes.extend(fresh_start(job.project, job.answers))
     try:
@@ -93,6 +105,22 @@ def refuse_epochs_for_own_script(project: Path, train_args: Sequence[str]) -> No
             "cannot tell how many epochs to train (only the generated train.py takes --epochs); nothing was started. "
             f"Give your script its own option in training.script_args in {project / 'answers.yaml'}, "
             f"run npu-wizard update {project}, then run without --epochs"
+        )
+
+
+def refuse_update_at_work(project: Path) -> None:
+    """Refuse to start while an update of the project is at work, or one was interrupted half way."""
+    holder = update_at_work(project)
+    if holder:
+        raise TargetError(
+            f"an npu-wizard update of {project} is at work ({holder}), so nothing was started: "
+            "wait for it to finish, then run again"
+        )
+    if journal.pending(project):
+        record = project / journal.STAGING / journal.JOURNAL
+        raise TargetError(
+            f"an update of {project} was interrupted half way (its journal {record} is there), "
+            f"so nothing was started: run npu-wizard update {project} to finish it, then run again"
         )
 
 
