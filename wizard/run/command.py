@@ -6,6 +6,7 @@ The CLI parses argv into `RunOptions` and calls `run`; whatever ends the runner 
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -68,6 +69,8 @@ def _run_locked(project: Path, options: RunOptions, lock: RunLock, *, fresh: boo
     except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
         job.abandon(error)
         raise
+    for line in job.unwritten:
+        print(f"npu-wizard: warning: {line}", file=sys.stderr, flush=True)
     if job.submitted:  # a job stopped before it started has nothing to draw
         print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
     job.raise_for_outcome()

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wizard.errors import TargetError
+from wizard.errors import TargetError, write_advice
 from wizard.render.pristine import STATE_DIR
 
 LOCK_NAME = "run-node-{node}.lock"
@@ -166,8 +166,8 @@ def _relative(path: Path, project: Path) -> str:
 
 def _cannot_write(project: Path, path: Path, error: OSError) -> str:
     return (
-        f"cannot run {project}: cannot write {path} ({error.strerror}); a run writes its lock, its run folder and "
-        "its checkpoints inside the project: make the project writable, or free space on its disk, then run again"
+        f"cannot run {project}: cannot write {path} ({error.strerror}), so nothing was started: a run writes its "
+        f"lock, its run folder and its checkpoints inside the project; {write_advice(error)}, then run again"
     )
 
 
