@@ -218,6 +218,30 @@ def test_run_refuses_a_status_port_past_65535(tmp_path: Path) -> None:
     assert not (project / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("command", "option", "value", "message"),
+    [
+        ("run", "--hang-after", "nan", "argument --hang-after: 'nan': give a number of seconds above 0"),
+        ("run", "--hang-after", "-1", "argument --hang-after: '-1': give a number of seconds above 0"),
+        ("run", "--hang-after", "inf", "argument --hang-after: 'inf': give a number of seconds above 0"),
+        ("run", "--interval", "0", "argument --interval: '0': give a number of seconds above 0"),
+        ("run", "--max-restarts", "-5", "argument --max-restarts: '-5': give a whole number, 0 or more"),
+        ("monitor", "--hang-after", "nan", "argument --hang-after: 'nan': give a number of seconds above 0"),
+    ],
+)
+def test_run_and_monitor_refuse_seconds_or_restarts_that_mean_nothing(
+    command: str, option: str, value: str, message: str, tmp_path: Path
+) -> None:
+    render_file(tmp_path, GOOD)
+    project = tmp_path / "out" / "demo"
+    dry = ("--dry-run",) if command == "run" else ()  # were it accepted, print the commands and start nothing
+    result = run_cli(command, str(project), option, value, *dry)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"npu-wizard {command}: error: {message}" in result.stderr
+    assert not (project / "runs").exists()
+
+
 def test_an_endless_answers_file_is_refused_after_4_mib(tmp_path: Path) -> None:
     result = npu_wizard("--answers", "/dev/zero", "-o", str(tmp_path / "out"), cwd=tmp_path)
     refused(result, "answers file /dev/zero holds over 4 MiB; at most 1,048,576 characters are read")

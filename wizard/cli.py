@@ -7,6 +7,7 @@ refused); 2 usage error; 3 the training run failed; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -80,7 +81,8 @@ def build_run_parser() -> argparse.ArgumentParser:
         prog="npu-wizard run",
         description="Start a rendered project's launch scripts and watch every rank (a live view on a terminal); "
         "on a failure, stop the whole job and name the rank that failed first.",
-        epilog="Exit codes: 0 the job finished, 1 bad project or options, 3 the job failed or hung "
+        epilog="One run of each node of a project at a time; refused while an update of it is at work or half done. "
+        "Exit codes: 0 the job finished, 1 bad project or options (or a run of it alive), 3 the job failed or hung "
         "(root cause printed), 130 interrupted, 143 SIGTERM, 129 SIGHUP (every process of the job stopped).",
     )
     parser.add_argument("project", help="the rendered project folder")
@@ -94,7 +96,7 @@ def build_run_parser() -> argparse.ArgumentParser:
     _add_watch_arguments(parser)
     parser.add_argument(
         "--max-restarts",
-        type=int,
+        type=_whole_number(0),
         default=0,
         metavar="N",
         help="let torchrun/torch-npu-run restart failed workers N times, resuming from the last checkpoint "
@@ -139,13 +141,17 @@ def build_run_parser() -> argparse.ArgumentParser:
         "--epochs",
         type=_at_least_one,
         metavar="N",
-        help="train N epochs in all (default: the project's), resuming from the checkpoint if there is one",
+        help="train N epochs in all (default: the project's), resuming from the checkpoint if there is one; "
+        "the generated train.py only: refused for a script of your own (give it its own option in "
+        "training.script_args)",
     )
     parser.add_argument(
         "--fresh",
         action="store_true",
-        help="start from step 0: first move this project's checkpoint files on this node into a set-aside-<stamp> "
-        "subfolder of the checkpoint folder (nothing else moves, nothing is deleted)",
+        help="start from step 0: first move this project's checkpoint files on this node (the step-N.pt files "
+        "the generated train.py writes) into a set-aside-<stamp> subfolder of the checkpoint folder (nothing else "
+        "moves, nothing is deleted); a script of your own keeps its own checkpoints where it saves them: move "
+        "those yourself",
     )
     parser.add_argument(
         "--dry-run",
@@ -178,6 +184,17 @@ def _whole_number(least: int, what: str = "a whole number") -> Callable[[str], i
 
 _at_least_one = _whole_number(1)
 _message_size = _whole_number(4096, "a whole number of bytes")  # 4 KiB: the smallest the check measures
+
+
+def _seconds(value: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (nan, inf and negative numbers are refused)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of seconds above 0")
+    return number
 
 
 def _port(value: str) -> int:
@@ -232,7 +249,8 @@ def build_update_parser() -> argparse.ArgumentParser:
         "merged; yours are never read, moved or deleted, and a new file that would land on one of yours is "
         "refused, naming it.",
         epilog="Exit codes: 0 updated (or nothing to do), 1 conflicts (each file and its lines named; nothing "
-        "changed unless --write-conflicts), bad answers or project, or another update of it at work (named).",
+        "changed unless --write-conflicts), bad answers or project, or another update of it at work or a run of "
+        "it alive (named).",
     )
     parser.add_argument("project", help="the rendered project folder")
     parser.add_argument("--answers", metavar="FILE", help="the new answers (default: the project's answers.yaml)")
@@ -254,10 +272,10 @@ def build_update_parser() -> argparse.ArgumentParser:
 
 def _add_watch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plain", action="store_true", help="plain progress lines, no live view (default off a TTY)")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress lines (default 2)")
+    parser.add_argument("--interval", type=_seconds, default=2.0, help="seconds between progress lines (default 2)")
     parser.add_argument(
         "--hang-after",
-        type=float,
+        type=_seconds,
         default=30.0,
         metavar="S",
         help="flag a rank as hung after S seconds without a heartbeat or a step (default 30)",

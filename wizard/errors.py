@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 
@@ -9,6 +10,16 @@ def shown(name: str) -> str:
     """A name from a project's own files as printed: as it is, or escaped as repr does when it holds control
     characters (a crafted name must not drive the terminal)."""
     return name if name.isprintable() else repr(name)
+
+
+def write_advice(error: OSError) -> str:
+    """What to do about a write that failed with `error`: free space on a full disk, else make the folder
+    writable."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on that disk (or raise your quota)"
+    if error.errno == errno.EROFS:
+        return "that file system is mounted read-only: remount it read-write, or copy the folder to a writable disk"
+    return "make the folder writable for you"
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,25 @@ def apply(
     refuse_pending(project)
     staging = _staging_folder(project)
     _fresh_staging(staging)
+    try:
+        _stage_and_commit(project, staging, writes, removes, executable)
+    except OSError as error:  # a full disk, say: before the commit, so the project is as it was
+        shutil.rmtree(staging, ignore_errors=True)
+        raise TargetError(
+            f"cannot stage the new files of {project} in {staging} ({error.strerror}), so nothing was changed: "
+            f"{errors.write_advice(error)}, then run again"
+        ) from None
+    roll_forward(project)
+
+
+def _stage_and_commit(
+    project: Path,
+    staging: Path,
+    writes: Mapping[str, str | bytes],
+    removes: list[str],
+    executable: frozenset[str],
+) -> None:
+    """Write every new file under `staging`, then the journal, and rename it into place: the commit."""
     files = staging / FILES
     written: dict[str, str] = {}
     for name, content in sorted(writes.items()):
@@ -85,7 +104,6 @@ def apply(
     _write_file(pending_journal, json.dumps(document, sort_keys=True).encode(), 0o644)
     os.replace(pending_journal, staging / JOURNAL)  # the commit
     _sync_folder(staging)
-    roll_forward(project)
 
 
 def refuse_pending(project: Path) -> None:
@@ -104,6 +122,18 @@ def roll_forward(project: Path) -> list[str]:
     staging = _staging_folder(project)
     journal = staging / JOURNAL
     entries = _read_journal(project, journal)
+    try:
+        return _finish(project, staging, entries)
+    except OSError as error:  # the journal stays: the next update finishes what is left
+        raise TargetError(
+            f"the update of {project} is committed but could not be finished ({error.strerror}: "
+            f"{error.filename}): {errors.write_advice(error)}, then run npu-wizard update {project} to finish it"
+        ) from None
+
+
+def _finish(project: Path, staging: Path, entries: Entries) -> list[str]:
+    """Move every staged file into place and remove what the journal says; drop the journal and the staging."""
+    journal = staging / JOURNAL
     for count, name in enumerate(sorted(entries.write)):
         staged = staging / FILES / name
         if os.path.lexists(staged):  # else moved in before an interruption

@@ -13,6 +13,7 @@ from wizard.render import journal
 from wizard.render.conflict_markers import record_conflicts, refuse_unresolved
 from wizard.render.update import ANSWERS_FILE, UpdatePlan, plan_update
 from wizard.render.update_lock import update_lock
+from wizard.run.run_lock import refuse_live_run
 
 
 def update(args: argparse.Namespace) -> int:
@@ -34,6 +35,8 @@ def _command_line(args: argparse.Namespace) -> str:
 
 def _update_locked(project: Path, args: argparse.Namespace) -> int:
     """`update` while holding the project's update lock."""
+    if not args.dry_run:  # a run that starts from now on finds the update lock taken and waits for none
+        refuse_live_run(project, "the update")
     if journal.pending(project):
         if args.dry_run:
             raise TargetError(

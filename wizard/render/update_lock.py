@@ -8,6 +8,7 @@ so a killed update never blocks the next one.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wizard.errors import TargetError
+from wizard.errors import TargetError, write_advice
 from wizard.render.pristine import STATE_DIR
 
 LOCK = f"{STATE_DIR}/update.lock"
@@ -54,8 +55,9 @@ def update_lock(project: Path, command: str, *, optional: bool = False) -> Itera
             "there and never writes through a link: remove it, then run again"
         )
     path = project / LOCK
-    fd = _take(path, project, command, optional)
+    fd = None
     try:
+        fd = _take(path, project, command, optional)
         yield
     finally:
         if fd is not None:
@@ -75,13 +77,27 @@ def _take(path: Path, project: Path, command: str, optional: bool) -> int | None
         except OSError as error:
             if optional and not os.path.islink(path):
                 return None
+            if error.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+                raise TargetError(
+                    f"cannot take the update lock {path} ({error.strerror}), so nothing was changed: "
+                    f"{write_advice(error)}, then run again"
+                ) from None
             raise TargetError(
                 f"cannot take the update lock {path} ({error.strerror}): it must be a plain file npu-wizard may "
                 "write; remove it, then run again"
             ) from None
         if _locked_here(fd, path, project):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}: {command}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()}: {command}\n".encode(), 0)
+            except OSError as error:  # a full disk: the lock goes, and with it the file, as on any let-go
+                _let_go(path, fd)
+                if optional:
+                    return None
+                raise TargetError(
+                    f"cannot write the update lock {path} ({error.strerror}), so nothing was changed: "
+                    f"{write_advice(error)}, then run again"
+                ) from None
             return fd
         os.close(fd)  # the holder removed this file as it let go: open the new one
     raise TargetError(f"the update lock {path} keeps changing hands; run again")
@@ -128,3 +144,21 @@ def _let_go(path: Path, fd: int) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def update_at_work(project: Path) -> str | None:
+    """Who holds `project`'s update lock now (an update or a render --into at work), or None when nobody does."""
+    path = project / LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None  # no lock file (it goes with its last holder), or a link no update made
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: refused while an update holds it
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+    return None

@@ -6,16 +6,23 @@ The CLI parses argv into `RunOptions` and calls `run`; whatever ends the runner 
 from __future__ import annotations
 
 import signal
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from wizard.errors import TargetError
+from wizard.answers.model import Answers
+from wizard.answers.script import is_foreign
+from wizard.errors import TargetError, shown
 from wizard.monitor.plain import run_plain
+from wizard.render import journal
 from wizard.render.conflict_markers import refuse_unresolved
+from wizard.render.update_lock import update_at_work
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job
-from wizard.run.launch import RunOptions, load_project, manual_steps
+from wizard.run.launch import RunOptions, load_project, manual_steps, nodes_to_start
 from wizard.run.launch import dry_run as show_dry_run
+from wizard.run.run_lock import RunLock, run_lock
 from wizard.run_page.command import report_at_end, report_line
 
 
@@ -26,6 +33,7 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     """
     project = Path(folder)
     refuse_unresolved(project, f"run npu-wizard run {folder} again")
+    refuse_epochs_for_own_script(project, options.train_args)
     if dry_run:
         print(show_dry_run(project, options), end="")
         return
@@ -33,16 +41,22 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     if steps is not None:
         print(steps)
         return
+    answers = load_project(project.resolve())
+    with run_lock(project.resolve(), nodes_to_start(answers, options.node, options.all_nodes)) as lock:
+        refuse_update_at_work(project)
+        _run_locked(project, options, lock, fresh=fresh, live=live, report=report)
+
+
+def _run_locked(project: Path, options: RunOptions, lock: RunLock, *, fresh: bool, live: bool, report: bool) -> None:
+    """`run` while holding the run lock of each node it starts."""
     if fresh:  # before anything moves or a run folder is made
         refuse_fresh(project)
     if "--bandwidth" in options.train_args:
         refuse_one_rank_bandwidth(project)
     job = Job(project, options)
+    lock.name_run(job.run_dir)
     if fresh:
-        folder = checkpoint_dir(job.project)
-        aside = set_aside(folder, job.answers["project_name"])
-        moved = f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"
-        job.notes.append(moved)
+        job.notes.extend(fresh_start(job.project, job.answers))
     try:
         if live:
             from wizard.monitor.app import run_live
@@ -55,9 +69,62 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     except BaseException as error:  # whatever ends the runner ends the job: no rank trains unsupervised
         job.abandon(error)
         raise
+    for line in job.unwritten:
+        print(f"npu-wizard: warning: {line}", file=sys.stderr, flush=True)
     if job.submitted:  # a job stopped before it started has nothing to draw
         print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
     job.raise_for_outcome()
+
+
+def fresh_start(project: Path, answers: Answers) -> list[str]:
+    """Set this project's checkpoint files aside for --fresh; return what to say about it.
+
+    Only the `step-N.pt` files the generated train.py writes are moved: the
+    checkpoints of a user's own script lie wherever it saves them, which
+    npu-wizard cannot know, so it says so rather than claim a fresh start.
+    """
+    folder = checkpoint_dir(project)
+    aside = set_aside(folder, answers["project_name"])
+    script = answers["training.script"]
+    if not is_foreign(script):
+        return [f"--fresh: moved the old checkpoints into {aside}" if aside else f"--fresh: no checkpoints in {folder}"]
+    moved = f"moved the step-N.pt files into {aside}" if aside else f"no step-N.pt files in {folder} to move"
+    return [
+        f"--fresh: {moved}; that is all --fresh moves: your script {shown(script)} (training.script) keeps its "
+        "own checkpoints where it saves them, and resumes from them if it loads them: move those away yourself "
+        "to start from step 0"
+    ]
+
+
+def refuse_epochs_for_own_script(project: Path, train_args: Sequence[str]) -> None:
+    """Refuse --epochs for a project that runs the user's own script: only the generated train.py takes it."""
+    if "--epochs" not in train_args:
+        return
+    script = load_project(project.resolve())["training.script"]
+    if is_foreign(script):
+        epochs = train_args[list(train_args).index("--epochs") + 1]
+        raise TargetError(
+            f"--epochs {epochs}: {project} runs your own script {shown(script)} (training.script), which npu-wizard "
+            "cannot tell how many epochs to train (only the generated train.py takes --epochs); nothing was started. "
+            f"Give your script its own option in training.script_args in {project / 'answers.yaml'}, "
+            f"run npu-wizard update {project}, then run without --epochs"
+        )
+
+
+def refuse_update_at_work(project: Path) -> None:
+    """Refuse to start while an update of the project is at work, or one was interrupted half way."""
+    holder = update_at_work(project)
+    if holder:
+        raise TargetError(
+            f"an npu-wizard update of {project} is at work ({holder}), so nothing was started: "
+            "wait for it to finish, then run again"
+        )
+    if journal.pending(project):
+        record = project / journal.STAGING / journal.JOURNAL
+        raise TargetError(
+            f"an update of {project} was interrupted half way (its journal {record} is there), "
+            f"so nothing was started: run npu-wizard update {project} to finish it, then run again"
+        )
 
 
 def refuse_one_rank_bandwidth(project: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
+from wizard.errors import TargetError, write_advice
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
@@ -71,6 +73,7 @@ class Job:
         self.stop_signal: int = signal.SIGINT  # what interrupted the job, for the exit code
         self.failure: Failure | None = None
         self.summary: dict | None = None
+        self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
         self.intake = Intake(self.state, self.run_dir)
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
             self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
@@ -113,10 +116,17 @@ class Job:
             "hang_after": self.options.hang_after,
             "status_addr": status_addr,
         }
-        write_json(self.run_dir / RUN_FILE, info)
+        try:
+            write_json(self.run_dir / RUN_FILE, info)
+        except OSError as error:  # nothing started yet: the run folder goes, empty but for what failed
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise TargetError(_cannot_write(self.run_dir / RUN_FILE, error, ", so nothing was started")) from None
         self.job_id = self.engine.submit(launch)
         self.submitted = True  # from here on the job's processes exist: whatever ends the runner must stop them
-        write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id})
+        try:
+            write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id})
+        except OSError as error:
+            raise TargetError(_cannot_write(self.run_dir / RUN_FILE, error, ", so the job was stopped")) from None
         self.intake.local_ranks = {r for n in self.engine.local_nodes() for r in self._ranks_of(n)}
 
     def _open_status_stream(self, launch: Launch) -> str | None:
@@ -269,7 +279,10 @@ class Job:
         self.summary["never_reported"] = sorted(r for r in visible if self.state.ranks[r].last_seen is None)
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
-        write_json(self.run_dir / "summary.json", self.summary)
+        try:
+            write_json(self.run_dir / "summary.json", self.summary)
+        except OSError as error:  # the summary is still printed; the run folder lacks it
+            self.unwritten.append(_cannot_write(self.run_dir / "summary.json", error))
         return outcome
 
     def _stop_processes(self) -> None:
@@ -318,3 +331,8 @@ class Job:
             print_bandwidth_report(self.run_dir, self.answers, out)
         else:  # rank 0 reports to node 0's runner, through the status stream
             print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)
+
+
+def _cannot_write(path: Path, error: OSError, then: str = "") -> str:
+    """One line for a record of the run that could not be written, `then` saying what became of the job."""
+    return f"cannot write {path} ({error.strerror}){then}: {write_advice(error)}"

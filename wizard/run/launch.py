@@ -15,7 +15,7 @@ from runtime.events import ENV_HEARTBEAT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers.model import Answers, load_text
 from wizard.answers.source import read_answers_text
-from wizard.errors import TargetError
+from wizard.errors import TargetError, write_advice
 from wizard.monitor.state import DEFAULT_HANG_AFTER
 from wizard.run.engines import Launch, engine_for
 
@@ -74,6 +74,11 @@ def new_run_dir(project: Path) -> Path:
             candidate.mkdir(parents=True)
         except FileExistsError:
             continue
+        except OSError as error:
+            raise TargetError(
+                f"cannot make a run folder under {project / 'runs'} ({error.strerror}), so nothing was started: "
+                f"{write_advice(error)}, then run again"
+            ) from None
         return candidate
     raise TargetError(f"cannot make a run folder under {project / 'runs'}")
 
