@@ -108,6 +108,7 @@ def shaped_runs(runs: int, max_bytes: int | None) -> None:
         print("shaped runs: skipped: needs root, sshd, ssh, rsync, ip and tc (iproute2)")
         return
     folder = Path(tempfile.mkdtemp(prefix="bw-shaped-"))
+    (folder / "ssh").mkdir()
     named = 0
     try:
         with ssh_hosts(folder / "ssh", count=3) as hosts:
@@ -135,7 +136,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.runs, args.shaped_runs, args.max_bytes = 1, 0, 65536
-    quiet_runs(args.runs, args.max_bytes, args.keep)
+    if args.runs:
+        quiet_runs(args.runs, args.max_bytes, args.keep)
     if args.shaped_runs:
         shaped_runs(args.shaped_runs, 2 * 1024 * 1024)  # as tests/test_bandwidth.py
 
