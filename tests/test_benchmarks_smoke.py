@@ -65,6 +65,7 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["timer's own calls per step (CPU time)", "the < 1% goal", "A/B, CPU time, median of pairs", "A/B, wall time"],
     ),
     "straggler_uniform_runs.py": (["--smoke"], ["run 1: ", "rank-windows >= 15% above", "uniform runs with a flag:"]),
+    "bandwidth_quiet_runs.py": (["--smoke"], ["run 1: slowest node ", "quiet loopback runs that named a slow link: "]),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
     "cluster_start.py": (
         ["--smoke"],

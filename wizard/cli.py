@@ -128,14 +128,16 @@ def build_run_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --smoke (implied): then measure all_reduce and all_gather with the job's backend over 4 KiB to "
         "256 MiB messages (16 MiB on the CPU; at most a quarter of a rank's free memory), algorithm and bus "
-        "bandwidth per size as nccl-tests define them, and each link between neighbouring nodes; prints a table, "
-        "names a link more than 50%% below the median and writes bandwidth.json into the run folder",
+        "bandwidth per size as nccl-tests define them, and each local rank's link to the same local rank of the "
+        "neighbouring nodes; prints a table, names a link slow in every round (its best more than 50%% below the "
+        "median) with its node, local rank and device, and writes bandwidth.json into the run folder",
     )
     parser.add_argument(
         "--bandwidth-max-bytes",
         type=_message_size,
         metavar="BYTES",
-        help="with --bandwidth: the largest message, in bytes (4096 or more), for a quicker check",
+        help="with --bandwidth: the collectives' largest message, in bytes (4096 or more), for a quicker check "
+        "(the links keep messages of 4 MiB or more)",
     )
     parser.add_argument(
         "--epochs",

@@ -17,7 +17,16 @@ from wizard.answers.hardware import SERIES
 from wizard.monitor.summary_text import write_json
 
 BANDWIDTH_FILE = "bandwidth.json"
-RESULT_FIELDS = ("backend", "world_size", "nodes", "collectives", "latency_us", "links", "slowest_link")
+RESULT_FIELDS = (
+    "backend",
+    "world_size",
+    "nodes",
+    "collectives",
+    "latency_us",
+    "links",
+    "link_mode",
+    "slowest_link",
+)
 
 # What each series should reach, in GB/s, each figure with its source: HCCS between the NPUs
 # of one server ("intra_node") and the RoCE NICs between servers ("inter_node"). The project's
