@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from wizard.bundle.command import bundle_line
 from wizard.errors import TargetError
 from wizard.monitor.plain import run_plain
 from wizard.render.conflict_markers import refuse_unresolved
@@ -57,6 +58,8 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
         raise
     if job.submitted:  # a job stopped before it started has nothing to draw
         print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
+        if job.outcome in ("failed", "hung"):
+            print(bundle_line(job.run_dir), flush=True)
     job.raise_for_outcome()
 
 
