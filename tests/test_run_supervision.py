@@ -62,6 +62,7 @@ def test_a_normal_run_writes_a_correct_summary(tmp_path: Path) -> None:
     assert summary["final_loss"] < first_loss
     assert summary["restarts"] == 0 and summary["failure"] is None
     assert "outcome: finished" in output and "per rank:" in output
+    assert "npu-wizard bundle" not in output  # the bundle command is printed only after a failure or a hang
 
 
 def test_kill_9_of_a_rank_stops_the_job_within_10s_and_names_that_rank(tmp_path: Path) -> None:
@@ -98,6 +99,7 @@ def test_a_stopped_rank_is_flagged_hung_and_abort_on_hang_ends_the_job(tmp_path:
     summary = summary_of(run_dir)
     assert summary["outcome"] == "hung"
     assert summary["failure"]["rank"] == 2
+    assert f"for whoever must help: npu-wizard bundle {run_dir}\n" in output  # after a hang, as after a failure
 
 
 def test_sigint_to_the_runner_stops_every_process_and_exits_130(tmp_path: Path) -> None:
