@@ -18,6 +18,7 @@ from pathlib import Path
 
 from wizard.bundle.redact import Redactor
 from wizard.bundle.safe import MEMBER_LIMIT, Read, entries, is_folder, read_bounded, refuse
+from wizard.errors import TargetError
 
 RUN_FILES = ("run.json", "summary.json", "bandwidth.json", "report.html")
 WHY_ABSENT = {
@@ -203,13 +204,20 @@ def _add_doctor(bundle: Bundle, project: Path | None, redactor: Redactor, env: d
 
 def _add_plogs(bundle: Bundle, here: list[dict], redactor: Redactor, env: dict[str, str]) -> None:
     """The newest plog files of each rank of this host, by its pid, where CANN writes them."""
-    recorded = next((e["environment"].get("ASCEND_PROCESS_LOG_PATH") for e in here if e.get("environment")), None)
-    root = Path(env.get("ASCEND_PROCESS_LOG_PATH") or recorded or Path.home() / "ascend" / "log")
+    recorded = [e["environment"] for e in here if isinstance(e.get("environment"), dict)]
+    named = next((str(v["ASCEND_PROCESS_LOG_PATH"]) for v in recorded if v.get("ASCEND_PROCESS_LOG_PATH")), None)
+    # where the ranks wrote (their own variable), else where this shell says, else CANN's default
+    root = Path(named or env.get("ASCEND_PROCESS_LOG_PATH") or Path.home() / "ascend" / "log")
     pids = {event.get("pid") for event in here}
     folders = [root / "debug" / "plog", root / "run" / "plog", root / "plog"]
     found: dict[int, list[Path]] = {}
     for folder in folders:
-        for name, mode in entries(folder) if folder.is_dir() and not folder.is_symlink() else []:
+        try:
+            listed = entries(folder) if folder.is_dir() and not folder.is_symlink() else []
+        except TargetError as error:  # a plog folder this user may not read: said, the rest is bundled
+            bundle.lack(f"plog/ ({folder})", str(error))
+            continue
+        for name, mode in listed:
             match = PLOG_NAME.match(name)
             if match and stat.S_ISREG(mode) and int(match.group(1)) in pids:
                 found.setdefault(int(match.group(1)), []).append(folder / name)
