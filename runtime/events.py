@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runtime import status
+from runtime import provenance, status
 
 # the readers live in runtime/event_reading.py; their names stay importable from here
 from runtime.event_reading import (
@@ -146,7 +146,7 @@ class EventWriter:
         world_size: int,
         **extra: Any,
     ) -> Event:
-        """The rank is set up: where it runs and on what."""
+        """The rank is set up: where it runs and on what, its versions and HCCL/ASCEND/NPU_WIZARD variables."""
         return self.emit(
             "started",
             local_rank=local_rank,
@@ -155,6 +155,8 @@ class EventWriter:
             device=device,
             pid=os.getpid(),
             world_size=world_size,
+            versions=provenance.versions(),
+            environment=provenance.environment(),
             **extra,
         )
 

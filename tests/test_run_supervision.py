@@ -59,6 +59,7 @@ def test_a_normal_run_writes_a_correct_summary(finished_2x2_run: RunEnded) -> No
     assert summary["final_loss"] < first_loss
     assert summary["restarts"] == 0 and summary["failure"] is None
     assert "outcome: finished" in output and "per rank:" in output
+    assert "npu-wizard bundle" not in output  # the bundle command is printed only after a failure or a hang
 
 
 def test_kill_9_of_a_rank_stops_the_job_within_10s_and_names_that_rank(tmp_path: Path) -> None:
@@ -95,6 +96,7 @@ def test_a_stopped_rank_is_flagged_hung_and_abort_on_hang_ends_the_job(tmp_path:
     summary = summary_of(run_dir)
     assert summary["outcome"] == "hung"
     assert summary["failure"]["rank"] == 2
+    assert f"for whoever must help: npu-wizard bundle {run_dir}\n" in output  # after a hang, as after a failure
 
 
 @pytest.mark.xdist_group("interrupted-2x2-run")

@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.epilog += (
         " Run a rendered project: npu-wizard run PROJECT; watch a run: npu-wizard monitor RUN; "
         "check a node first: npu-wizard doctor PROJECT; draw a run: npu-wizard report RUN; "
+        "pack a run for support: npu-wizard bundle RUN; "
         "change the answers of a project and keep your edits: "
         "npu-wizard update PROJECT (see their --help)."
     )
@@ -241,6 +242,27 @@ def build_report_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_bundle_parser() -> argparse.ArgumentParser:
+    """The argument parser of `npu-wizard bundle`."""
+    parser = argparse.ArgumentParser(
+        prog="npu-wizard bundle",
+        description="Pack a run into one file for whoever must help: run.json, summary.json, every rank's events, "
+        "every node's and rank's logs, the hang stacks, bandwidth.json and report.html where present, the answers, "
+        "the versions and HCCL_/ASCEND_/NPU_WIZARD_ variables each rank started with, doctor's output and, on an "
+        "NPU host, the ranks' newest plog files and npu-smi / hccn_tool outputs; each bounded, MANIFEST.txt lists "
+        "what is in and what is missing and why. The status token and every variable named *TOKEN*, *KEY*, "
+        "*SECRET*, *PASSWORD* or *CREDENTIAL* are removed.",
+        epilog="Exit codes: 0 written (its path printed), 1 no such run folder, a file in it that is not a regular "
+        "file, or FILE there already without --force (nothing written).",
+    )
+    parser.add_argument("run", help="the run folder (or a project folder: its newest run)")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write the bundle here (default: RUN/bundle-<UTC time>.tar.gz)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace FILE if it is there")
+    return parser
+
+
 def build_update_parser() -> argparse.ArgumentParser:
     """The argument parser of `npu-wizard update`."""
     parser = argparse.ArgumentParser(
@@ -297,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guarded(lambda: _monitor(build_monitor_parser().parse_args(argv[1:])))
     if argv[:1] == ["report"]:
         return _guarded(lambda: _report(build_report_parser().parse_args(argv[1:])))
+    if argv[:1] == ["bundle"]:
+        return _guarded(lambda: _bundle(build_bundle_parser().parse_args(argv[1:])))
     if argv[:1] == ["update"]:
         from wizard.render.update_command import update
 
@@ -381,6 +405,13 @@ def _report(args: argparse.Namespace) -> int:
     print(f"report: {written.page}")
     for png in written.pngs:
         print(f"plot: {png}")
+    return EXIT_OK
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from wizard.bundle.command import bundle
+
+    print(f"bundle: {bundle(Path(args.run), Path(args.output) if args.output else None, force=args.force)}")
     return EXIT_OK
 
 

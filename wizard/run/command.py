@@ -12,6 +12,7 @@ from pathlib import Path
 
 from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
+from wizard.bundle.command import bundle_line
 from wizard.errors import TargetError, shown
 from wizard.monitor.plain import run_plain
 from wizard.render import journal
@@ -73,6 +74,8 @@ def _run_locked(project: Path, options: RunOptions, lock: RunLock, *, fresh: boo
         print(f"npu-wizard: warning: {line}", file=sys.stderr, flush=True)
     if job.submitted:  # a job stopped before it started has nothing to draw
         print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
+        if job.outcome in ("failed", "hung"):
+            print(bundle_line(job.run_dir), flush=True)
     job.raise_for_outcome()
 
 

@@ -1,0 +1,55 @@
+"""What a rank started with, for `npu-wizard bundle`: versions and its HCCL/ASCEND/NPU_WIZARD variables.
+
+Standard library only; nothing is imported to learn a version (an imported
+module's __version__, else the installed distribution, says it). A variable
+whose name says token, key, secret, password (passwd) or credential, in any
+case, keeps its name and loses its value.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+from collections.abc import Mapping
+from importlib import metadata
+
+PREFIXES = ("HCCL_", "ASCEND_", "NPU_WIZARD_")
+HIDDEN = re.compile(r"token|key|secret|passw(?:or)?d|credential", re.IGNORECASE)
+REDACTED = "<removed: secret>"
+CANN_VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+# the started event crosses the status stream (one line of 256 KiB at most): bound what it carries
+MAX_VARIABLES = 200
+MAX_VALUE = 1024
+
+
+def _version(distribution: str) -> str | None:
+    """The module's own __version__ where it is imported (it has the local part, +cpu), else the installed one."""
+    loaded = getattr(sys.modules.get(distribution), "__version__", None)
+    if loaded:
+        return str(loaded)
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions(env: Mapping[str, str] = os.environ) -> dict[str, str | None]:
+    """python, torch, torch_npu (None: not installed) and the CANN the rank's environment set up (None: none)."""
+    cann = next((env[name] for name in CANN_VARIABLES if env.get(name)), None)
+    return {
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "torch_npu": _version("torch_npu"),
+        "cann": cann,
+    }
+
+
+def environment(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The HCCL_, ASCEND_ and NPU_WIZARD_ variables, secrets' values replaced by a marker (bounded)."""
+    names = [name for name in sorted(env) if name.startswith(PREFIXES)][:MAX_VARIABLES]
+    return {
+        name: REDACTED if HIDDEN.search(name) else env[name][:MAX_VALUE]
+        for name in names
+    }
