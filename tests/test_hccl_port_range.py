@@ -79,10 +79,35 @@ def test_a_free_host_port_range_passes_and_auto_has_nothing_to_check() -> None:
     )
 
 
-@pytest.mark.parametrize("value", ["60000-", "sixty", "60010-60000", "0-10", "60000;60001"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "60000-",
+        "sixty",
+        "60010-60000",
+        "0-10",
+        "60000;60001",
+        "\u0666\u0660\u0660\u0660\u0660",  # 60000 in Arabic-Indic digits: Python's int() reads it, HCCL does not
+        "\u00b2",  # a superscript two: str.isdigit() says yes, int() raises
+        "60000-60010,60005",  # CANN: the ports and ranges between commas must not overlap
+        "60000,60000",
+        ",".join(["1024-65535"] * 2),
+    ],
+)
 def test_a_host_port_range_hccl_cannot_read_fails_naming_it(value: str) -> None:
     result = preflight.check_hccl_ports_in_force("127.0.0.1", {hccl_ports.HOST_RANGE: value}, 32, True)
     assert result.status == FAIL and result.detail.startswith(f"HCCL_HOST_SOCKET_PORT_RANGE={value!r}")
+
+
+def test_overlapping_ports_are_named_in_the_refusal() -> None:
+    with pytest.raises(ValueError, match=r": 60000-60010 and 60005 overlap, which CANN does not allow"):
+        hccl_ports.parse_ports(hccl_ports.HOST_RANGE, "60005, 60000-60010")
+
+
+@pytest.mark.parametrize("value", ["\u0666\u0660\u0660\u0660\u0660", "\u00b2", "6e4"])
+def test_a_base_port_hccl_cannot_read_fails_naming_it(value: str) -> None:
+    result = preflight.check_hccl_ports_in_force("127.0.0.1", {hccl_ports.BASE_PORT: value}, 32, False)
+    assert (result.status, result.detail) == (FAIL, f"HCCL_IF_BASE_PORT={value!r} is not a port of 1024-65520")
 
 
 @pytest.mark.parametrize(
