@@ -182,6 +182,25 @@ def test_reserve_ports_reserves_the_host_port_range_in_force(tmp_path: Path) -> 
     assert auto.stdout.strip() == "29500" and "only the master port" in auto.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("60000\n60001", "$'60000\\n60001'"),  # the line break reached /etc/sysctl.d in --permanent's comment
+        ("60000\t60001", "$'60000\\t60001'"),
+        ("6 0000", "6\\ 0000"),  # taken for 60000, which the preflight refuses
+        ("$(echo 61000)", "\\$\\(echo\\ 61000\\)"),  # shown as bash's printf %q quotes it, never run
+    ],
+)
+def test_reserve_ports_refuses_a_host_port_range_hccl_cannot_read(tmp_path: Path, value: str, shown: str) -> None:
+    project = npu_project(tmp_path)
+    result = reserve_print(project, tmp_path, HCCL_HOST_SOCKET_PORT_RANGE=value)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"HCCL_HOST_SOCKET_PORT_RANGE={shown} is not a port list: give ports and ranges with commas "
+        "(60000-60031,60100) or auto\n"
+    )
+
+
 def test_reserve_ports_of_the_atlas_training_series_ignores_the_range(tmp_path: Path) -> None:
     project = npu_project(tmp_path, hardware="atlas-training")
     moved = reserve_print(project, tmp_path, HCCL_HOST_SOCKET_PORT_RANGE="61000-61031")
