@@ -11,6 +11,7 @@ own lines take the ports from here, so they follow whichever variable a node has
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,9 @@ DEFAULT_DEVICE_PORT = 16666
 AUTO = "auto"
 DEFAULT = "default"
 SYNTAX = "ports and ranges with commas (60000-60031,60100) or auto"
+# ASCII digits only: str.isdigit() and int() also take other scripts' digits, which HCCL does not read.
+_NUMBER = re.compile(r"[0-9]+")
+_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class PortsInForce:
         """The ports as the kernel's reserved list writes them, or 'auto'."""
         if self.ranges is None:
             return AUTO
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges)
+        return ",".join(_span(a, b) for a, b in self.ranges)
 
     @property
     def source(self) -> str:
@@ -73,16 +77,28 @@ def parse_ports(variable: str, value: str) -> tuple[tuple[int, int], ...] | None
         return None
     ranges = []
     for item in text.split(","):
-        first, dash, last = item.strip().partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
+        match = _ITEM.fullmatch(item.strip())
+        if match is None:
             raise ValueError(f"{variable}={value!r} is not a port list: give {SYNTAX}")
-        low, high = int(first), int(last or first)
+        low, high = int(match[1]), int(match[2] or match[1])
         if not 1 <= low <= high <= 65535:
             raise ValueError(
                 f"{variable}={value!r}: {item.strip()} is not a range of ports 1-65535"
             )
         ranges.append((low, high))
-    return tuple(sorted(ranges))
+    ranges.sort()
+    for (first, last), (low, high) in zip(ranges, ranges[1:], strict=False):
+        if low <= last:  # CANN: the ports and ranges between commas may not overlap
+            raise ValueError(
+                f"{variable}={value!r}: {_span(first, last)} and {_span(low, high)} overlap, which CANN "
+                "does not allow: name each port once"
+            )
+    return tuple(ranges)
+
+
+def _span(first: int, last: int) -> str:
+    """A range as the kernel's reserved list writes it: 60000 or 60000-60031."""
+    return str(first) if first == last else f"{first}-{last}"
 
 
 def host_ports(
@@ -94,7 +110,7 @@ def host_ports(
             HOST_RANGE, env[HOST_RANGE], parse_ports(HOST_RANGE, env[HOST_RANGE])
         )
     value = env.get(BASE_PORT, "").strip() or str(DEFAULT_BASE_PORT)
-    if not value.isdigit() or not 1024 <= int(value) <= 65520:
+    if not _NUMBER.fullmatch(value) or not 1024 <= int(value) <= 65520:
         raise ValueError(f"{BASE_PORT}={value!r} is not a port of 1024-65520")
     base = int(value)
     return PortsInForce(BASE_PORT, value, ((base, min(base + count - 1, 65535)),))

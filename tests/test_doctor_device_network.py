@@ -132,6 +132,19 @@ def test_a_tool_that_cannot_run_is_unread_without_a_traceback(tmp_path: Path) ->
     assert result.status == WARN and "cannot run it" in result.detail
 
 
+def test_output_that_is_not_utf_8_is_read_without_a_traceback(tmp_path: Path) -> None:
+    env = double_env(tmp_path)
+    double = tmp_path / "hccn_tool_double" / "hccn_tool"
+    double.rename(double.with_name("hccn_tool_utf8"))
+    double.write_text(  # a line in GBK first, as a tool under a Chinese locale may print it
+        '#!/usr/bin/env bash\nprintf \'\\xb3\\xc9\\xb9\\xa6\\n\'\nexec "$0_utf8" "$@"\n'
+    )
+    double.chmod(0o755)
+    result = device_network.check_device_network(npu_cluster(), env)
+    assert result.status == PASS, result.detail
+    assert "addresses 0=192.168.100.101/255.255.255.0" in result.detail
+
+
 def test_visible_devices_decide_which_devices_are_read(tmp_path: Path) -> None:
     project = npu_cluster(devices_per_node=2)
     env = double_env(tmp_path, ASCEND_RT_VISIBLE_DEVICES="4,5")

@@ -79,10 +79,35 @@ def test_a_free_host_port_range_passes_and_auto_has_nothing_to_check() -> None:
     )
 
 
-@pytest.mark.parametrize("value", ["60000-", "sixty", "60010-60000", "0-10", "60000;60001"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "60000-",
+        "sixty",
+        "60010-60000",
+        "0-10",
+        "60000;60001",
+        "\u0666\u0660\u0660\u0660\u0660",  # 60000 in Arabic-Indic digits: Python's int() reads it, HCCL does not
+        "\u00b2",  # a superscript two: str.isdigit() says yes, int() raises
+        "60000-60010,60005",  # CANN: the ports and ranges between commas must not overlap
+        "60000,60000",
+        ",".join(["1024-65535"] * 2),
+    ],
+)
 def test_a_host_port_range_hccl_cannot_read_fails_naming_it(value: str) -> None:
     result = preflight.check_hccl_ports_in_force("127.0.0.1", {hccl_ports.HOST_RANGE: value}, 32, True)
     assert result.status == FAIL and result.detail.startswith(f"HCCL_HOST_SOCKET_PORT_RANGE={value!r}")
+
+
+def test_overlapping_ports_are_named_in_the_refusal() -> None:
+    with pytest.raises(ValueError, match=r": 60000-60010 and 60005 overlap, which CANN does not allow"):
+        hccl_ports.parse_ports(hccl_ports.HOST_RANGE, "60005, 60000-60010")
+
+
+@pytest.mark.parametrize("value", ["\u0666\u0660\u0660\u0660\u0660", "\u00b2", "6e4"])
+def test_a_base_port_hccl_cannot_read_fails_naming_it(value: str) -> None:
+    result = preflight.check_hccl_ports_in_force("127.0.0.1", {hccl_ports.BASE_PORT: value}, 32, False)
+    assert (result.status, result.detail) == (FAIL, f"HCCL_IF_BASE_PORT={value!r} is not a port of 1024-65520")
 
 
 @pytest.mark.parametrize(
@@ -155,6 +180,25 @@ def test_reserve_ports_reserves_the_host_port_range_in_force(tmp_path: Path) -> 
     assert "overrides HCCL_IF_BASE_PORT" in moved.stderr
     auto = reserve_print(project, tmp_path, HCCL_HOST_SOCKET_PORT_RANGE="auto")
     assert auto.stdout.strip() == "29500" and "only the master port" in auto.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("60000\n60001", "$'60000\\n60001'"),  # the line break reached /etc/sysctl.d in --permanent's comment
+        ("60000\t60001", "$'60000\\t60001'"),
+        ("6 0000", "6\\ 0000"),  # taken for 60000, which the preflight refuses
+        ("$(echo 61000)", "\\$\\(echo\\ 61000\\)"),  # shown as bash's printf %q quotes it, never run
+    ],
+)
+def test_reserve_ports_refuses_a_host_port_range_hccl_cannot_read(tmp_path: Path, value: str, shown: str) -> None:
+    project = npu_project(tmp_path)
+    result = reserve_print(project, tmp_path, HCCL_HOST_SOCKET_PORT_RANGE=value)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"HCCL_HOST_SOCKET_PORT_RANGE={shown} is not a port list: give ports and ranges with commas "
+        "(60000-60031,60100) or auto\n"
+    )
 
 
 def test_reserve_ports_of_the_atlas_training_series_ignores_the_range(tmp_path: Path) -> None:

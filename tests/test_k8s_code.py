@@ -251,6 +251,29 @@ def test_code_over_a_configmaps_limit_is_refused_naming_the_biggest_files(tmp_pa
     assert (project / k8s.CONFIGMAP_FILE).read_text() == before
 
 
+def test_a_conda_environment_in_the_project_is_not_code(tmp_path: Path) -> None:
+    # `conda create -p ./env` leaves no pyvenv.cfg: its conda-meta/ marks it. Its standard library (300 KB here)
+    # would put the code over the ConfigMap's limit, and a rank imports none of it from there.
+    answers_ = k8s_answers()
+    project = project_with(tmp_path / "out", CODE, answers_)
+    environment = project / "env"
+    (environment / "conda-meta").mkdir(parents=True)
+    (environment / "conda-meta" / "history").write_text("==> 2026-01-01 00:00:00 <==\n")
+    library = environment / "lib" / "python3.11"
+    library.mkdir(parents=True)
+    for module in ("os", "json", "email", "typing", "argparse", "pathlib"):
+        (library / f"{module}.py").write_text(f"# {module}\n" + "X = 0\n" * 8_000)
+
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard", "run", str(project), "--dry-run"], capture_output=True, text=True, timeout=120
+    )
+
+    assert result.returncode == 0, result.stderr
+    k8s.refresh_configmap(project, answers_)
+    carried = carried_paths(project)
+    assert set(CODE) <= set(carried) and not [name for name in carried if name.startswith("env/")]
+
+
 def test_a_file_of_gigabytes_is_refused_by_its_size_without_reading_it(tmp_path: Path) -> None:
     project = project_with(tmp_path / "out", CODE, k8s_answers())
     (project / "src" / "table.py").write_text("")

@@ -151,6 +151,13 @@ def test_visible_devices_that_name_no_device_for_a_rank_leave_taskset_off_and_sa
     assert "NOTE: no taskset: ASCEND_RT_VISIBLE_DEVICES='6' names no device 0-7 for local rank 1" in out
 
 
+def test_a_device_id_past_bashs_integers_is_no_device(tmp_path: Path) -> None:
+    # 2**64 + 1 wrapped to 1 in bash's arithmetic: both ranks were pinned to the cores of device 1
+    asked, out = pinned_cores(tmp_path, 64, ASCEND_RT_VISIBLE_DEVICES="18446744073709551617,1")
+    assert asked == {}
+    assert "names no device 0-7 for local rank 0" in out
+
+
 @pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1 to give each rank its own")
 def test_the_real_taskset_binds_each_rank_by_device(tmp_path: Path) -> None:
     # 8 cores for 8 devices: one core each, so devices 1 and 0 bind to cores 1 and 0 of this machine

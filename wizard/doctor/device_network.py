@@ -56,7 +56,9 @@ class DeviceNet:
 def run_hccn_tool(argv: Sequence[str], env: Mapping[str, str]) -> Call:
     """hccn_tool's exit code and output (stdout and stderr) in environment `env`."""
     try:
-        done = subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        done = subprocess.run(
+            list(argv), env=dict(env), capture_output=True, timeout=TIMEOUT_S, check=False, text=True, errors="replace"
+        )  # errors="replace": a tool under another locale may print bytes that are not UTF-8
     except subprocess.TimeoutExpired:
         return Call(None, f"no answer within {TIMEOUT_S} s")
     except OSError as error:

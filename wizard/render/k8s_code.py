@@ -8,7 +8,7 @@ the project folder on PYTHONPATH (for train.py the two are the same). So the
 pods get the script's folder tree (src/**/*.py for a user's src/main.py), the
 top-level modules and every top-level folder a rank can import: a package
 (with __init__.py) or a namespace package (without), sub-folders included.
-Hidden folders, runs/, checkpoints/, caches, virtual environments and the
+Hidden folders, runs/, checkpoints/, caches, virtual environments (venv or conda) and the
 data folder are never code: the data folder is train.py's training.data_dir,
 or data/ where the pods mount a data volume for a user's script (which has
 no data folder otherwise, so its data/ is code like any other). Nor is a
@@ -156,7 +156,8 @@ def _is_code_folder(path: Path, relative: str, skip: str) -> bool:
         relative != skip
         and path.name not in _NEVER_CODE
         and not path.name.startswith(".")
-        and not (path / "pyvenv.cfg").exists()
+        and not (path / "pyvenv.cfg").exists()  # a virtual environment
+        and not (path / "conda-meta").is_dir()  # a conda environment (conda create -p), which has no pyvenv.cfg
     )
 
 

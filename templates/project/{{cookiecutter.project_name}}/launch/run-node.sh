@@ -359,12 +359,12 @@ export WORLD_SIZE=$((NNODES * NPROC_PER_NODE))
 export LOCAL_WORLD_SIZE="$NPROC_PER_NODE"
 {%- if cookiecutter.device != "cpu" and not cpu_affinity %}
 # Each rank on the cores of the device it uses, as ModelZoo's train_full_8p.sh does: the
-# server's cores split into {{ server_devices }} equal shares, device d taking share d. A rank's device
+# server's cores split into {{ server_devices|int }} equal shares, device d taking share d. A rank's device
 # is its entry of ASCEND_RT_VISIBLE_DEVICES (4,5,6,7: local rank 0 uses device 4), else its
 # local rank.
 pin=0
 cpu_count="$(nproc)"
-cores_per_device=$((cpu_count / {{ server_devices }}))
+cores_per_device=$((cpu_count / {{ server_devices|int }}))
 rank_devices=()
 for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
     rank_devices+=("$local_rank")
@@ -376,8 +376,8 @@ if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_device > 0)) && command 
     pin=1
     for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
         device="${rank_devices[local_rank]:-}"
-        if ! [[ "$device" =~ ^[0-9]+$ ]] || ((10#$device >= {{ server_devices }})); then
-            echo "node $NODE_RANK: NOTE: no taskset: ASCEND_RT_VISIBLE_DEVICES='${ASCEND_RT_VISIBLE_DEVICES:-}' names no device 0-{{ server_devices - 1 }} for local rank $local_rank"
+        if ! [[ "$device" =~ ^[0-9]{1,9}$ ]] || ((10#$device >= {{ server_devices|int }})); then
+            echo "node $NODE_RANK: NOTE: no taskset: ASCEND_RT_VISIBLE_DEVICES='${ASCEND_RT_VISIBLE_DEVICES:-}' names no device 0-{{ (server_devices - 1)|int }} for local rank $local_rank"
             pin=0
             break
         fi

@@ -24,7 +24,12 @@ OURS=29500,60000-60031
 # HCCL_HOST_SOCKET_PORT_RANGE, where this node sets it, overrides HCCL_IF_BASE_PORT (A2/A3):
 # HCCL listens on its ports instead, so those are reserved. sudo drops the environment:
 #   sudo HCCL_HOST_SOCKET_PORT_RANGE="$HCCL_HOST_SOCKET_PORT_RANGE" bash sysctl/reserve-ports.sh --apply
+port_list='^ *[0-9]+(-[0-9]+)? *(, *[0-9]+(-[0-9]+)? *)*$'
 if [[ -n "${HCCL_HOST_SOCKET_PORT_RANGE:-}" ]]; then
+    if [[ "${HCCL_HOST_SOCKET_PORT_RANGE// /}" != auto && ! "$HCCL_HOST_SOCKET_PORT_RANGE" =~ $port_list ]]; then
+        printf 'HCCL_HOST_SOCKET_PORT_RANGE=%q is not a port list: give ports and ranges with commas (60000-60031,60100) or auto\n' "$HCCL_HOST_SOCKET_PORT_RANGE" >&2
+        exit 1
+    fi
     if [[ "${HCCL_HOST_SOCKET_PORT_RANGE// /}" == auto ]]; then
         echo "HCCL_HOST_SOCKET_PORT_RANGE=auto: the kernel picks HCCL's host ports, so only the master port is reserved" >&2
         OURS=29500

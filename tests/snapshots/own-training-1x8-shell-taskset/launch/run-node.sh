@@ -247,7 +247,7 @@ if [[ "${NPU_WIZARD_TASKSET:-1}" == 1 ]] && ((cores_per_device > 0)) && command 
     pin=1
     for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
         device="${rank_devices[local_rank]:-}"
-        if ! [[ "$device" =~ ^[0-9]+$ ]] || ((10#$device >= 8)); then
+        if ! [[ "$device" =~ ^[0-9]{1,9}$ ]] || ((10#$device >= 8)); then
             echo "node $NODE_RANK: NOTE: no taskset: ASCEND_RT_VISIBLE_DEVICES='${ASCEND_RT_VISIBLE_DEVICES:-}' names no device 0-7 for local rank $local_rank"
             pin=0
             break
