@@ -163,6 +163,44 @@ def test_kill_9_of_a_rank_on_the_second_host_stops_every_node_and_names_it(tmp_p
     assert json.loads((run_dir / "summary.json").read_text())["failure"]["rank"] == 3
 
 
+def rank_process(run_dir: str, rank: int) -> int | None:
+    """The pid of `rank`'s process of the run whose folder (on its host) is `run_dir`, once it runs train.py."""
+    wanted = {f"RANK={rank}".encode(), f"NPU_WIZARD_RUN_DIR={run_dir}".encode()}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"train.py" in (proc / "cmdline").read_bytes():
+                if wanted <= set((proc / "environ").read_bytes().split(b"\0")):
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def test_kill_9_of_a_remote_rank_before_it_reports_names_the_signal_its_launcher_saw(
+    tmp_path: Path, hosts: SshHosts
+) -> None:
+    elsewhere = tmp_path / "on-the-hosts"  # the hosts' copy: node 1's own log is there, not in the run folder here
+    project = render_ssh(tmp_path / "here", hosts.addresses, **{"cluster.remote_dir": str(elsewhere)})
+    script = project / "train.py"  # every rank waits before it reports anything: the kill lands before its start
+    script.write_text("import time\ntime.sleep(600)\n" + script.read_text())
+    runner = start_runner(project, "--interval", "1", env=runner_env(hosts, project))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        remote_run = str(elsewhere / run_dir.relative_to(project))
+        victim = wait_for(lambda: rank_process(remote_run, 3), START_S, "rank 3's process on the second host")
+        os.kill(victim, signal.SIGKILL)
+        output, _ = runner.communicate(timeout=120)
+        wait_for(lambda: not leftover_processes(project), 30, "every process of the job to end on both hosts")
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    assert not (run_dir / "logs" / "node-1.log").exists()  # only the hosts have it
+    assert "root cause: node 1's launcher: its launch script exited (exit code 1)" in output, output
+    said = "its launcher saw rank 3 end with signal 9 (SIGKILL: kill -9 or the OOM killer (dmesg says which))"
+    assert said in output, output
+    assert f"its log is {hosts.addresses[1]}:{remote_run}/logs/node-1.log; from logs/ssh-node-1.log here:" in output
+
+
 def ssh_session_of(runner_pid: int, host: str, node: int) -> int | None:
     """The pid of the runner's ssh client that started node's launch script on host, if it runs."""
     for proc in Path("/proc").iterdir():

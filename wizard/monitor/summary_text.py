@@ -71,9 +71,9 @@ def log_tail(run_dir: Path, rank: int, lines: int = LOG_TAIL_LINES) -> list[str]
 
 
 def node_log_reason(run_dir: Path, node: int, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """Why a node's script stopped, from its log: the preflight's failure lines, else the log's last lines."""
-    log = run_dir / "logs" / f"node-{node}.log"
-    if not log.is_file():
+    """Why a node's script stopped, from its log here (launcher_log): the preflight's failure lines, else the last."""
+    log = launcher_log(run_dir, node)
+    if log is None:
         return []
     with log.open("rb") as handle:
         handle.seek(max(0, log.stat().st_size - 64 * 1024))
