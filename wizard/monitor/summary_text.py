@@ -113,15 +113,16 @@ def launcher_exit(run_dir: Path, failure: Failure) -> str | None:
         for found in pattern.finditer(text):
             if failure.pid is not None and int(found.group(2)) == failure.pid:
                 code = int(found.group(1))
-                return _exit_words(-code) if code < 0 else f"exit code {code}"
+                return exit_words(-code) if code < 0 else f"exit code {code}"
     for found in SHELL_EXIT.finditer(text):
         if int(found.group(1)) == failure.rank:
             code = int(found.group(2))
-            return _exit_words(code - 128) if code > 128 else f"exit code {code}"
+            return exit_words(code - 128) if code > 128 else f"exit code {code}"
     return None
 
 
-def _exit_words(signum: int) -> str:
+def exit_words(signum: int) -> str:
+    """A signal as the failure report names it: `signal 9 (SIGKILL: kill -9 or the OOM killer ...)`."""
     try:
         name = signal.Signals(signum).name
     except ValueError:

@@ -9,7 +9,7 @@ from pathlib import Path
 from wizard.errors import WizardError
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
-from wizard.monitor.summary_text import SHELL_EXIT, _exit_words, failure_report, launcher_log, node_log_reason
+from wizard.monitor.summary_text import SHELL_EXIT, exit_words, failure_report, launcher_log, node_log_reason
 
 
 class RunFailed(WizardError):
@@ -41,10 +41,10 @@ def rank_end(local_log: Path) -> str | None:
         text = handle.read().decode(errors="replace")
     if found := TORCHRUN_ROOT_CAUSE.search(text):
         rank, code = int(found.group(1)), int(found.group(2))
-        return f"rank {rank} end with " + (_exit_words(-code) if code < 0 else f"exit code {code}")
+        return f"rank {rank} end with " + (exit_words(-code) if code < 0 else f"exit code {code}")
     if found := SHELL_EXIT.search(text):
         rank, code = int(found.group(1)), int(found.group(2))
-        return f"rank {rank} end with " + (_exit_words(code - 128) if code > 128 else f"exit code {code}")
+        return f"rank {rank} end with " + (exit_words(code - 128) if code > 128 else f"exit code {code}")
     return None
 
 
