@@ -31,6 +31,7 @@ from torch import nn
 
 from runtime import events
 from runtime.errors import SetupError
+from runtime.folders import keep_out_of_git
 
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"
 NAME = re.compile(r"step-(\d+)\.pt")
@@ -124,7 +125,10 @@ def save_checkpoint(
     `project` is kept in the checkpoint: `resume_point` refuses another project's.
     """
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    # a folder made here is ours: git leaves it out; one the user made stays as it is
+    if not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        keep_out_of_git(directory)
     final = directory / checkpoint_name(step)
     handle, temporary = tempfile.mkstemp(
         prefix=f".{final.name}.",

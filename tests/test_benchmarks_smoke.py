@@ -67,6 +67,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
     "straggler_uniform_runs.py": (["--smoke"], ["run 1: ", "rank-windows >= 15% above", "uniform runs with a flag:"]),
     "bandwidth_quiet_runs.py": (["--smoke"], ["run 1: slowest node ", "quiet loopback runs that named a slow link: "]),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
+    "ssh_copy_history.py": (
+        ["--smoke"],
+        ["before (whole folder, .git included", "after (what a rank needs", "after / before: "],
+    ),
     "cluster_start.py": (
         ["--smoke"],
         ["vs manual engine (1 host)", "ssh engine vs deepspeed pdsh: skipped: ", "vs plain sbatch"],
@@ -98,7 +102,11 @@ def smoke(script: str) -> str:
     return output
 
 
-@pytest.mark.parametrize("script", sorted(set(SMOKE_RUNS) - {"cluster_start.py", "render_vs_accelerate.py"}))
+ON_HOSTS = {"cluster_start.py", "ssh_copy_history.py"}
+"""Benchmarks that need the ssh hosts (root, sshd): smoke-run below, skipped without them."""
+
+
+@pytest.mark.parametrize("script", sorted(set(SMOKE_RUNS) - ON_HOSTS - {"render_vs_accelerate.py"}))
 def test_the_benchmark_runs_and_prints_its_figures(script: str) -> None:
     output = smoke(script)
     for figure in SMOKE_RUNS[script][1]:
@@ -122,4 +130,11 @@ def test_render_vs_accelerate_times_npu_wizard_and_compares_where_accelerate_is(
 def test_cluster_start_runs_on_the_ssh_hosts_and_the_slurm_cluster() -> None:
     output = smoke("cluster_start.py")
     for figure in SMOKE_RUNS["cluster_start.py"][1]:
+        assert figure in output, output
+
+
+@pytest.mark.skipif(not have_ssh_hosts(), reason="needs root, sshd, ssh, rsync and ip (.ci/run installs them)")
+def test_the_copy_with_a_big_history_is_timed_before_and_after_on_the_ssh_hosts() -> None:
+    output = smoke("ssh_copy_history.py")
+    for figure in SMOKE_RUNS["ssh_copy_history.py"][1]:
         assert figure in output, output

@@ -252,3 +252,23 @@ def test_a_manifest_listing_files_the_project_no_longer_matches_is_refused_befor
     assert code == 1, output
     assert "runtime/data.py" in output and f"npu-wizard update {project} renders a manifest" in output
     assert not kubectl.called("apply")
+
+
+def readme_run_commands(project: Path) -> list[str]:
+    """The kubectl commands the project's README gives for running the job, above how to watch and stop it."""
+    text = (project / "README.md").read_text().split("Watch and stop the job yourself")[0]
+    return [line.strip() for line in text.splitlines() if line.startswith("    kubectl ")]
+
+
+@pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
+def test_the_readmes_commands_by_hand_run_a_finished_job_again(tmp_path: Path, engine: str) -> None:
+    project = k8s_project(tmp_path, engine)
+    kubectl = Kubectl(tmp_path / "kubectl", "succeed")
+    readme = (project / "README.md").read_text()
+    assert readme.index("    npu-wizard run .") < readme.index("    kubectl apply")
+    code, output = finish(start_runner(project, env=kubectl.env))
+    assert code == 0 and f"{engine}: job demo Succeeded" in output, output
+    assert kubectl.jobs_created() == 1
+    for command in readme_run_commands(project):
+        subprocess.run(["/bin/sh", "-c", command], cwd=project, env=kubectl.env, check=True, capture_output=True)
+    assert kubectl.jobs_created() == 2, readme_run_commands(project)

@@ -386,9 +386,12 @@ def test_dry_run_lists_the_files_and_writes_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_run_and_monitor_work_on_the_folder(tmp_path: Path) -> None:
+def test_run_and_monitor_work_on_the_folder_and_git_status_shows_nothing_of_the_run(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo)).returncode == 0
+    answers = answers_file(tmp_path, tensorboard="true")
+    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "npu-wizard's files")
     run = subprocess.run(
         [sys.executable, "-m", "wizard", "run", str(repo), "--plain", "--interval", "1"],
         env=node_env(tmp_path / "unused"),
@@ -398,12 +401,15 @@ def test_run_and_monitor_work_on_the_folder(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 ranks: finished 2" in run.stdout
-    (run_dir,) = (p for p in (repo / "runs").iterdir() if p.name != "unused")
+    (run_dir,) = (p for p in (repo / "runs").iterdir() if p.is_dir())
     watched = npu_wizard("monitor", str(repo), "--plain")
     assert watched.returncode == 0, watched.stderr
     assert "outcome: finished" in watched.stdout
     assert sorted(p.name for p in (run_dir / "events").iterdir()) == ["rank-0.jsonl", "rank-1.jsonl"]
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
+    # the run's folder, its TensorBoard events and the checkpoints are there, and git shows none of them
+    assert list((run_dir / "tensorboard").iterdir()) and list((repo / "checkpoints").glob("step-*.pt"))
+    assert git(repo, "status", "--porcelain", "--untracked-files=all", "--ignored=no") == ""
 
 
 def test_update_rebase_after_the_state_is_lost_still_leaves_the_users_files_alone(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,6 +90,56 @@ def test_the_cpu_demo_trains_to_the_end_across_two_hosts(tmp_path: Path, hosts: 
     assert not leftover_processes(project)
 
 
+def git(repo: Path, *args: str) -> None:
+    """A git command in `repo` that must succeed."""
+    author = ["-c", "user.name=Test", "-c", "user.email=test@example.com", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", *author, *args], cwd=repo, check=True, capture_output=True, timeout=60)
+
+
+def test_only_what_a_rank_needs_is_copied_to_the_hosts_and_the_run_trains(tmp_path: Path, hosts: SshHosts) -> None:
+    elsewhere = tmp_path / "on-the-hosts"  # the hosts' copy, apart from the project here
+    project = render_ssh(
+        tmp_path / "here",
+        hosts.addresses,
+        **{"cluster.remote_dir": str(elsewhere), "training.samples": 256, "training.epochs": 1},
+    )
+    user_files = {
+        ".gitignore": "*.log\n/data/\n/scratch/\n",
+        "src/.gitignore": "*.tmp\n",
+        "src/helper.py": "HELP = 1\n",
+        "src/cache.tmp": "ignored by the nested .gitignore\n",
+        "debug.log": "ignored\n",
+        "scratch/big.bin": "ignored folder\n",
+        "data/shard-0.bin": "ignored by git, kept by .npu-wizardignore\n",
+        ".npu-wizardignore": "!data/\n",
+        "checkpoints/notes.txt": "this host's checkpoint folder\n",
+        "runs/earlier/notes.txt": "an earlier run here\n",
+    }
+    for name, text in user_files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "the project")
+    runner = start_runner(project, "--interval", "2", env=runner_env(hosts, project))
+    try:
+        output, _ = runner.communicate(timeout=START_S + 300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    copied = sorted(p.relative_to(elsewhere).as_posix() for p in elsewhere.rglob("*") if p.is_file())
+    assert not [name for name in copied if name.startswith(".git/")], copied
+    left_out = {"src/cache.tmp", "debug.log", "scratch/big.bin", "checkpoints/notes.txt", "runs/earlier/notes.txt"}
+    assert not left_out & set(copied), copied
+    assert {"data/shard-0.bin", "src/helper.py", "train.py", "answers.yaml", "launch/node1.sh"} <= set(copied)
+    (run_dir,) = run_dirs(project)
+    listed = (run_dir / "logs" / "ssh-copied-files").read_bytes().split(b"\0")
+    assert b"data/shard-0.bin" in listed and not [name for name in listed if name.startswith(b".git/")]
+    said = r"^ssh: rsync copies \d+ file\(s\), \d+ bytes .*1 of them ignored by git but kept by \.npu-wizardignore"
+    assert re.search(said, output, re.M), output
+    assert json.loads((run_dir / "summary.json").read_text())["outcome"] == "finished"
+
+
 def test_kill_9_of_a_rank_on_the_second_host_stops_every_node_and_names_it(tmp_path: Path, hosts: SshHosts) -> None:
     project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
     runner = start_runner(project, "--interval", "1", env=runner_env(hosts, project))
@@ -110,6 +161,44 @@ def test_kill_9_of_a_rank_on_the_second_host_stops_every_node_and_names_it(tmp_p
     said = "its launcher saw it end with signal 9 (SIGKILL: kill -9 or the OOM killer (dmesg says which))"
     assert re.search(re.escape(said) + r" \(logs/(ssh-)?node-1\.log\)", output), output
     assert json.loads((run_dir / "summary.json").read_text())["failure"]["rank"] == 3
+
+
+def rank_process(run_dir: str, rank: int) -> int | None:
+    """The pid of `rank`'s process of the run whose folder (on its host) is `run_dir`, once it runs train.py."""
+    wanted = {f"RANK={rank}".encode(), f"NPU_WIZARD_RUN_DIR={run_dir}".encode()}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"train.py" in (proc / "cmdline").read_bytes():
+                if wanted <= set((proc / "environ").read_bytes().split(b"\0")):
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def test_kill_9_of_a_remote_rank_before_it_reports_names_the_signal_its_launcher_saw(
+    tmp_path: Path, hosts: SshHosts
+) -> None:
+    elsewhere = tmp_path / "on-the-hosts"  # the hosts' copy: node 1's own log is there, not in the run folder here
+    project = render_ssh(tmp_path / "here", hosts.addresses, **{"cluster.remote_dir": str(elsewhere)})
+    script = project / "train.py"  # every rank waits before it reports anything: the kill lands before its start
+    script.write_text("import time\ntime.sleep(600)\n" + script.read_text())
+    runner = start_runner(project, "--interval", "1", env=runner_env(hosts, project))
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        remote_run = str(elsewhere / run_dir.relative_to(project))
+        victim = wait_for(lambda: rank_process(remote_run, 3), START_S, "rank 3's process on the second host")
+        os.kill(victim, signal.SIGKILL)
+        output, _ = runner.communicate(timeout=120)
+        wait_for(lambda: not leftover_processes(project), 30, "every process of the job to end on both hosts")
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 3, output
+    assert not (run_dir / "logs" / "node-1.log").exists()  # only the hosts have it
+    assert "root cause: node 1's launcher: its launch script exited (exit code 1)" in output, output
+    said = "its launcher saw rank 3 end with signal 9 (SIGKILL: kill -9 or the OOM killer (dmesg says which))"
+    assert said in output, output
+    assert f"its log is {hosts.addresses[1]}:{remote_run}/logs/node-1.log; from logs/ssh-node-1.log here:" in output
 
 
 def ssh_session_of(runner_pid: int, host: str, node: int) -> int | None:
@@ -196,8 +285,9 @@ def test_a_dry_run_prints_the_rsync_and_ssh_commands_and_starts_nothing(tmp_path
     with contextlib.redirect_stdout(printed):
         assert main(["run", str(project), "--dry-run"]) == 0
     text = printed.getvalue()
+    assert re.search(r"^# rsync copies \d+ file\(s\), \d+ bytes \(\d+\.\d MiB\); not \.git/, runs/", text, re.M), text
     for node, host in enumerate(["atlas-a", "atlas-b"]):
-        assert "rsync -a --exclude=/runs/ --exclude=__pycache__/ -e 'ssh -o BatchMode=yes" in text
+        assert "rsync -a --from0 --files-from=" in text and "/logs/ssh-copied-files -e 'ssh -o BatchMode=yes" in text
         assert f"{project}/ {host}:{project}/" in text
         assert f"launch/node{node}.sh" in text
     assert "setsid -w" in text and "PYTHON=/" in text

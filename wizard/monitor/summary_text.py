@@ -68,8 +68,11 @@ def log_tail(run_dir: Path, rank: int, lines: int = LOG_TAIL_LINES) -> list[str]
 
 
 def node_log_reason(run_dir: Path, node: int, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """Why a node's script stopped, from its log: the preflight's failure lines, else the log's last lines."""
-    text = log_lines(run_dir / "logs" / f"node-{node}.log", LOG_SCANNED_LINES)
+    """Why a node's script stopped, from its log here (launcher_log): the preflight's failure lines, else the last."""
+    log = launcher_log(run_dir, node)
+    if log is None:
+        return []
+    text = log_lines(log, LOG_SCANNED_LINES)
     preflight = [line for line in text if "preflight FAIL:" in line]
     return preflight or [line for line in text if line.strip()][-lines:]
 
@@ -106,15 +109,16 @@ def launcher_exit(run_dir: Path, failure: Failure) -> str | None:
         for found in pattern.finditer(text):
             if failure.pid is not None and int(found.group(2)) == failure.pid:
                 code = int(found.group(1))
-                return _exit_words(-code) if code < 0 else f"exit code {code}"
+                return exit_words(-code) if code < 0 else f"exit code {code}"
     for found in SHELL_EXIT.finditer(text):
         if int(found.group(1)) == failure.rank:
             code = int(found.group(2))
-            return _exit_words(code - 128) if code > 128 else f"exit code {code}"
+            return exit_words(code - 128) if code > 128 else f"exit code {code}"
     return None
 
 
-def _exit_words(signum: int) -> str:
+def exit_words(signum: int) -> str:
+    """A signal as the failure report names it: `signal 9 (SIGKILL: kill -9 or the OOM killer ...)`."""
     try:
         name = signal.Signals(signum).name
     except ValueError:

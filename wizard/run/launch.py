@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runtime.events import ENV_HEARTBEAT
+from runtime.folders import keep_out_of_git
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers.model import Answers, load_text
 from wizard.answers.source import read_answers_text
@@ -66,7 +67,7 @@ def restart_note(launcher: str, max_restarts: int) -> str | None:
 
 
 def new_run_dir(project: Path) -> Path:
-    """A fresh run folder under the project's runs/."""
+    """A fresh run folder under the project's runs/, which git is told to leave out (runs/.gitignore)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for suffix in range(1000):
         candidate = project / "runs" / (stamp if suffix == 0 else f"{stamp}-{suffix}")
@@ -77,6 +78,14 @@ def new_run_dir(project: Path) -> Path:
         except OSError as error:
             raise TargetError(
                 f"cannot make a run folder under {project / 'runs'} ({error.strerror}), so nothing was started: "
+                f"{write_advice(error)}, then run again"
+            ) from None
+        try:
+            keep_out_of_git(candidate.parent)
+        except OSError as error:
+            candidate.rmdir()
+            raise TargetError(
+                f"cannot write {candidate.parent / '.gitignore'} ({error.strerror}), so nothing was started: "
                 f"{write_advice(error)}, then run again"
             ) from None
         return candidate

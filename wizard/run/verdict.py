@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
 from wizard.errors import WizardError
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
-from wizard.monitor.summary_text import failure_report, node_log_reason
+from wizard.monitor.summary_text import SHELL_EXIT, exit_words, failure_report, launcher_log, node_log_reason
 from wizard.monitor.terminal import printable
 
 
@@ -28,12 +29,41 @@ class RunInterrupted(WizardError):
         self.exit_code = 128 + signum
 
 
+# torchrun's summary names the first rank that failed, then its exit code (minus the signal)
+TORCHRUN_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?\brank\s*: (\d+) \(local_rank: \d+\)\s*exitcode\s*: (-?\d+)", re.S
+)
+
+
+def rank_end(local_log: Path) -> str | None:
+    """How the launcher saw the first of its ranks end, from its log: `rank 3 end with signal 9 (SIGKILL...)`."""
+    with local_log.open("rb") as handle:
+        handle.seek(max(0, local_log.stat().st_size - 64 * 1024))
+        text = handle.read().decode(errors="replace")
+    if found := TORCHRUN_ROOT_CAUSE.search(text):
+        rank, code = int(found.group(1)), int(found.group(2))
+        return f"rank {rank} end with " + (exit_words(-code) if code < 0 else f"exit code {code}")
+    if found := SHELL_EXIT.search(text):
+        rank, code = int(found.group(1)), int(found.group(2))
+        return f"rank {rank} end with " + (exit_words(code - 128) if code > 128 else f"exit code {code}")
+    return None
+
+
 def launcher_failure(run_dir: Path, log: str, node: int, code: int | None, now: float) -> Failure:
-    """A node's launch script exited non-zero before any rank reported an error; `log`: where its log is."""
+    """A node's launch script exited non-zero before any rank reported an error; `log`: where its log is.
+
+    Its words come from the log this host has of it: its own, or (ssh) its output as the session brought it.
+    """
     said = node_log_reason(run_dir, node)
+    local = launcher_log(run_dir, node)
     stopped = "stopped in its preflight" if any("preflight FAIL:" in line for line in said) else "exited"
     summary = f"its launch script {stopped} (exit code {code}) before any rank reported an error"
-    if said:
+    ended = rank_end(local) if local is not None else None
+    if ended:
+        summary += f"; its launcher saw {ended}"
+    if said and local is not None and str(local) != log and not log.endswith(str(local)):
+        summary += f"; its log is {log}; from logs/{local.name} here:\n" + "\n".join(f"  | {line}" for line in said)
+    elif said:
         summary += f"; from {log}:\n" + "\n".join(f"  | {line}" for line in said)
     else:
         summary += f"; see {log}"

@@ -22,10 +22,18 @@ def create_app(
     file_problems: Iterable[Problem] = (),
     answers_path: Path | None = None,
     blink: bool = True,
+    into: bool = False,
 ) -> WizardApp:
-    """Build the wizard, pre-filled with raw answers (dotted names) when editing a file."""
+    """Build the wizard, pre-filled with raw answers (dotted names) when editing a file.
+
+    `into`: render into `output_dir` itself, as --into does. Editing the answers.yaml of a folder rendered
+    --into always does: the wizard updates that folder.
+    """
+    from wizard.render.pristine import is_into
     from wizard.tui.app import WizardApp
     from wizard.tui.state import WizardState
 
+    if answers_path is not None and is_into(Path(answers_path).parent):
+        output_dir, into = Path(answers_path).parent, True
     state = WizardState(raw, file_problems)
-    return WizardApp(state, Path(output_dir), answers_path=answers_path, blink=blink)
+    return WizardApp(state, Path(output_dir), answers_path=answers_path, blink=blink, into=into)

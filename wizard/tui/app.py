@@ -26,12 +26,20 @@ class WizardApp(App[int]):
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]
 
     def __init__(
-        self, state: WizardState, output_dir: Path, *, answers_path: Path | None = None, blink: bool = True
+        self,
+        state: WizardState,
+        output_dir: Path,
+        *,
+        answers_path: Path | None = None,
+        blink: bool = True,
+        into: bool = False,
     ) -> None:
         super().__init__()
         self.state = state
         self.state.output_dir = output_dir
         self.answers_path = answers_path
+        self.into = into
+        """Render into output_dir itself (the user's repository, as --into) instead of output_dir/<project_name>."""
         self.blink = blink
         self.show_help = True
         self.result: RenderResult | None = None

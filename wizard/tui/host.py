@@ -21,6 +21,7 @@ class WizardHost(Protocol):
     state: WizardState
     output_dir: Path
     answers_path: Path | None
+    into: bool
     blink: bool
     show_help: bool
 

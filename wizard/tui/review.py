@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Label, Static, TabbedContent, TabPane
+from textual.widgets import Checkbox, Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
 from wizard.answers.questions import QUESTIONS, STEP_TITLES, STEPS
 from wizard.errors import Problem, WizardError
@@ -65,6 +65,7 @@ class ReviewScreen(Screen[None]):
         with Horizontal(id="output-row"):
             yield Label("Output folder", classes="prompt")
             yield Input(str(self.app.output_dir), id="output", select_on_focus=False)
+        yield Checkbox("Into this folder itself (your repository, as --into)", self.app.into, id="into")
         yield Static("", id="target")
         with TabbedContent(id="tabs"):
             with TabPane("Answers", id="tab-answers"), VerticalScroll():
@@ -95,6 +96,17 @@ class ReviewScreen(Screen[None]):
         self.app.output_dir = Path(event.value.strip() or ".")
         self.show_target()
 
+    @on(Checkbox.Changed, "#into")
+    def into_changed(self, event: Checkbox.Changed) -> None:
+        """Into the folder itself, or a new project folder in it: say again what rendering would do."""
+        self.app.into = event.value
+        self.show_target()
+        self.preview()
+
+    def target(self) -> Path:
+        """The folder the render writes: the output folder itself (into), else its <project_name> folder."""
+        return self.app.output_dir if self.app.into else self.app.output_dir / self.app.state.values["project_name"]
+
     def show_target(self) -> None:
         """Whether rendering creates the project folder or replaces one (after asking)."""
         state = self.app.state
@@ -102,9 +114,11 @@ class ReviewScreen(Screen[None]):
             step = STEP_TITLES[state.first_step_with_errors() or "project"]
             self.show_blocked(f"fix the errors first (step {step}); esc goes back")
             return
-        target = self.app.output_dir / state.values["project_name"]
-        exists = target.exists()
+        target = self.target()
+        exists = target.exists() and not self.app.into
         verb = "replaces (asks first)" if exists else "creates"
+        if self.app.into:
+            verb = "adds npu-wizard's files to"
         if self.updates(target):
             verb = "updates (a three-way merge that keeps your edits)"
         self.query_one("#target", Static).update(Text(f"{verb} {target}", style="yellow" if exists else ""))
@@ -123,10 +137,21 @@ class ReviewScreen(Screen[None]):
         with RENDER_LOCK:
             try:
                 preview = build_preview(state.answers(), self.app.output_dir)
+                if self.app.into and not self.updates(self.target()):  # the files as --into names them, or why not
+                    preview = self.into_preview(preview)
             except WizardError as error:
                 self.app.call_from_thread(self.show_blocked, str(error))
                 return
         self.app.call_from_thread(self.show_preview, preview)
+
+    def into_preview(self, preview: Preview) -> Preview:
+        """The preview with the files a render into the output folder writes; TargetError as --into refuses."""
+        from dataclasses import replace
+
+        from wizard.render.into import render_into
+
+        result = render_into(self.app.state.answers(), self.app.output_dir, dry_run=True)
+        return replace(preview, target=self.app.output_dir, files=result.files)
 
     def show_blocked(self, message: str) -> None:
         """Say why nothing can be previewed or rendered."""
@@ -155,9 +180,11 @@ class ReviewScreen(Screen[None]):
             first = state.errors()[0]
             self.notify(f"{first.field}: {first.message}", title="Cannot render yet", severity="error")
             return
-        target = self.app.output_dir / state.answers()["project_name"]
+        target = self.target()
         if self.updates(target):
             self.update(target)
+        elif self.app.into:
+            self.write(force=False)
         elif target.exists():
             self.show_target()  # the folder may have appeared since the page was drawn
             question = f"{target} already exists.\nReplace npu-wizard's files in it? Yours are kept."
@@ -175,11 +202,15 @@ class ReviewScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="render")
     def write(self, force: bool) -> None:
         """Render with the same function as --answers, in a thread."""
+        from wizard.render.into import render_into
         from wizard.render.render import render
 
         try:
             with RENDER_LOCK:
-                result = render(self.app.state.answers(), self.app.output_dir, force=force)
+                if self.app.into:  # the same checks and refusals as --into
+                    result = render_into(self.app.state.answers(), self.app.output_dir)
+                else:
+                    result = render(self.app.state.answers(), self.app.output_dir, force=force)
         except WizardError as error:
             self.app.call_from_thread(self.notify, str(error), title="Not rendered", severity="error")
             return
@@ -243,6 +274,8 @@ class DoneScreen(Screen[None]):
         yield Header()
         with VerticalScroll(id="done"):
             action = "Replaced" if self.result.replaced else "Created"
+            if self.app.into:
+                action = "Added npu-wizard's files to"
             headline = self.headline or f"{action} {project} ({len(self.result.files)} files)."
             yield Static(Text(headline, style="bold"))
             yield Static(Text(done_text(self.result)), id="next")
@@ -295,6 +328,6 @@ def done_text(result: RenderResult) -> str:
         f"  npu-wizard run {result.project_dir}",
         "Check each node first:",
         f"  npu-wizard doctor {result.project_dir}",
-        f"What runs on which node: {result.project_dir / 'README.md'}",
+        f"What runs on which node: {result.project_dir / result.readme}",
     ]
     return "\n".join(lines)

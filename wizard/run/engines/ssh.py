@@ -1,5 +1,8 @@
 """The ssh engine: copy the project to every host, start each node there, stop them all together.
 
+What is copied is what a rank needs, as git sees the project (ssh_copy): not .git/,
+runs/, checkpoints/ or ignored files, unless `.npu-wizardignore` keeps them.
+
 Every remote step goes through one ssh command: `ssh -o BatchMode=yes` (a missing
 key fails at once instead of prompting), or the whole of NPU_WIZARD_SSH_COMMAND,
 so the user's ~/.ssh/config, keys, jump hosts and ports apply. rsync copies the
@@ -23,6 +26,7 @@ from runtime.status import ENV_STATUS_TOKEN
 from wizard.answers.model import Answers
 from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import ENV_STATUS_HOST, node_environment, route_source
+from wizard.run.engines.ssh_copy import copy_list
 from wizard.run.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
 from wizard.run.engines.ssh_run import run_all
 from wizard.stopping import deferred_signals
@@ -112,14 +116,19 @@ class SshEngine(Engine):
 
     # ---- commands ------------------------------------------------------------------
 
+    @staticmethod
+    def copy_list_file(launch: Launch) -> Path:
+        """Where the list of the files copied to every host is kept: in the run folder's logs."""
+        return launch.run_dir / "logs" / "ssh-copied-files"
+
     def rsync_command(self, launch: Launch, node: int) -> list[str]:
-        """rsync of the project to node's host over the same ssh (only what changed; runs/ stays)."""
+        """rsync of the listed files (see ssh_copy) to node's host over the same ssh, only what changed."""
         remote = self.remote_dir(launch)
         return [
             "rsync",
             "-a",
-            "--exclude=/runs/",
-            "--exclude=__pycache__/",
+            "--from0",
+            f"--files-from={self.copy_list_file(launch)}",
             "-e",
             shlex.join(ssh_command()),
             f"--rsync-path=mkdir -p {shlex.quote(remote)} && rsync",
@@ -168,6 +177,8 @@ class SshEngine(Engine):
     def dry_run(self, launch: Launch) -> str:
         """The rsync and ssh commands, node by node."""
         lines = [f"# ssh engine: {len(launch.nodes)} node(s); ssh command: {shlex.join(ssh_command())}"]
+        copied = copy_list(launch.project)
+        lines.append(f"# rsync {copied.summary()}; the list goes to {self.copy_list_file(launch)}")
         if ENV_STATUS_TOKEN in launch.env:
             lines.append(f"# each node's ssh gets {ENV_STATUS_TOKEN} on its standard input, never on a command line")
         for node in launch.nodes:
@@ -215,6 +226,9 @@ class SshEngine(Engine):
         logs = launch.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
+        copied = copy_list(launch.project)
+        self.copy_list_file(launch).write_bytes(copied.encoded())
+        self._lines.append(f"ssh: rsync {copied.summary()}")
         copies = run_all([self.rsync_command(launch, node) for node in launch.nodes], COPY_S)
         failed = [(node, result) for node, result in zip(launch.nodes, copies, strict=True) if result.returncode]
         if failed:
