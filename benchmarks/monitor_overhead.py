@@ -86,19 +86,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=65536)
     parser.add_argument("--nodes", type=int, default=2, help="simulated nodes")
     parser.add_argument("--devices", type=int, default=2, help="CPU processes per simulated node")
+    parser.add_argument("--launcher", default="torchrun", help="the project's launcher")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs and prints (seconds)")
     args = parser.parse_args()
     if args.smoke:
-        # the fewest torch processes (a launcher and one rank per run): the suite runs it; each rank still logs
-        # the 64 steps (16 windows) of the 2-process smoke run
-        args.rounds, args.samples, args.nodes, args.devices = 1, 1024, 1, 1
-        # torchrun sets OMP_NUM_THREADS=1 only for 2+ processes a node: the lone rank would take a thread per core
+        # the fewest torch processes, one rank per run and no torchrun beside it (the shell launcher starts the
+        # rank itself): the suite runs it; the rank still logs the 64 steps (16 windows) of the 2-process smoke run
+        args.rounds, args.samples, args.nodes, args.devices, args.launcher = 1, 1024, 1, 1, "shell"
+        # torchrun gives each of 2+ ranks a node OMP_NUM_THREADS=1: the lone rank would take a thread per core
         # (runtime/device.py), and on the suite's two busy cores its tiny steps would spin, not train
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
         project = render_cpu(
             Path(tmp),
-            "torchrun",
+            args.launcher,
             nodes=args.nodes,
             devices_per_node=args.devices,
             samples=args.samples,
