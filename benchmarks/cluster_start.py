@@ -25,7 +25,7 @@ reason printed, without them):
     DS_BUILD_OPS=0 /work/dsvenv/bin/pip install deepspeed
 
     python benchmarks/cluster_start.py [--rounds 3] [--deepspeed-python /work/dsvenv/bin/python]
-    python benchmarks/cluster_start.py --smoke   # one round (tests/test_benchmarks_smoke.py)
+    python benchmarks/cluster_start.py --smoke   # one round, shell launcher (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -136,7 +136,9 @@ def wait_idle(env: dict[str, str]) -> None:
         time.sleep(0.5)
 
 
-def ssh_comparisons(work: Path, rounds: int, deepspeed: str | None) -> dict[str, list[float]]:
+def ssh_comparisons(
+    work: Path, rounds: int, deepspeed: str | None, launcher: str = "torchrun"
+) -> dict[str, list[float]]:
     """First-step times of the ssh engine across two hosts, the manual engine on one, DeepSpeed+pdsh on two."""
     times: dict[str, list[float]] = {"ssh": [], "manual": [], "deepspeed": []}
     (work / "hosts").mkdir()
@@ -146,9 +148,10 @@ def ssh_comparisons(work: Path, rounds: int, deepspeed: str | None) -> dict[str,
         over_ssh = render_demo(
             work / "ssh",
             "over-ssh",
+            launcher=launcher,
             **{"cluster.engine": "ssh", "network.host_ips": hosts.addresses, "network.master_addr": hosts.addresses[0]},
         )
-        by_hand = render_demo(work / "manual", "by-hand", **{"network.host_ips": ["127.0.0.1"] * 2})
+        by_hand = render_demo(work / "manual", "by-hand", launcher=launcher, **{"network.host_ips": ["127.0.0.1"] * 2})
         env = node_env(work / "unused", NPU_WIZARD_SSH_COMMAND=hosts.ssh_command)
         launch = DeepSpeedLaunch(work / "deepspeed", hosts, over_ssh, deepspeed) if deepspeed else None
         for index in range(rounds):
@@ -166,14 +169,14 @@ def ssh_comparisons(work: Path, rounds: int, deepspeed: str | None) -> dict[str,
     return times
 
 
-def slurm_against_sbatch(work: Path, rounds: int) -> tuple[list[float], list[float]]:
+def slurm_against_sbatch(work: Path, rounds: int, launcher: str = "torchrun") -> tuple[list[float], list[float]]:
     """First-step times of `npu-wizard run` (engine slurm) and of a plain sbatch of the same project."""
     run_times, sbatch_times = [], []
     (work / "cluster").mkdir()
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     with slurm_cluster(work / "cluster") as cluster:
-        project = render_demo(work / "slurm", "on-slurm", **{"cluster.engine": "slurm"})
+        project = render_demo(work / "slurm", "on-slurm", launcher=launcher, **{"cluster.engine": "slurm"})
         for index in range(rounds):
             env = node_env(work / "unused", SLURM_CONF=str(cluster.conf))
             wait_idle(env)
@@ -199,24 +202,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deepspeed-python", help="python of a venv with deepspeed (the DeepSpeed+pdsh line)")
+    parser.add_argument("--launcher", default="torchrun", help="the demo's launcher (the CPU demo: torchrun)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs and prints (seconds)")
     args = parser.parse_args()
     if args.smoke:
-        args.rounds = 1
+        # the shell launcher starts each node's 2 ranks itself: no torchrun process importing torch on each node
+        # of the 4 jobs (8 of 24 torch processes); each line still times the same engine to the first step
+        args.rounds, args.launcher = 1, "shell"
     if os.geteuid() != 0:
         sys.exit("cluster_start.py needs root (network namespaces, slurmd)")
     skipped = skip_reason(args.deepspeed_python)
     deepspeed = None if skipped else args.deepspeed_python
     with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-") as scratch:
         work = Path(scratch)
-        times = ssh_comparisons(work, args.rounds, deepspeed)
+        times = ssh_comparisons(work, args.rounds, deepspeed, args.launcher)
         print(line("ssh engine (2 hosts)", times["ssh"], times["manual"], "manual engine (1 host)"), flush=True)
         if deepspeed:
             base = f"deepspeed {deepspeed_version(deepspeed)} pdsh (2 hosts)"
             print(line("ssh engine (2 hosts)", times["ssh"], times["deepspeed"], base), flush=True)
         else:
             print(f"ssh engine vs deepspeed pdsh: skipped: {skipped}", flush=True)
-        run_times, sbatch_times = slurm_against_sbatch(work, args.rounds)
+        run_times, sbatch_times = slurm_against_sbatch(work, args.rounds, args.launcher)
         print(line("npu-wizard run (slurm)", run_times, sbatch_times, "plain sbatch"), flush=True)
 
 

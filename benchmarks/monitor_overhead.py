@@ -1,6 +1,6 @@
 """Does watching a job slow it down? The same CPU job with and without `npu-wizard run`, in one run.
 
-Renders a 2-node x 2-process CPU project (--nodes), then alternates: the launch scripts
+Renders a 2-node x 2-process CPU project (--nodes, --devices), then alternates: the launch scripts
 started bare (no monitor), and the same job under `npu-wizard run --plain`
 (status stream, event following, hang checks). Training throughput comes from
 the ranks' own step events (steady-state windows, the first skipped). The
@@ -8,7 +8,7 @@ runner's CPU time and peak memory are sampled from /proc. Target: the
 monitored job keeps at least 98% of the bare job's throughput.
 
     python benchmarks/monitor_overhead.py [--rounds 2] [--samples 65536]
-    python benchmarks/monitor_overhead.py --smoke   # one round, 1 node, 2048 samples (tests/test_benchmarks_smoke.py)
+    python benchmarks/monitor_overhead.py --smoke   # one round, 1 node x 1 process (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -84,14 +84,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--samples", type=int, default=65536)
-    parser.add_argument("--nodes", type=int, default=2, help="simulated nodes of 2 CPU processes each")
+    parser.add_argument("--nodes", type=int, default=2, help="simulated nodes")
+    parser.add_argument("--devices", type=int, default=2, help="CPU processes per simulated node")
+    parser.add_argument("--launcher", default="torchrun", help="the project's launcher")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs and prints (seconds)")
     args = parser.parse_args()
     if args.smoke:
-        args.rounds, args.samples, args.nodes = 1, 2048, 1  # half the torch processes to start: the suite runs it
+        # the fewest torch processes, one rank per run and no torchrun beside it (the shell launcher starts the
+        # rank itself): the suite runs it; the rank still logs the 64 steps (16 windows) of the 2-process smoke run
+        args.rounds, args.samples, args.nodes, args.devices, args.launcher = 1, 1024, 1, 1, "shell"
+        # torchrun gives each of 2+ ranks a node OMP_NUM_THREADS=1: the lone rank would take a thread per core
+        # (runtime/device.py), and on the suite's two busy cores its tiny steps would spin, not train
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
         project = render_cpu(
-            Path(tmp), "torchrun", nodes=args.nodes, samples=args.samples, epochs=1, checkpoint_every=0
+            Path(tmp),
+            args.launcher,
+            nodes=args.nodes,
+            devices_per_node=args.devices,
+            samples=args.samples,
+            epochs=1,
+            checkpoint_every=0,
         )
         bare, watched, cpus, walls, peaks = [], [], [], [], []
         for round_ in range(args.rounds):
@@ -107,7 +120,10 @@ def main() -> None:
             peaks.append(peak)
             print(f"round {round_ + 1}: bare {bare[-1]:,.0f} samples/s, monitored {rate:,.0f} samples/s", flush=True)
     ratio = statistics.mean(watched) / statistics.mean(bare)
-    print(f"cores: {os.cpu_count()}, job: {args.nodes} node(s) x 2 CPU processes, {args.samples} samples, 1 epoch")
+    print(
+        f"cores: {os.cpu_count()}, job: {args.nodes} node(s) x {args.devices} CPU processes, "
+        f"{args.samples} samples, 1 epoch"
+    )
     print(f"throughput without monitor: {statistics.mean(bare):,.0f} samples/s")
     print(f"throughput with monitor:    {statistics.mean(watched):,.0f} samples/s ({ratio:.1%}; target >= 98%)")
     print(

@@ -9,7 +9,7 @@ the same render by an earlier npu-wizard (a temporary git worktree of REV), so
 a change can show it made the render no slower.
 
     python benchmarks/render_vs_accelerate.py [--repeat 7] [--example examples/cpu-demo.yaml] [--against REV]
-    python benchmarks/render_vs_accelerate.py --smoke   # one round; npu-wizard alone without accelerate
+    python benchmarks/render_vs_accelerate.py --smoke   # one round, no warm-up; npu-wizard alone without accelerate
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ class Command:
     env: dict[str, str] | None = None
 
 
-def time_interleaved(commands: list[Command], repeat: int) -> dict[str, list[float]]:
+def time_interleaved(commands: list[Command], repeat: int, warm_up: bool = True) -> dict[str, list[float]]:
     """Wall-clock seconds of `repeat` fresh runs of each command, taking turns so load drift hits all alike.
 
-    An extra first round warms the disk cache (and npu-wizard's template cache) and is not counted.
+    An extra first round (`warm_up`) warms the disk cache (and npu-wizard's template cache) and is not counted.
     """
     timings: dict[str, list[float]] = {command.label: [] for command in commands}
-    for attempt in range(repeat + 1):
+    for attempt in range(0 if warm_up else 1, repeat + 1):
         for command in commands:
             with tempfile.TemporaryDirectory() as scratch:
                 filled = [part.replace("{tmp}", scratch) for part in command.argv]
@@ -85,7 +85,7 @@ def main() -> int:
         if args.against:
             tree = stack.enter_context(worktree(args.against))
             commands.append(Command("earlier", render, tree, {**os.environ, "NPU_WIZARD_CACHE_DIR": ""}))
-        timings = time_interleaved(commands, args.repeat)
+        timings = time_interleaved(commands, args.repeat, warm_up=not args.smoke)  # smoke: figures mean nothing
     medians = {label: statistics.median(times) * 1000 for label, times in timings.items()}
     runs = len(timings["ours"])
     print(f"npu-wizard --answers {Path(args.example).name}: median {medians['ours']:7.1f} ms over {runs} runs")

@@ -1,6 +1,6 @@
 """Uniform runs and the straggler detector: how many flags do N runs in a row raise? Goal: none.
 
-Each run is the 2 x 2 CPU job of tests/test_stragglers.py (shell launcher,
+Each run is the 2 x 2 CPU job of tests/test_stragglers.py (--nodes; shell launcher,
 nodes simulated on 127.0.0.1, the default MLP, a window every 40 steps) under
 `npu-wizard run --plain`, with no rank slowed: it trains for --seconds after
 every rank logged its first windows, then is stopped (SIGTERM, which the runner takes as Ctrl-C), and its
@@ -12,8 +12,8 @@ machine whose cores are unevenly loaded. The machine's load average is
 printed with each run: on a small machine shared with other work, CPU ranks
 are genuinely unequal, and the detector says so.
 
-    python benchmarks/straggler_uniform_runs.py [--runs 10] [--seconds 60] [--keep DIR]
-    python benchmarks/straggler_uniform_runs.py --smoke   # one short run (tests/test_benchmarks_smoke.py)
+    python benchmarks/straggler_uniform_runs.py [--runs 10] [--seconds 60] [--nodes 2] [--keep DIR]
+    python benchmarks/straggler_uniform_runs.py --smoke   # one short run, 1 x 2 (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -63,13 +63,20 @@ def spread(windows: dict[int, dict[int, float]]) -> tuple[int, float, float]:
     return len(steps), sum(gap >= THRESHOLD for gap in gaps) / len(gaps), gaps[int(0.95 * (len(gaps) - 1))]
 
 
-def one_run(folder: Path, seconds: float, keep: Path | None = None) -> tuple[list[dict], int, float, float, float]:
+def one_run(
+    folder: Path, seconds: float, keep: Path | None = None, nodes: int = 2
+) -> tuple[list[dict], int, float, float, float]:
     """Run the job once; (its flags, windows judged, share over the threshold, p95 gap, its end time)."""
-    project = render_cpu(folder, "shell", nodes=2, **JOB)
+    project = render_cpu(folder, "shell", nodes=nodes, **JOB)
+    ranks = 2 * nodes
     runner = start_runner(project, "--interval", "30")
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        ready = lambda: len(timed_windows(run_dir)) == 4 and all(len(w) >= 2 for w in timed_windows(run_dir).values())  # noqa: E731
+
+        def ready() -> bool:
+            windows = timed_windows(run_dir)
+            return len(windows) == ranks and all(len(w) >= 2 for w in windows.values())
+
         wait_for(ready, START_S, "every rank's first windows", step=0.5)
         began = time.monotonic()
         wait_for(lambda: time.monotonic() - began >= seconds, seconds + 5, "the run's length", step=0.5)
@@ -89,17 +96,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=60.0, help="training time of each run after its start")
+    parser.add_argument("--nodes", type=int, default=2, help="simulated nodes of 2 CPU ranks each")
     parser.add_argument("--keep", type=Path, help="copy each run folder (events, logs, summary) into this folder")
     parser.add_argument("--smoke", action="store_true", help="one short run: checks that it runs")
     args = parser.parse_args()
     if args.smoke:
-        args.runs, args.seconds = 1, 3.0  # a dozen windows: enough to print every figure
+        # a few windows of each rank: enough to print every figure; one node of 2 ranks, half the torch processes
+        # of the 2 x 2 job training on the suite's two cores, judges the ranks against each other the same way
+        args.runs, args.seconds, args.nodes = 1, 3.0, 1
     flagged = done = 0
     with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-") as folder:
         for run in range(1, args.runs + 1):
             load = os.getloadavg()[0]
             try:
-                flags, windows, over, p95, ended_at = one_run(Path(folder) / f"run-{run}", args.seconds, args.keep)
+                flags, windows, over, p95, ended_at = one_run(
+                    Path(folder) / f"run-{run}", args.seconds, args.keep, args.nodes
+                )
             except AssertionError as error:  # a start too slow for the machine's load: no figure, say so
                 print(f"run {run}: not counted, {error} (load {load:.1f})", flush=True)
                 continue

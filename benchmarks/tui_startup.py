@@ -6,7 +6,7 @@ is the whole wall time of that process, interpreter start included, so the
 difference to the baseline (one Label) is what npu-wizard adds.
 
     python benchmarks/tui_startup.py [--runs 7]
-    python benchmarks/tui_startup.py --smoke   # one run each, exit 0 whatever the time (tests/test_benchmarks_smoke.py)
+    python benchmarks/tui_startup.py --smoke   # one run each, no warm-up, exit 0 whatever the time (smoke test)
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def sample(code: str) -> float:
     return time.perf_counter() - start
 
 
-def measure(code: str, runs: int) -> list[float]:
+def measure(code: str, runs: int, warm_up: bool = True) -> list[float]:
     """Several samples after one warm-up run (which fills the OS file cache)."""
-    sample(code)
+    if warm_up:
+        sample(code)
     return [sample(code) for _ in range(runs)]
 
 
@@ -70,8 +71,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.runs = 1
-    baseline = measure(BASELINE, args.runs)
-    wizard = measure(WIZARD, args.runs)
+    # --smoke: no warm-up runs (2 interpreters fewer), the figures of a smoke run mean nothing
+    baseline = measure(BASELINE, args.runs, warm_up=not args.smoke)
+    wizard = measure(WIZARD, args.runs, warm_up=not args.smoke)
     for name, times in (("bare Textual app (1 Label)", baseline), ("npu-wizard first screen", wizard)):
         print(
             f"{name:28} median {statistics.median(times):.3f} s  "

@@ -57,10 +57,20 @@ def project_with_markers(tmp_path: Path) -> tuple[Path, int]:
     return project, first_marker(project / "train.py")
 
 
+@pytest.fixture(scope="module")
+def markers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """One project_with_markers for the tests that leave it as it is: update and run refuse it, doctor reads it.
+
+    Mark its readers @pytest.mark.xdist_group("conflict-markers-project"), so that one worker makes it once.
+    """
+    return project_with_markers(tmp_path_factory.mktemp("markers"))
+
+
+@pytest.mark.xdist_group("conflict-markers-project")
 def test_update_after_write_conflicts_names_the_files_still_holding_markers_and_changes_nothing(
-    tmp_path: Path,
+    markers: tuple[Path, int],
 ) -> None:
-    project, line = project_with_markers(tmp_path)
+    project, line = markers
     before = (project / "train.py").read_bytes()
 
     result = update(project)
@@ -74,8 +84,9 @@ def test_update_after_write_conflicts_names_the_files_still_holding_markers_and_
     assert (project / "train.py").read_bytes() == before
 
 
-def test_run_refuses_a_project_with_markers_before_starting_anything(tmp_path: Path) -> None:
-    project, line = project_with_markers(tmp_path)
+@pytest.mark.xdist_group("conflict-markers-project")
+def test_run_refuses_a_project_with_markers_before_starting_anything(markers: tuple[Path, int], tmp_path: Path) -> None:
+    project, line = markers
 
     result = run(project, tmp_path)
 
@@ -85,8 +96,9 @@ def test_run_refuses_a_project_with_markers_before_starting_anything(tmp_path: P
     assert not (project / "runs").exists()
 
 
-def test_doctor_fails_a_check_naming_the_files_with_markers(tmp_path: Path) -> None:
-    project, line = project_with_markers(tmp_path)
+@pytest.mark.xdist_group("conflict-markers-project")
+def test_doctor_fails_a_check_naming_the_files_with_markers(markers: tuple[Path, int]) -> None:
+    project, line = markers
 
     result = doctor(str(project))
 
@@ -103,8 +115,11 @@ def test_resolved_markers_let_update_and_doctor_through(tmp_path: Path) -> None:
     train.write_text(take_side(train.read_text(), "theirs"))
 
     assert update(project).stdout.endswith(": nothing to change\n")
-    checked = doctor(str(project))
+    # No interpreter for the software probe: the conflicts check reads the project's files alone, and the probe's
+    # `import torch` (seconds of CPU) is test_doctor_command's; every other check still runs and prints its line.
+    checked = doctor(str(project), PYTHON="/nonexistent/python3")
     assert "PASS  conflicts" in checked.stdout, checked.stdout
+    assert "FAIL  python" in checked.stdout, checked.stdout
 
 
 def answers_with_markers(tmp_path: Path) -> Path:

@@ -172,11 +172,14 @@ def test_force_is_refused_while_a_launch_script_of_the_project_runs_without_a_ru
 
 
 def test_force_is_refused_while_npu_wizard_run_trains_the_project(tmp_path: Path) -> None:
-    from tests.runs import clean_up, render_cpu, run_dirs, start_runner, started_pid, wait_for
+    from tests.runs import clean_up, node_env, render_cpu, run_dirs, start_runner, started_pid, wait_for
     from wizard.answers.model import load_text
 
-    project = render_cpu(tmp_path, "torchrun", epochs=50)
-    runner = start_runner(project)
+    # one rank: the runner and a training rank are all the refusal needs; a second rank, or a torchrun beside it
+    # (the shell launcher starts the rank itself), only adds a torch process on both loaded cores. One thread, as
+    # torchrun gives each of 2+ ranks a node (a lone rank takes a thread per core).
+    project = render_cpu(tmp_path, "shell", devices_per_node=1, epochs=50)
+    runner = start_runner(project, env=node_env(project / "runs" / "unused", OMP_NUM_THREADS="1"))
     try:
         run_dir = wait_for(lambda: (run_dirs(project) or [None])[-1], 120, "the run folder")
         wait_for(lambda: started_pid(run_dir, 0), 180, "rank 0 to train")
