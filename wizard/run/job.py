@@ -170,9 +170,7 @@ class Job:
                 self.intake.settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node])
             )
         cause = self.state.root_cause()
-        if self.options.max_restarts == 0 and cause is not None:
-            if self._launcher_yet_to_say(cause, codes):
-                return None
+        if self.options.max_restarts == 0 and cause is not None and not self._launcher_yet_to_say(cause, codes):
             return self._fail(self.intake.settled_root_cause())
         if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
             return self._end("hung", hang_failure(self.state, self.clock()))
@@ -192,7 +190,8 @@ class Job:
         stopping torchrun before then loses the signal from the report. And a rank that ended with
         exit code 0 without a word (os._exit(0), a C library's exit) is no failure: its launcher
         says nothing of it and, once its other ranks are done, exits 0 (seconds later on a busy
-        host). Its word is waited for, for as long as it runs.
+        host). Its word is waited for, for as long as it runs; --abort-on-hang still ends the job
+        meanwhile when the ranks left hang (they may wait on the vanished one: its launcher never exits).
         """
         if cause.kind != "vanished" or cause.node not in codes or codes[cause.node] is not None:
             return False
