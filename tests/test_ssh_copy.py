@@ -94,3 +94,13 @@ def test_an_unreadable_npu_wizardignore_is_named(tmp_path: Path) -> None:
     (project / ".npu-wizardignore").write_bytes(b"\xff\xfe!data/\n")
     with pytest.raises(EngineError, match=r"cannot read .*\.npu-wizardignore"):
         copy_list(project)
+
+
+def test_listing_a_repository_never_runs_the_command_its_config_names(tmp_path: Path) -> None:
+    repo = folder(tmp_path / "repo", {"train.py": "print('train')\n"})
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    ran = tmp_path / "fsmonitor-ran"
+    git(repo, "config", "core.fsmonitor", f"touch {ran}; false")  # a folder someone handed over, .git/ and all
+    assert copy_list(repo).files == ("train.py",)
+    assert not ran.exists()  # before: git ls-files ran the repository's core.fsmonitor command

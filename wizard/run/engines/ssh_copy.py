@@ -47,9 +47,15 @@ class CopyList:
         return b"".join(os.fsencode(name) + b"\0" for name in self.files)
 
 
+# git only lists here: a command the repository's config names (its file-system monitor) is never run
+NO_COMMANDS = ("-c", "core.fsmonitor=false")
+
+
 def _git(project: Path, *args: str, git_dir: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     where = ["--git-dir", str(git_dir), "--work-tree", str(project)] if git_dir else []
-    return subprocess.run(["git", *where, *args], cwd=project, capture_output=True, timeout=120, check=False)
+    return subprocess.run(
+        ["git", *NO_COMMANDS, *where, *args], cwd=project, capture_output=True, timeout=120, check=False
+    )
 
 
 def _names(output: bytes) -> set[str]:
