@@ -104,3 +104,22 @@ def test_listing_a_repository_never_runs_the_command_its_config_names(tmp_path: 
     git(repo, "config", "core.fsmonitor", f"touch {ran}; false")  # a folder someone handed over, .git/ and all
     assert copy_list(repo).files == ("train.py",)
     assert not ran.exists()  # before: git ls-files ran the repository's core.fsmonitor command
+
+
+def test_a_submodule_and_a_nested_clone_are_copied_file_by_file_without_their_git(tmp_path: Path) -> None:
+    lib = folder(tmp_path / "lib", {"mod.py": "X = 1\n"})
+    git(lib, "init", "-q")
+    git(lib, "add", "-A")
+    git(lib, "commit", "-qm", "lib")
+    repo = folder(tmp_path / "repo", {"train.py": "import mod\n"})
+    git(repo, "init", "-q")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "third_party/lib")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "project")
+    clone = folder(repo / "vendor", {"util.py": "Y = 2\n", "out.log": "noise\n", ".gitignore": "*.log\n"})
+    git(clone, "init", "-q")  # a clone inside the project that the project's git does not track
+    files = copy_list(repo).files
+    # before: "third_party/lib" (rsync makes it an empty folder) and "vendor/" (rsync copies all of it, .git too)
+    assert "third_party/lib/mod.py" in files and "vendor/util.py" in files and "vendor/.gitignore" in files
+    assert not any(name.rstrip("/") in ("third_party/lib", "vendor") for name in files)
+    assert not any("/.git/" in name or name.endswith("/.git") or name.endswith(".log") for name in files)

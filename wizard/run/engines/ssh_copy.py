@@ -7,13 +7,15 @@ project rendered with -o inside someone's checkout), is read through an empty
 repository of its own, so its own .gitignore files still count. `.git/`, `runs/`,
 `checkpoints/` and `__pycache__/` are never copied. `.npu-wizardignore` at the
 project's top takes gitignore lines: `!data/` copies what git ignores there (a data
-folder the ranks read), any other line leaves out more.
+folder the ranks read), any other line leaves out more. A repository nested in the
+project (a submodule, a clone) is copied as its own git keeps it, never its .git/.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from wizard.run.engines.base import EngineError
 WIZARD_IGNORE = ".npu-wizardignore"
 NEVER_COPIED = (".git", "runs", "checkpoints")
 NEVER_COPIED_ANYWHERE = ("__pycache__",)
+NESTED_DEPTH = 8  # repositories inside repositories inside the project, at most
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def copy_list(project: Path) -> CopyList:
         kept = _matching(project, keep, scratch / "keep", git_dir) - chosen
         chosen = (chosen | kept) - _matching(project, leave, scratch / "leave", git_dir)
     files, size = [], 0
-    for name in sorted(chosen):
+    for name in sorted(_expanded(project, chosen)):
         if _never_copied(name):
             continue
         try:
@@ -133,3 +136,27 @@ def copy_list(project: Path) -> CopyList:
         files.append(name)
         size += info.st_size
     return CopyList(tuple(files), size, len(kept.intersection(files)))
+
+
+def _expanded(project: Path, names: set[str], depth: int = 0) -> set[str]:
+    """`names` with each repository nested in the project (a submodule, a clone: git lists it as its folder,
+    which rsync would copy empty, or whole with its .git/) replaced by the files its own git keeps."""
+    out = set()
+    for name in names:
+        folder = name.rstrip("/")
+        try:
+            nested = stat.S_ISDIR(os.lstat(project / folder).st_mode)  # a link to a folder is copied as a link
+        except OSError:
+            nested = False
+        if not nested:
+            out.add(name)
+            continue
+        if depth >= NESTED_DEPTH:
+            raise EngineError(f"{project / folder}: repositories nested over {NESTED_DEPTH} deep; nothing was copied")
+        listed = _git(project / folder, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        if listed.returncode != 0:
+            said = listed.stderr.decode(errors="replace").strip()
+            raise EngineError(f"git cannot list the files of {project / folder}: {said}; nothing was copied")
+        inner = _expanded(project / folder, _names(listed.stdout), depth + 1)
+        out.update(f"{folder}/{sub}" for sub in inner)
+    return out
