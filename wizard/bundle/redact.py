@@ -1,5 +1,6 @@
 """Taking secrets out: the status token and every variable whose name says TOKEN, KEY, SECRET, PASSWORD or
-CREDENTIAL, in JSON (by key) and in text (NAME=value, NAME: value, 'NAME': 'value', and known values anywhere).
+CREDENTIAL, in JSON (by key, {"name": NAME, "value": ...}, an argv's word after --NAME) and in text (NAME=value,
+NAME: value, 'NAME': 'value', a quoted value whole, --NAME value, and known values anywhere).
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from runtime.provenance import HIDDEN, REDACTED
 from runtime.status import ENV_STATUS_TOKEN
 
 WORDS = r"(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
-# a name that says a secret, an optional closing quote, = or :, optional quotes, then the value
-ASSIGNMENT = re.compile(
-    rf"(?P<name>[A-Za-z0-9_.-]*{WORDS}[A-Za-z0-9_.-]*)(?P<sep>['\"]?\s*[=:]\s*['\"]?)(?P<value>[^\s'\",;}}\]]+)",
-    re.IGNORECASE,
-)
+NAME = rf"[A-Za-z0-9_.-]*{WORDS}[A-Za-z0-9_.-]*"
+# the value: the marker itself, a quoted string (all of it, spaces included), or a word
+VALUE = rf"""(?P<value>{re.escape(REDACTED)}|"[^"\n]*"|'[^'\n]*'|[^\s'",;}}\]]+)"""
+# a name that says a secret, an optional closing quote, = or :, then the value
+ASSIGNMENT = re.compile(rf"(?P<name>{NAME})(?P<sep>['\"]?\s*[=:]\s*['\"]??){VALUE}", re.IGNORECASE)
+# a command line's option that says a secret, then its value as the next word: --api-key VALUE
+OPTION = re.compile(rf"(?P<name>(?<![^\s'\"(\[,])--?{NAME})(?P<sep>\s+)(?!-){VALUE}", re.IGNORECASE)
+NOT_SECRETS = ("error", "exception")  # KeyError: 'lr' says which key, not a secret
 SHORTEST_KNOWN = 6  # a known value shorter than this is too likely to be an ordinary word to replace everywhere
 
 
@@ -37,23 +41,26 @@ class Redactor:
     def text(self, text: str) -> str:
         for value in self.known:
             text = text.replace(value, REDACTED)
-
-        def hide(match: re.Match[str]) -> str:
-            if match.group("value") == REDACTED:
-                return match.group(0)
-            return f"{match.group('name')}{match.group('sep')}{REDACTED}"
-
-        return ASSIGNMENT.sub(hide, text)
+        return OPTION.sub(_hide, ASSIGNMENT.sub(_hide, text))
 
     def value(self, value: Any) -> Any:
         """A JSON value with every secret-named key's value replaced and every string redacted."""
         if isinstance(value, dict):
+            # {"name": "HF_TOKEN", "value": ...}: a Kubernetes container's variable
+            named = isinstance(value.get("name"), str) and HIDDEN.search(value["name"]) is not None
             return {
-                key: REDACTED if isinstance(key, str) and HIDDEN.search(key) else self.value(item)
+                key: REDACTED
+                if isinstance(key, str) and (HIDDEN.search(key) or (named and key == "value"))
+                else self.value(item)
                 for key, item in value.items()
             }
-        if isinstance(value, list):
-            return [self.value(item) for item in value]
+        if isinstance(value, list):  # an argv: the word after an option that says a secret is its value
+            return [
+                REDACTED
+                if index and isinstance(item, str) and not item.startswith("-") and _secret_option(value[index - 1])
+                else self.value(item)
+                for index, item in enumerate(value)
+            ]
         if isinstance(value, str):
             return self.text(value)
         return value
@@ -73,3 +80,16 @@ class Redactor:
             return (json.dumps(self.value(json.loads(data)), indent=2) + "\n").encode()
         except (ValueError, RecursionError):
             return self.text(data.decode("utf-8", "replace")).encode()
+
+
+def _hide(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if value == REDACTED or match.group("name").lower().endswith(NOT_SECRETS):
+        return match.group(0)
+    quote = value[0] if value[0] in "'\"" and len(value) > 1 and value[-1] == value[0] else ""
+    return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
+
+
+def _secret_option(word: object) -> bool:
+    """Whether `word` is a command line's option whose name says a secret and whose value comes next."""
+    return isinstance(word, str) and word.startswith("-") and "=" not in word and HIDDEN.search(word) is not None
