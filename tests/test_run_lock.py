@@ -113,6 +113,18 @@ def test_a_runner_killed_with_sigkill_leaves_no_lock_behind(live_run) -> None:  
     assert len(run_dirs(project)) == 2
 
 
+def test_a_run_is_refused_while_the_jobs_processes_outlive_their_runner(live_run) -> None:  # noqa: ANN001
+    project, runner, run_dir = live_run
+    runner.send_signal(signal.SIGKILL)  # the lock goes with the runner; its rank still waits at the gate
+    runner.wait(timeout=30)
+    refused = npu_wizard_run(project)  # before: a second job started beside the first
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stderr.startswith(
+        f"npu-wizard: a job of {project} still runs without its runner (runs/{run_dir.name}: pid "
+    )
+    assert run_dirs(project) == [run_dir]
+
+
 def test_an_update_is_refused_while_a_run_is_alive_and_changes_nothing(live_run) -> None:  # noqa: ANN001
     project, runner, run_dir = live_run
     edit_answers(project, training__script_args=["--lr", "0.5"])

@@ -80,6 +80,23 @@ def live_runs(project: Path) -> list[str]:
     return alive
 
 
+def orphaned_jobs(project: Path) -> list[str]:
+    """The run folders of `project` whose runner is gone (killed -9, or its host's session closed) while
+    processes of its job still run, each with their pids."""
+    runs = Path(os.path.realpath(project)) / "runs"
+    if not runs.is_dir():
+        return []
+    left = []
+    for run_dir, pids in sorted(_job_processes_under(runs).items()):
+        run_file = run_dir / RUN_FILE
+        if not run_file.is_file():
+            continue  # not a run folder a runner made
+        pid = _runner_pid(run_file)
+        if pid is None or not is_wizard_process(pid):
+            left.append(f"{run_dir.relative_to(runs.parent)}: pid {' '.join(map(str, pids[:8]))}")
+    return left
+
+
 def run_time_paths(target: Path, generated: Collection[str], data_dirs: Sequence[tuple[str, str]]) -> list[str]:
     """What the project `target` grows at run time (what --clean drops): relative paths, none inside another.
 

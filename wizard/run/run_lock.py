@@ -5,7 +5,8 @@ Two runs of one node would resume from the same checkpoint and both write into
 holds the lock of every node it starts until it returns, with a line saying
 who it is (pid and run folder), so a second run or an update can name it. The
 kernel drops a lock when its holder dies, so a runner killed with -9 leaves
-none behind (its file stays, and the next run takes it); a runner that ends
+none behind (its file stays, and the next run takes it, unless that runner's
+job still runs: its processes are named, and nothing starts); a runner that ends
 removes its file while it still holds it. The runners of the
 other nodes of a cluster (`run --node N` on a folder every host shares) hold
 locks of their own. The descriptors are not inherited: the lock is the
@@ -71,6 +72,7 @@ def run_lock(project: Path, nodes: Iterable[int]) -> Iterator[RunLock]:
         for node in sorted(set(nodes)):
             path = state / LOCK_NAME.format(node=node)
             fds[path] = _take(path, project)
+        _refuse_orphaned_jobs(project)
         lock = RunLock(project, fds)
         lock.name_run(None)
         yield lock
@@ -109,6 +111,19 @@ def live_run(project: Path) -> str | None:
         finally:
             os.close(fd)
     return None
+
+
+def _refuse_orphaned_jobs(project: Path) -> None:
+    """TargetError naming the processes of a job whose runner died (its lock went with it) and that still run."""
+    from wizard.render.replace import orphaned_jobs
+
+    left = orphaned_jobs(project)
+    if left:
+        raise TargetError(
+            f"a job of {project} still runs without its runner ({'; '.join(left)}), so nothing was started: a "
+            "second job would resume from the same checkpoint and write into the same checkpoints/; stop those "
+            "processes (kill -INT PID), then run again"
+        )
 
 
 def _take(path: Path, project: Path) -> int:
