@@ -31,6 +31,7 @@ events costs a clock read and an integer division.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import os
@@ -217,10 +218,13 @@ def checkpoint(step: int, path: str | os.PathLike[str]) -> None:
         return
     try:
         where = Path(os.path.abspath(path))
-    except (TypeError, ValueError) as error:  # no path: None, a number, a NUL in it
+    except Exception as error:  # noqa: BLE001 - no path: None, a number, a NUL in it, a raising __fspath__
         _dropped("checkpoint path", path, error)
         return
-    window.writer.checkpoint(step=whole, path=where)
+    try:
+        window.writer.checkpoint(step=whole, path=where)
+    except Exception as error:  # noqa: BLE001 - a full disk, say: the hook never raises into the training loop
+        _dropped("checkpoint", step, error)
 
 
 def flush() -> None:
@@ -253,7 +257,7 @@ def _whole(value: Any) -> int | None:
     if type(value) is not int:
         try:
             value = operator.index(value)  # numpy and 0-d tensor integers too
-        except (TypeError, ValueError, RuntimeError):
+        except Exception:  # noqa: BLE001 - a user's __index__ may raise anything: no whole number
             return None
     return value if -LARGEST < value < LARGEST else None
 
@@ -293,11 +297,10 @@ def _dropped(name: str, value: Any, error: BaseException | None) -> None:
     _warned.add(name)
     shown = _shown(value)
     why = f" ({type(error).__name__}: {error})" if error is not None else ""
-    events.warn(
-        f"runtime.report: {name}={shown} cannot be recorded{why}; it is left out "
-        f"(this warning is given once)",
-        "report",
-    )
+    text = f"runtime.report: {name}={shown} cannot be recorded{why}; it is left out (this warning is given once)"
+    # events.warn prints it first: where the events file then cannot take it (a full disk), the output has it
+    with contextlib.suppress(OSError):
+        events.warn(text, "report")
 
 
 def _shown(value: Any) -> str:

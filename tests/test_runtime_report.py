@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import subprocess
 import sys
@@ -265,3 +266,35 @@ def test_a_step_that_is_no_whole_number_drops_the_call_and_the_next_ones_count(
         "runtime.report: checkpoint step",
         "runtime.report: checkpoint path",
     ]
+
+
+def test_a_full_disk_or_a_raising_argument_never_raises_into_the_training_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class RaisingIndex:
+        def __index__(self) -> int:
+            raise ZeroDivisionError("a user's __index__")
+
+    class RaisingPath:
+        def __fspath__(self) -> str:
+            raise RuntimeError("a user's __fspath__")
+
+    monkeypatch.setenv(report.ENV_REPORT_S, "0")
+    monkeypatch.setattr(report, "_warned", set(), raising=False)
+    writer = EventWriter(tmp_path, 0)
+    try:
+        report.step(RaisingIndex(), loss=1.0)  # type: ignore[arg-type]
+        report.checkpoint(RaisingIndex(), "x.pt")  # type: ignore[arg-type]
+        report.checkpoint(5, RaisingPath())  # type: ignore[arg-type]
+        events_file = writer._file
+        writer._file = open("/dev/full", "w", buffering=1)  # noqa: SIM115 - each write fails with ENOSPC
+        try:
+            report.step(6, loss=0.5)  # before: OSError from the warning about the step the disk refused
+            report.flush()
+            report.checkpoint(6, "x.pt")  # before: OSError raised into the script
+        finally:
+            writer._file, full = events_file, writer._file
+            with contextlib.suppress(OSError):  # closed even though its last flush fails
+                full.close()
+    finally:
+        writer.close()
