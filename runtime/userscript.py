@@ -20,6 +20,7 @@ import faulthandler
 import os
 import runpy
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -131,16 +132,32 @@ def local_rank_option(script: str) -> str | None:
         return LOCAL_RANK_FLAGS[0][:-1]
     if not found:
         for module in _code_beside(path.resolve().parent):
-            try:
-                with module.open("rb") as handle:
-                    code = handle.read(SCAN_BYTES + 1)
-            except OSError:
+            code = _read_module(module)
+            if code is None:
                 continue
             # a bigger file is data or generated code, not the script's options
             if len(code) <= SCAN_BYTES:
                 found |= _declared_spellings(code) or set()
     # "--local-rank" sorts first: what the launcher says
     return min(found) if found else None
+
+
+def _read_module(module: Path) -> bytes | None:
+    """The first SCAN_BYTES + 1 bytes of the regular file `module`; None for anything else (a FIFO named
+    x.py is never waited on) or where it cannot be read."""
+    try:
+        fd = os.open(module, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(SCAN_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _declared_spellings(code: bytes) -> set[str] | None:

@@ -91,6 +91,15 @@ def test_torch_launch_local_rank_reaches_a_script_whose_options_are_declared_bes
     assert result.stdout.strip() == "['script.py', '--local-rank=1', '--x']"
 
 
+def test_a_fifo_named_like_a_module_beside_the_script_is_never_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.py")  # before: opening it to look for --local-rank waited for a writer forever
+    (tmp_path / "options").mkdir()
+    (tmp_path / "options" / "cli.py").write_text(textwrap.dedent(PARSES_LOCAL_RANK.format(option="--local-rank")))
+    result = run_shim(tmp_path, "import sys; print(sys.argv)", "--local-rank=1", "script.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['script.py', '--local-rank=1']"
+
+
 # beside the project's runtime/, as in a rendered project: its own mention of the option does not count
 @pytest.mark.parametrize("beside", ["alone", "in-a-project"])
 def test_torch_launch_local_rank_is_left_out_for_a_script_that_reads_the_environment(
