@@ -123,3 +123,17 @@ def test_a_submodule_and_a_nested_clone_are_copied_file_by_file_without_their_gi
     assert "third_party/lib/mod.py" in files and "vendor/util.py" in files and "vendor/.gitignore" in files
     assert not any(name.rstrip("/") in ("third_party/lib", "vendor") for name in files)
     assert not any("/.git/" in name or name.endswith("/.git") or name.endswith(".log") for name in files)
+
+
+def test_a_submodule_not_checked_out_is_listed_as_its_empty_folder(tmp_path: Path) -> None:
+    lib = folder(tmp_path / "lib", {"mod.py": "X = 1\n"})
+    git(lib, "init", "-q")
+    git(lib, "add", "-A")
+    git(lib, "commit", "-qm", "lib")
+    made = folder(tmp_path / "made", {"train.py": "print('train')\n"})
+    git(made, "init", "-q")
+    git(made, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "lib")
+    git(made, "add", "-A")
+    git(made, "commit", "-qm", "project")
+    git(tmp_path, "clone", "-q", str(made), "cloned")  # without --recurse-submodules: lib/ stays empty
+    assert copy_list(tmp_path / "cloned").files == (".gitmodules", "lib", "train.py")

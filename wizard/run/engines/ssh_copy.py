@@ -145,7 +145,8 @@ def _expanded(project: Path, names: set[str], depth: int = 0) -> set[str]:
     for name in names:
         folder = name.rstrip("/")
         try:
-            nested = stat.S_ISDIR(os.lstat(project / folder).st_mode)  # a link to a folder is copied as a link
+            # a link to a folder is copied as a link; a submodule not checked out (no .git) as its empty folder
+            nested = stat.S_ISDIR(os.lstat(project / folder).st_mode) and os.path.lexists(project / folder / ".git")
         except OSError:
             nested = False
         if not nested:
