@@ -15,11 +15,14 @@ from runtime.provenance import HIDDEN, REDACTED
 from runtime.status import ENV_STATUS_TOKEN
 
 WORDS = r"(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
+# starts where a run of name characters starts: a match from inside a run would be one from its start anyway,
+# and trying every start of a long run (a line of progress dots) took time quadratic in its length
 NAME = rf"[A-Za-z0-9_.-]*{WORDS}[A-Za-z0-9_.-]*"
+AT_START = r"(?<![A-Za-z0-9_.-])"
 # the value: the marker itself, a quoted string (all of it, spaces included), or a word
 VALUE = rf"""(?P<value>{re.escape(REDACTED)}|"[^"\n]*"|'[^'\n]*'|[^\s'",;}}\]]+)"""
 # a name that says a secret, an optional closing quote, = or :, then the value
-ASSIGNMENT = re.compile(rf"(?P<name>{NAME})(?P<sep>['\"]?\s*[=:]\s*['\"]??){VALUE}", re.IGNORECASE)
+ASSIGNMENT = re.compile(rf"(?P<name>{AT_START}{NAME})(?P<sep>['\"]?\s*[=:]\s*['\"]??){VALUE}", re.IGNORECASE)
 # a command line's option that says a secret, then its value as the next word: --api-key VALUE
 OPTION = re.compile(rf"(?P<name>(?<![^\s'\"(\[,])--?{NAME})(?P<sep>\s+)(?!-){VALUE}", re.IGNORECASE)
 NOT_SECRETS = ("error", "exception")  # KeyError: 'lr' says which key, not a secret
