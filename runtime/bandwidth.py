@@ -180,12 +180,15 @@ def _collective(
     part = max(1, size // 4 // world)
     given = torch.zeros(part, dtype=torch.float32, device=target)
     gathered = torch.zeros(part * world, dtype=torch.float32, device=target)
-    # gloo has no all_gather_into_tensor on older torch: views of one buffer
-    if backend == "gloo":
-        views = list(gathered.chunk(world))
-        run: Op = lambda: dist.all_gather(views, given)  # noqa: E731
-    else:
-        run = lambda: dist.all_gather_into_tensor(gathered, given)  # noqa: E731
+    views = list(gathered.chunk(world))
+
+    def run() -> None:
+        # gloo has no all_gather_into_tensor on older torch: views of one buffer
+        if backend == "gloo":
+            dist.all_gather(views, given)
+        else:
+            dist.all_gather_into_tensor(gathered, given)
+
     return Collective(run, gathered, gathered.numel() * 4)
 
 

@@ -237,8 +237,10 @@ def link_lines(
     against = f"{slow['below_median_pct']:.0f}% below the median node link ({rate_text(slow['median_GBps'])} GB/s)"
     if not slow["named"]:
         return lines + [
-            f"  no slow link: the slowest, {where}, is {against}; "
-            f"a link is named when more than {SLOW_LINK_BELOW:.0%} below"
+            (
+                f"  no slow link: the slowest, {where}, is {against}; "
+                f"a link is named when more than {SLOW_LINK_BELOW:.0%} below"
+            )
         ]
     if slow["device"] is not None:
         lines.append(f"  SLOW LINK: {place_text(slow['device'])}'s: {where}, {against}")

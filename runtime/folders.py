@@ -15,6 +15,13 @@ GITIGNORE_TEXT = "# npu-wizard's run output: git leaves this folder out (git add
 
 def keep_out_of_git(folder: Path) -> None:
     """Write `folder`/.gitignore ignoring everything in the folder, unless it has one."""
+    path = Path(folder) / ".gitignore"
     with contextlib.suppress(FileExistsError):
-        with (Path(folder) / ".gitignore").open("x") as handle:
-            handle.write(GITIGNORE_TEXT)
+        try:
+            with path.open("x") as handle:
+                handle.write(GITIGNORE_TEXT)
+        except OSError:
+            # a full disk: an empty .gitignore would be taken as ours and never written again
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise

@@ -11,6 +11,7 @@ own lines take the ports from here, so they follow whichever variable a node has
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ def parse_ports(variable: str, value: str) -> tuple[tuple[int, int], ...] | None
             )
         ranges.append((low, high))
     ranges.sort()
-    for (first, last), (low, high) in zip(ranges, ranges[1:], strict=False):
+    for (first, last), (low, high) in itertools.pairwise(ranges):
         if low <= last:  # CANN: the ports and ranges between commas may not overlap
             raise ValueError(
                 f"{variable}={value!r}: {_span(first, last)} and {_span(low, high)} overlap, which CANN "

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -80,14 +81,10 @@ def new_run_dir(project: Path) -> Path:
                 f"cannot make a run folder under {project / 'runs'} ({error.strerror}), so nothing was started: "
                 f"{write_advice(error)}, then run again"
             ) from None
-        try:
+        # runs/.gitignore keeps the run out of git status; a disk too full for it fails at run.json next,
+        # where the run folder is removed again and the reason said
+        with contextlib.suppress(OSError):
             keep_out_of_git(candidate.parent)
-        except OSError as error:
-            candidate.rmdir()
-            raise TargetError(
-                f"cannot write {candidate.parent / '.gitignore'} ({error.strerror}), so nothing was started: "
-                f"{write_advice(error)}, then run again"
-            ) from None
         return candidate
     raise TargetError(f"cannot make a run folder under {project / 'runs'}")
 
