@@ -80,6 +80,34 @@ def render_cpu(
     return render(resolve(raw), tmp_path).project_dir
 
 
+def render_own_one_rank(tmp_path: Path, name: str, script: str, text: str) -> Path:
+    """A one-rank CPU project (shell launcher) whose ranks run the user's own `script`, written with `text`."""
+    raw = {
+        "project_name": name,
+        "device": "cpu",
+        "nodes": 1,
+        "devices_per_node": 1,
+        "launcher": "shell",
+        "amp": "off",
+        "network.master_port": free_port(),
+        "training.script": script,
+    }
+    project = render(resolve(raw), tmp_path).project_dir
+    (project / script).write_text(text)
+    return project
+
+
+def npu_wizard_run_plain(project: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`npu-wizard run PROJECT --plain --interval 1 ARGS` to its end, as a user starts it."""
+    return subprocess.run(
+        [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--interval", "1", *args],
+        env=node_env(project / "runs" / "unused"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def node_env(run_dir: Path, **extra: str) -> dict[str, str]:
     """The environment a user's shell would give the launch scripts, with this venv first on PATH."""
     return {

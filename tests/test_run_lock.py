@@ -10,15 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.runs import clean_up, free_port, node_env, run_dirs, start_runner, wait_for
+from tests.runs import clean_up, npu_wizard_run_plain, render_own_one_rank, run_dirs, start_runner, wait_for
 from tests.test_update import edit_answers, files_of, kill, start_paused_update, update
-from wizard.answers.model import resolve
-from wizard.render.render import render
 
 GATED_SCRIPT = """\
 import time
@@ -33,31 +30,13 @@ START_S = 120
 
 
 def render_gated(tmp_path: Path) -> Path:
-    """One rank on the CPU running the user's `gated.py`, which ends once the project holds a file `gate`."""
-    raw = {
-        "project_name": "gated",
-        "device": "cpu",
-        "nodes": 1,
-        "devices_per_node": 1,
-        "launcher": "shell",
-        "amp": "off",
-        "network.master_port": free_port(),
-        "training.script": "gated.py",
-    }
-    project = render(resolve(raw), tmp_path).project_dir
-    (project / "gated.py").write_text(GATED_SCRIPT)
-    return project
+    """One rank on the CPU running the user's `gated.py` (tests/runs.py's render_own_one_rank)."""
+    return render_own_one_rank(tmp_path, "gated", "gated.py", GATED_SCRIPT)
 
 
 def npu_wizard_run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`npu-wizard run PROJECT --plain ARGS` to its end."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--interval", "1", *args],
-        env=node_env(project / "runs" / "unused"),
-        capture_output=True,
-        text=True,
-        timeout=START_S,
-    )
+    return npu_wizard_run_plain(project, *args, timeout=START_S)
 
 
 def rank_waiting(project: Path) -> Path | None:

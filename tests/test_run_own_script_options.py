@@ -7,13 +7,10 @@ runs through `npu-wizard run` with the shell launcher, one rank on the CPU.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.runs import free_port, node_env, run_dirs
-from wizard.answers.model import resolve
+from tests.runs import npu_wizard_run_plain, render_own_one_rank, run_dirs
 from wizard.cli import build_run_parser
-from wizard.render.render import render
 
 OWN_SCRIPT = """\
 import argparse
@@ -30,31 +27,13 @@ print("saved own-checkpoints/latest.pt")
 
 
 def render_own_script(tmp_path: Path) -> Path:
-    """One rank on the CPU, the shell launcher, running the user's own `mine.py` (argparse, its own checkpoint)."""
-    raw = {
-        "project_name": "own",
-        "device": "cpu",
-        "nodes": 1,
-        "devices_per_node": 1,
-        "launcher": "shell",
-        "amp": "off",
-        "network.master_port": free_port(),
-        "training.script": "mine.py",
-    }
-    project = render(resolve(raw), tmp_path).project_dir
-    (project / "mine.py").write_text(OWN_SCRIPT)
-    return project
+    """One rank on the CPU running the user's `mine.py` (tests/runs.py's render_own_one_rank)."""
+    return render_own_one_rank(tmp_path, "own", "mine.py", OWN_SCRIPT)
 
 
 def npu_wizard_run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`npu-wizard run PROJECT --plain ARGS` as a user starts it."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--interval", "1", *args],
-        env=node_env(project / "runs" / "unused"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """`npu-wizard run PROJECT --plain ARGS` to its end."""
+    return npu_wizard_run_plain(project, *args, timeout=300)
 
 
 def test_epochs_is_refused_for_a_users_script_before_anything_starts(tmp_path: Path) -> None:
