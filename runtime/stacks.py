@@ -1,0 +1,217 @@
+"""Where this rank is now: every thread's Python stack and its last collectives.
+
+`snapshot()` is what a rank answers when the runner asks why the job is stuck.
+It runs on a thread of the runtime, not the training thread: a rank waiting in
+a collective holds no GIL, so this thread can read the other threads' frames
+(sys._current_frames) and the process group's flight recorder while the main
+thread waits. Everything is bounded: MAX_THREADS threads, the MAX_FRAMES
+innermost frames of each, the MAX_COLLECTIVES newest collectives.
+
+The flight recorder is torch's record of each collective a process group ran
+(sequence number, operation, sizes, dtypes, state). It records only when its
+buffer is sized before the process group is made: `enable_recorder()` sets
+TORCH_FR_BUFFER_SIZE to RECORDER_ENTRIES unless the user set it. With gloo it
+records an entry when a collective is called and marks it `retired` when it
+completes; with NCCL it also says scheduled / started / completed.
+
+The record a snapshot returns (one JSON object; the runner writes it to
+hang/rank-N.json and its text to hang/rank-N.txt):
+
+    {"rank": 3, "pid": 4242, "time": 1790000000.0, "host": "node-1",
+     "threads": [{"name": "MainThread", "main": true,
+                  "frames": [{"file": ".../train.py", "line": 118,
+                              "function": "load_batch", "code": "..."}, ...]},
+                 ...],                      # main thread first, frames outermost first
+     "collectives": {"source": "torch", "backend": "gloo",
+                     "entries": [{"seq": 411, "op": "all_reduce", "group": "0",
+                                  "sizes": [[1000]], "dtypes": ["Float"],
+                                  "bytes": 4000, "state": "completed"}, ...],
+                     "last_entered": 411, "last_completed": 411},
+                    # or {"source": null, "why": "no process group"}
+     "recorder_dump": "<the recorder's own JSON, at most MAX_DUMP_BYTES>"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+ENV_RECORDER = "TORCH_FR_BUFFER_SIZE"
+# collectives kept by torch's ring buffer, a few hundred bytes each
+RECORDER_ENTRIES = 2000
+MAX_THREADS = 32
+MAX_FRAMES = 48
+MAX_COLLECTIVES = 32
+MAX_DUMP_BYTES = 1 << 20
+MAX_CODE_CHARS = 200
+# bytes per element of the dtype names the recorder writes
+DTYPE_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
+    "Short": 2, "Char": 1, "Byte": 1, "Bool": 1,
+}  # fmt: skip
+# the states a recorder entry can be in, in order
+SCHEDULED, STARTED, COMPLETED = "scheduled", "started", "completed"
+
+
+def enable_recorder(env: MutableMapping[str, str] = os.environ) -> None:
+    """Size torch's flight recorder buffer, unless the user chose a size (0 turns it off)."""
+    env.setdefault(ENV_RECORDER, str(RECORDER_ENTRIES))
+
+
+def snapshot(rank: int) -> dict[str, Any]:
+    """This rank's threads and collectives now (see the module's text for the record)."""
+    collectives, dump = recorder_entries()
+    return {
+        "rank": rank,
+        "pid": os.getpid(),
+        "time": time.time(),
+        "host": socket.gethostname(),
+        "threads": thread_stacks(),
+        "collectives": collectives,
+        "recorder_dump": dump,
+    }
+
+
+def thread_stacks() -> list[dict[str, Any]]:
+    """Every thread's Python stack but this one's, the main thread first."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    main = threading.main_thread().ident
+    here = threading.get_ident()
+    frames = sys._current_frames()
+    order = sorted(frames, key=lambda ident: (ident != main, names.get(ident, "")))
+    threads = []
+    for ident in order:
+        if ident == here:
+            continue
+        stack = traceback.extract_stack(frames[ident])[-MAX_FRAMES:]
+        threads.append(
+            {
+                "name": names.get(ident, f"thread {ident}"),
+                "main": ident == main,
+                "frames": [_frame(frame) for frame in stack],
+            }
+        )
+    return threads[:MAX_THREADS]
+
+
+def _frame(frame: traceback.FrameSummary) -> dict[str, Any]:
+    return {
+        "file": frame.filename,
+        "line": frame.lineno,
+        "function": frame.name,
+        "code": (frame.line or "")[:MAX_CODE_CHARS],
+    }
+
+
+def recorder_entries() -> tuple[dict[str, Any], str | None]:
+    """The newest collectives from torch's flight recorder, and its own dump (bounded)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {"source": None, "why": "torch is not imported"}, None
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return {"source": None, "why": "no process group"}, None
+    if not os.environ.get(ENV_RECORDER, "0").strip("0"):
+        return {"source": None, "why": f"{ENV_RECORDER} is 0 or unset"}, None
+    dump_json = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
+    if dump_json is None:
+        return {"source": None, "why": "this torch has no flight recorder"}, None
+    try:
+        text = dump_json(True, False)
+        dump = json.loads(text)
+    except (RuntimeError, ValueError) as error:
+        return {"source": None, "why": f"the flight recorder failed: {error}"}, None
+    return read_dump(dump, backend=str(dist.get_backend())), text[-MAX_DUMP_BYTES:]
+
+
+def read_dump(dump: Mapping[str, Any], backend: str) -> dict[str, Any]:
+    """The recorder's JSON dump as the snapshot's `collectives`."""
+    entries = [_entry(entry) for entry in dump.get("entries") or []]
+    entries = [entry for entry in entries if entry is not None]
+    entries.sort(key=lambda entry: (entry["group"], entry["seq"]))
+    entered = [entry["seq"] for entry in entries if entry["group"] == "0"]
+    completed = [
+        entry["seq"]
+        for entry in entries
+        if entry["group"] == "0" and entry["state"] == COMPLETED
+    ]
+    return {
+        "source": "torch",
+        "backend": backend,
+        "entries": entries[-MAX_COLLECTIVES:],
+        "last_entered": max(entered, default=None),
+        "last_completed": max(completed, default=None),
+    }
+
+
+def _entry(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    seq = entry.get("collective_seq_id")
+    if not isinstance(seq, int) or entry.get("is_p2p"):
+        return None
+    name = str(entry.get("profiling_name", ""))
+    sizes = entry.get("input_sizes") or []
+    dtypes = entry.get("input_dtypes") or []
+    state = str(entry.get("state", SCHEDULED))
+    # gloo leaves `scheduled` and retires the entry once it is done
+    if entry.get("retired") and state != COMPLETED:
+        state = COMPLETED
+    return {
+        "seq": seq,
+        "op": name.rpartition(":")[2] or name,
+        "group": str(entry.get("pg_id", "")),
+        "sizes": sizes,
+        "dtypes": dtypes,
+        "bytes": _bytes(sizes, dtypes),
+        "state": state,
+    }
+
+
+def _bytes(sizes: list[Any], dtypes: list[Any]) -> int | None:
+    total = 0
+    for shape, dtype in zip(sizes, dtypes, strict=False):
+        width = DTYPE_BYTES.get(str(dtype))
+        if width is None or not isinstance(shape, list):
+            return None
+        count = 1
+        for extent in shape:
+            count *= int(extent)
+        total += count * width
+    return total
+
+
+def as_text(record: Mapping[str, Any]) -> str:
+    """A snapshot as the lines of hang/rank-N.txt: collectives first, then each thread."""
+    lines = [
+        f"rank {record.get('rank')} (pid {record.get('pid')} on {record.get('host')})"
+    ]
+    collectives = record.get("collectives") or {}
+    if collectives.get("source"):
+        lines.append(
+            f"collectives ({collectives.get('backend')}): last entered "
+            f"#{collectives.get('last_entered')}, last completed "
+            f"#{collectives.get('last_completed')}"
+        )
+        for entry in collectives.get("entries", [])[-8:]:
+            lines.append(
+                f"  #{entry['seq']} {entry['op']} group {entry['group']} "
+                f"{entry['sizes']} {entry['dtypes']} {entry['state']}"
+            )
+    else:
+        lines.append(f"collectives: not recorded ({collectives.get('why')})")
+    for thread in record.get("threads", []):
+        main = " (main)" if thread.get("main") else ""
+        lines.append(f"\nthread {thread.get('name')}{main}, innermost last:")
+        for frame in thread.get("frames", []):
+            lines.append(
+                f'  File "{frame["file"]}", line {frame["line"]}, in {frame["function"]}'
+            )
+            if frame.get("code"):
+                lines.append(f"    {frame['code']}")
+    return "\n".join(lines) + "\n"
