@@ -22,6 +22,7 @@ class Intake:
         self.run_dir = run_dir
         self.server: StatusServer | None = None
         self.local_ranks: set[int] = set()  # the engine says which nodes run here, once started
+        self.stale_pids: set[int] = set()  # the ranks of an earlier attempt of the job (run --restarts)
         self._followers = [RegularFollower(run_dir), RegularFollower(run_dir / REMOTE_DIR)]
 
     def ingest(self) -> None:
@@ -31,7 +32,7 @@ class Intake:
         if self.server is None:
             return
         for event in self.server.drain():
-            if event["event"] == LOST and self._still_running_here(event):
+            if event["event"] == LOST and (self._still_running_here(event) or event.get("pid") in self.stale_pids):
                 continue  # its connection did not come back, but the process is alive: the hang check watches it
             self.state.ingest(event)
             if event["rank"] not in self.local_ranks:
