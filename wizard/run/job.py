@@ -13,6 +13,8 @@ protocol wizard.monitor defines.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -30,6 +32,7 @@ from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
+from wizard.run.attempts import Attempts, keep_logs, node_health
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
 from wizard.run.engines import Engine, Launch, engine_for
@@ -51,14 +54,7 @@ class Job:
         self.engine: Engine = engine_for(self.answers)
         self.nodes = list(self.engine.nodes_to_start(self.answers, options.node, options.all_nodes))
         self.clock = clock
-        start_deadline = options.start_timeout or self.answers["network.connect_timeout"] + START_MARGIN_S
-        self.state = JobState(
-            self.answers.world_size,
-            hang_after=options.hang_after,
-            clock=clock,
-            nodes=self.answers["nodes"],
-            start_deadline=start_deadline,
-        )
+        self.state = self._new_state()
         # the ranks present it to node 0's status stream; every node's runner must hand its ranks the same one
         self.status_token = {**os.environ, **options.env}.get(ENV_STATUS_TOKEN) or secrets.token_hex(16)
         self.run_dir = new_run_dir(self.project)
@@ -75,8 +71,9 @@ class Job:
         self.summary: dict | None = None
         self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
         self.intake = Intake(self.state, self.run_dir)
-        if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
-            self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
+        restarts = options.restarts if options.restarts is not None else self.answers.get("run.restarts") or 0
+        self.attempts = Attempts(restarts, clock=clock)
+        self.submitted_launch: Launch | None = None  # what the engine was given, status stream included
         note = restart_note(self.answers["launcher"], options.max_restarts)
         if note:
             self.notes.append(note)
@@ -88,6 +85,21 @@ class Job:
                 else f"warning: {ENV_STATUS_TOKEN} is not set, so node 0's monitor will refuse this node's ranks: "
                 "export the token node 0's runner printed"
             )
+
+    def _new_state(self) -> JobState:
+        """An empty state for an attempt of the job."""
+        options = self.options
+        start_deadline = options.start_timeout or self.answers["network.connect_timeout"] + START_MARGIN_S
+        state = JobState(
+            self.answers.world_size,
+            hang_after=options.hang_after,
+            clock=self.clock,
+            nodes=self.answers["nodes"],
+            start_deadline=start_deadline,
+        )
+        if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
+            state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
+        return state
 
     # ---- start ---------------------------------------------------------------------
 
@@ -121,6 +133,7 @@ class Job:
         except OSError as error:  # nothing started yet: the run folder goes, empty but for what failed
             shutil.rmtree(self.run_dir, ignore_errors=True)
             raise TargetError(_cannot_write(self.run_dir / RUN_FILE, error, ", so nothing was started")) from None
+        self.submitted_launch = launch
         self.job_id = self.engine.submit(launch)
         self.submitted = True  # from here on the job's processes exist: whatever ends the runner must stop them
         try:
@@ -156,7 +169,10 @@ class Job:
         """Read what happened since the last tick; return the outcome once the job ended."""
         if self.outcome is not None:
             return self.outcome
+        if self.attempts.waiting:
+            return self._restart_when_healthy()
         self.intake.look(self.clock())
+        self.attempts.note_progress(self.state)
         description = self.engine.describe()
         self._note_launchers(description.exit_codes)
         self.engine_lines.extend(self.engine.stream())
@@ -172,8 +188,8 @@ class Job:
         cause = self.state.root_cause()
         if self.options.max_restarts == 0 and cause is not None and not self._launcher_yet_to_say(cause, codes):
             return self._fail(self.intake.settled_root_cause())
-        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
-            return self._end("hung", hang_failure(self.state, self.clock()))
+        if self._hang_ends_attempt():
+            return self._failed("hung", hang_failure(self.state, self.clock()))
         if description.state == ENDED:
             self.intake.ingest()
             if codes and all(code == 0 for code in codes.values()):
@@ -216,8 +232,86 @@ class Job:
         # on another host (ssh) the log is there, not in this run folder: HOST:PATH
         return launcher_failure(self.run_dir, self.engine.node_log(self.launch(), node), node, code, self.clock())
 
-    def _fail(self, failure: Failure | None) -> str:
-        return self._end("failed", failure)
+    def _fail(self, failure: Failure | None) -> str | None:
+        return self._failed("failed", failure)
+
+    def _hang_ends_attempt(self) -> bool:
+        """True at a hang that --abort-on-hang ends, or that --restarts restarts (a stalled or hung rank)."""
+        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
+            return True
+        restarts_left = self.attempts.restarts < self.attempts.allowed
+        return restarts_left and bool(self.state.hung() or self.state.stalled())
+
+    # ---- restart (wizard/run/attempts.py) --------------------------------------------
+
+    def _failed(self, outcome: str, failure: Failure | None) -> str | None:
+        """End the job, or, where --restarts allows and a restart can fix it, stop it to start it again."""
+        refusal = self.attempts.refusal(outcome, failure, self.state)
+        if refusal is not None:
+            self.attempts.current.refused = refusal or None
+            return self._end(outcome, failure)
+        # issue 28: at a hang, every rank's stacks are collected here, before anything stops
+        self.state.stopping()
+        self._stop_processes()
+        self.intake.settled_root_cause()  # what the stopped ranks said last, into this attempt's state
+        now = self.clock()
+        wait = self.attempts.failed(failure, self.state, now)
+        attempt = self.attempts.current
+        kept = keep_logs(self.run_dir, attempt.number)
+        self.engine_lines.append(
+            f"RESTART {attempt.number} of {self.attempts.allowed}: attempt {attempt.number} failed at step "
+            f"{attempt.failed_at_step}: {attempt.cause}; every node stopped"
+            f"{f', its logs kept in {kept}' if kept else ''}; starting the whole job again in {wait:g}s "
+            "from the newest checkpoint every rank can load"
+        )
+        return None
+
+    def _restart_when_healthy(self) -> str | None:
+        """Between two attempts: once the backoff is over and the failed node is healthy, start the job again."""
+        now = self.clock()
+        attempts = self.attempts
+        if attempts.restart_at is None or now < attempts.restart_at:
+            return None
+        failed = self.attempts.current
+        node = self.state.node_of(self.failure_rank) if self.failure_rank is not None else None
+        nodes = [node] if node is not None and node in self.engine.local_nodes() else []
+        pids = [view.pid for view in self.state.ranks.values() if view.pid is not None]
+        problems = [p for n in nodes for p in node_health(self.run_dir, self.answers, n, pids)]
+        if not nodes:  # a remote node or none named: what this host can see of the job
+            problems = node_health(self.run_dir, self.answers, -1, pids)
+        if problems:
+            if attempts.deadline is not None and now >= attempts.deadline:
+                said = f"node {node}" if node is not None else "this host"
+                failure = Failure(
+                    None, node, now, "restart", f"{said} was not healthy again in time: {'; '.join(problems)}"
+                )
+                self.attempts.current.refused = f"not restarted: {failure.summary}"
+                return self._end("failed", failure)
+            return None
+        self._start_again(failed.number + 1)
+        return None
+
+    @property
+    def failure_rank(self) -> int | None:
+        """The rank whose failure ended the last attempt, when one did."""
+        cause = self.state.root_cause()
+        return cause.rank if cause is not None else None
+
+    def _start_again(self, number: int) -> None:
+        """Start attempt `number`: a fresh state and engine, the same run folder, status stream and token."""
+        old_pids = {view.pid for view in self.state.ranks.values() if view.pid is not None}
+        self.nodes = self.attempts.next_nodes(self.nodes, self.state.root_cause())
+        self.state = self._new_state()
+        self.intake.state = self.state
+        self.intake.stale_pids |= old_pids
+        self.engine = engine_for(self.answers)
+        launch = self.submitted_launch or self.launch()
+        self.attempts.started_again(self.clock())
+        self.engine_lines.append(f"attempt {number}: starting node(s) {', '.join(map(str, self.nodes))} again")
+        self.job_id = self.engine.submit(replace(launch, nodes=tuple(self.nodes)))
+        with contextlib.suppress(OSError):  # run.json names the first attempt's job otherwise: no harm
+            info = json.loads((self.run_dir / RUN_FILE).read_text())
+            write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id, "attempt": number})
 
     # ---- stop ----------------------------------------------------------------------
 
@@ -265,6 +359,9 @@ class Job:
         self.engine_lines.extend(self.engine.stream())
         self.outcome, self.failure, self.ended_at = outcome, failure, self.clock()
         self.intake.close()
+        if not self.attempts.waiting:
+            self.attempts.ended(outcome, failure, self.state, self.ended_at)
+        self.attempts.restart_at = None
         self.summary = summarize(
             self.state,
             started_at=self.started_at,
@@ -278,6 +375,8 @@ class Job:
         self.summary["never_reported"] = sorted(r for r in visible if self.state.ranks[r].last_seen is None)
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
+        self.summary["job_restarts"] = self.attempts.restarts
+        self.summary["attempts"] = self.attempts.records()
         try:
             write_json(self.run_dir / "summary.json", self.summary)
         except OSError as error:  # the summary is still printed; the run folder lacks it

@@ -36,6 +36,7 @@ class RunOptions:
     start_timeout: float | None = None  # None: HCCL_CONNECT_TIMEOUT + START_MARGIN_S
     abort_on_hang: bool = False
     max_restarts: int = 0
+    restarts: int | None = None  # the whole job's (wizard/run/attempts.py); None: the answers' run.restarts
     heartbeat: float = 2.0
     status_port: int | None = None
     grace: float = GRACE_SECONDS
