@@ -205,6 +205,13 @@ class EventWriter:
         """The rank finished training."""
         return self.emit("finished", step=self.step, epoch=self.epoch, **extra)
 
+    def preempted(self, *, step: int, signal: str | None, **extra: Any) -> Event:
+        """The rank saved a checkpoint of `step` on a stop signal and exits (runtime/preemption.py)."""
+        self.progress(step, self.epoch)
+        return self.emit(
+            "preempted", step=step, epoch=self.epoch, signal=signal, **extra
+        )
+
     def error(self, error: BaseException, **extra: Any) -> Event:
         """The rank failed: exception type, message and traceback."""
         # bounded, so the event stays one readable line on the status stream; the log has it all

@@ -104,6 +104,14 @@ def build_run_parser() -> argparse.ArgumentParser:
         "(other launchers have no restart mechanism)",
     )
     parser.add_argument(
+        "--save-grace",
+        type=_whole_number(0),
+        default=None,
+        metavar="S",
+        help="on Ctrl-C or SIGTERM, every rank is sent SIGTERM and saves a checkpoint at its next logged step; "
+        "what is still running S seconds later is killed (default 60; 0: kill at once, as on a failure)",
+    )
+    parser.add_argument(
         "--abort-on-hang",
         action="store_true",
         help="stop the job when a rank is hung (see --hang-after) or missing at the start-up deadline",
@@ -364,6 +372,7 @@ def _run(args: argparse.Namespace) -> int:
         start_timeout=args.start_timeout,
         max_restarts=args.max_restarts,
         status_port=args.status_port,
+        **({} if args.save_grace is None else {"save_grace": float(args.save_grace)}),
         train_args=train_args,
     )
     run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), report=args.report)

@@ -96,6 +96,13 @@ class ManualEngine(Engine):
         state = ENDED if codes and all(code is not None for code in codes.values()) else RUNNING
         return Description(state, codes)
 
+    def ask_to_save(self) -> bool:
+        """SIGTERM every process of the job (launch scripts, launchers, ranks): the ranks save and exit."""
+        if self.launch is None:
+            return False
+        procs.signal_all(procs.job_processes(self.launch.run_dir), signal.SIGTERM)
+        return True
+
     def cancel(self) -> None:
         """TERM each node's launcher (it stops its ranks), then KILL whatever of the job is left."""
         if self.launch is None:
