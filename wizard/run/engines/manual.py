@@ -97,10 +97,13 @@ class ManualEngine(Engine):
         return Description(state, codes)
 
     def ask_to_save(self) -> bool:
-        """SIGTERM every process of the job (launch scripts, launchers, ranks): the ranks save and exit."""
+        """SIGTERM each node's launch script, which passes it on once to its launcher or ranks: they save and exit.
+
+        Only the scripts: torchrun stops its workers on the first TERM, and a second one cuts that short.
+        """
         if self.launch is None:
             return False
-        procs.signal_all(procs.job_processes(self.launch.run_dir), signal.SIGTERM)
+        procs.signal_all((node.process.pid for node in self.processes), signal.SIGTERM)
         return True
 
     def cancel(self) -> None:

@@ -164,12 +164,12 @@ start_child() {
 }
 
 stop_children() {
-    # stop_children [GRACE]: TERM every remaining child, give them GRACE (default STOP_GRACE)
-    # seconds, then KILL the rest.
-    local pid deadline grace="${1:-$STOP_GRACE}"
+    # stop_children [GRACE] [SIGNAL]: send every remaining child SIGNAL (default TERM; 0: none),
+    # give them GRACE (default STOP_GRACE) seconds, then KILL the rest.
+    local pid deadline grace="${1:-$STOP_GRACE}" sig="${2:-TERM}"
     ((${#CHILDREN[@]} > 0)) || return 0
     for pid in "${!CHILDREN[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
+        kill -"$sig" "$pid" 2>/dev/null || true
     done
     deadline=$((SECONDS + grace))
     while ((SECONDS < deadline)); do
@@ -203,12 +203,18 @@ on_signal() {
     # on_signal NAME EXIT_CODE [GRACE]: stop everything and leave with EXIT_CODE, or with
     # PREEMPTED_EXIT where every rank of the node saved a checkpoint first.
     trap - INT TERM USR1
-    if (($# > 2)); then
-        echo "node $NODE_RANK: got SIG$1; asking ${#CHILDREN[@]} process(es) to save a checkpoint and stop (SIGTERM; killed after ${3}s)"
-    else
+    if (($# < 3)); then
         echo "node $NODE_RANK: got SIG$1; stopping ${#CHILDREN[@]} process(es)"
+        stop_children
+    elif [[ -n "${SLURM_STEP_ID:-}" ]]; then
+        # Slurm signalled every process of the job step itself (scancel --signal=TERM): a second
+        # TERM would cut torchrun's own stopping of its workers short
+        echo "node $NODE_RANK: got SIG$1; the ranks save a checkpoint at their next logged step and exit (killed after ${3}s)"
+        stop_children "$3" 0
+    else
+        echo "node $NODE_RANK: got SIG$1; asking ${#CHILDREN[@]} process(es) to save a checkpoint and stop (SIGTERM; killed after ${3}s)"
+        stop_children "$3"
     fi
-    stop_children "${3:-$STOP_GRACE}"
     preempted_ranks && exit "$PREEMPTED_EXIT"
     exit "$2"
 }
