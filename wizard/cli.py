@@ -116,6 +116,14 @@ def build_run_parser() -> argparse.ArgumentParser:
         "failing before its first step, a checkpoint that does not fit",
     )
     parser.add_argument(
+        "--save-grace",
+        type=_whole_number(0),
+        default=None,
+        metavar="S",
+        help="on Ctrl-C or SIGTERM, every rank is sent SIGTERM and saves a checkpoint at its next logged step; "
+        "what is still running S seconds later is killed (default 60; 0: kill at once, as on a failure)",
+    )
+    parser.add_argument(
         "--abort-on-hang",
         action="store_true",
         help="stop the job when a rank is hung (see --hang-after) or missing at the start-up deadline",
@@ -377,6 +385,7 @@ def _run(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         restarts=args.restarts,
         status_port=args.status_port,
+        **({} if args.save_grace is None else {"save_grace": float(args.save_grace)}),
         train_args=train_args,
     )
     run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), report=args.report)

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.errors import TargetError, write_advice
 from wizard.monitor.attach import RUN_FILE
@@ -41,7 +42,7 @@ from wizard.run.intake import Intake
 from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
 from wizard.run.smoke import print_smoke_report
 from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
-from wizard.stopping import STOP_SIGNALS, main_thread
+from wizard.stopping import STOP_SIGNALS, main_thread, stop_signals_raise
 
 
 class Job:
@@ -65,8 +66,10 @@ class Job:
         self.submitted = False
         self.started_at = clock()
         self.ended_at: float | None = None
-        self.outcome: str | None = None  # finished, failed, hung, interrupted
+        self.outcome: str | None = None  # finished, failed, hung, interrupted, preempted (every rank saved)
         self.stop_signal: int = signal.SIGINT  # what interrupted the job, for the exit code
+        self.stopped = False  # the user or a signal stopped the runner (not the ranks' own preemption)
+        self.say: Callable[[str], None] = lambda line: None  # a line for the user now (the plain view prints it)
         self.failure: Failure | None = None
         self.summary: dict | None = None
         self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
@@ -180,7 +183,13 @@ class Job:
         codes = description.exit_codes
         for node in (node for node, code in codes.items() if code == 0):
             self.state.launcher_succeeded(node)
-        failed_node = next((node for node, code in sorted(codes.items()) if code not in (None, 0)), None)
+        if codes and all(code is not None for code in codes.values()):
+            self.intake.ingest()  # each rank's last word, before its launcher's code is judged
+            if self.state.preempted() is not None:
+                return self._end("preempted", None)
+        # a node whose ranks saved on a stop signal exits PREEMPTED_EXIT: no failure, the others follow
+        ended = (None, 0, PREEMPTED_EXIT)
+        failed_node = next((node for node, code in sorted(codes.items()) if code not in ended), None)
         if failed_node is not None:
             return self._fail(
                 self.intake.settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node])
@@ -316,10 +325,38 @@ class Job:
     # ---- stop ----------------------------------------------------------------------
 
     def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
-        """Stop every process of the job now (the user or a signal asked); return the outcome."""
+        """Stop every process of the job (the user or a signal asked); return the outcome.
+
+        The ranks are first sent SIGTERM and given --save-grace seconds to save a
+        checkpoint at their next logged step and exit: the outcome is then
+        "preempted". Whatever still runs after that is killed.
+        """
         if self.outcome is None:
-            self.stop_signal = signum
+            self.stop_signal, self.stopped = signum, True
+            if outcome == "interrupted" and self._saved_on_stop():
+                outcome = "preempted"
         return self._end(outcome, None)
+
+    def _saved_on_stop(self) -> bool:
+        """Ask every rank to save and exit; wait up to the save grace for the job to end; True if all saved."""
+        grace = self.options.save_grace
+        if not self.submitted or grace <= 0 or not self.engine.ask_to_save():
+            return False
+        self.state.stopping()
+        self.say(
+            f"stopping: every rank was sent SIGTERM to save a checkpoint at its next logged step; "
+            f"what still runs in {grace:g} s is killed (--save-grace S; Ctrl-C again kills it now)"
+        )
+        deadline = time.monotonic() + grace
+        try:
+            with stop_signals_raise():
+                while time.monotonic() < deadline and self.engine.describe().state != ENDED:
+                    self.intake.look(self.clock())
+                    time.sleep(0.2)
+        except KeyboardInterrupt:
+            self.say("stopping: asked again: killing the job now")
+        self.intake.ingest()
+        return self.state.preempted() is not None
 
     def interrupted(self, signum: int) -> None:
         """A signal reached the runner: stop the job if it was submitted; before that there is nothing to stop."""
@@ -407,7 +444,15 @@ class Job:
 
     def raise_for_outcome(self) -> None:
         """Raise RunFailed or RunInterrupted unless the job finished."""
-        error = outcome_error(self.outcome, self.report(), self.run_dir, self.stop_signal, self.submitted)
+        preempted = (self.summary or {}).get("preempted")
+        error = outcome_error(
+            self.outcome,
+            self.report(),
+            self.run_dir,
+            self.stop_signal if self.stopped else None,
+            self.submitted,
+            preempted_step=preempted["step"] if preempted else None,
+        )
         if error is not None:
             raise error
 
