@@ -29,19 +29,34 @@ hang/rank-N.json and its text to hang/rank-N.txt):
                      "last_entered": 411, "last_completed": 411},
                     # or {"source": null, "why": "no process group"}
      "recorder_dump": "<the recorder's own JSON, at most MAX_DUMP_BYTES>"}
+
+`install(run_dir, rank)`, called where a rank starts and before its process
+group is made (the generated train.py, runtime/userscript.py), sizes the
+recorder, has the rank answer the runner's "stacks" ask on the status stream
+(runtime/status.py), and registers faulthandler on FAULT_SIGNAL (SIGUSR2:
+SIGUSR1 is the preemption's "save and stop", SIGTERM and SIGINT stop, and no
+launcher here uses SIGUSR2) to write every thread's C-level Python stack into
+logs/rank-N.stacks.txt: the fallback for a rank that cannot answer because a
+thread holds the GIL. A stopped process (SIGSTOP) runs the handler only once
+it is continued.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
+
+from runtime import status
 
 ENV_RECORDER = "TORCH_FR_BUFFER_SIZE"
 # collectives kept by torch's ring buffer, a few hundred bytes each
@@ -58,6 +73,34 @@ DTYPE_BYTES = {
 }  # fmt: skip
 # the states a recorder entry can be in, in order
 SCHEDULED, STARTED, COMPLETED = "scheduled", "started", "completed"
+ASK = "stacks"
+FAULT_SIGNAL = signal.SIGUSR2
+_fault_file: IO[str] | None = None  # kept open: faulthandler writes to its descriptor
+
+
+def fault_path(run_dir: Path, rank: int) -> Path:
+    """Where a rank's faulthandler writes its stacks on FAULT_SIGNAL."""
+    return Path(run_dir) / "logs" / f"rank-{rank}.stacks.txt"
+
+
+def install(run_dir: Path, rank: int) -> None:
+    """Make this rank able to say where it is: recorder on, the "stacks" ask answered, faulthandler on SIGUSR2."""
+    global _fault_file
+    enable_recorder()
+    status.on_ask(ASK, lambda ask: snapshot(rank))
+    path = fault_path(run_dir, rank)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a", encoding="utf-8")
+    except OSError as error:  # the ask still works; only the fallback is missing
+        print(
+            f"npu-wizard: cannot open {path} for stack dumps ({error})", file=sys.stderr
+        )
+        return
+    if _fault_file is not None:
+        _fault_file.close()
+    _fault_file = handle
+    faulthandler.register(FAULT_SIGNAL, file=handle, all_threads=True, chain=False)
 
 
 def enable_recorder(env: MutableMapping[str, str] = os.environ) -> None:
@@ -111,13 +154,32 @@ def _frame(frame: traceback.FrameSummary) -> dict[str, Any]:
 
 
 def recorder_entries() -> tuple[dict[str, Any], str | None]:
-    """The newest collectives from torch's flight recorder, and its own dump (bounded)."""
+    """The newest collectives from the backend's flight recorder, and its own dump (bounded)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return {"source": None, "why": "torch is not imported"}, None
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()):
         return {"source": None, "why": "no process group"}, None
+    backend = str(dist.get_backend())
+    if backend == "hccl":
+        return hccl_recorder_entries()
+    return torch_recorder_entries(torch, backend)
+
+
+def hccl_recorder_entries() -> tuple[dict[str, Any], str | None]:
+    """HCCL's collectives from torch_npu's own recorder (TORCH_HCCL_* variables): not read yet.
+
+    The hook for torch_npu: which releases offer a recorder and how it is
+    dumped is being verified separately; until then an HCCL rank says so.
+    """
+    return {"source": None, "why": "torch_npu's HCCL recorder is not read yet"}, None
+
+
+def torch_recorder_entries(
+    torch: Any, backend: str
+) -> tuple[dict[str, Any], str | None]:
+    """torch's own flight recorder (gloo, NCCL), read through its JSON dump."""
     if not os.environ.get(ENV_RECORDER, "0").strip("0"):
         return {"source": None, "why": f"{ENV_RECORDER} is 0 or unset"}, None
     dump_json = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
@@ -128,7 +190,7 @@ def recorder_entries() -> tuple[dict[str, Any], str | None]:
         dump = json.loads(text)
     except (RuntimeError, ValueError) as error:
         return {"source": None, "why": f"the flight recorder failed: {error}"}, None
-    return read_dump(dump, backend=str(dist.get_backend())), text[-MAX_DUMP_BYTES:]
+    return read_dump(dump, backend=backend), text[-MAX_DUMP_BYTES:]
 
 
 def read_dump(dump: Mapping[str, Any], backend: str) -> dict[str, Any]:

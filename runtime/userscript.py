@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from runtime import events, preemption, report
+from runtime import events, preemption, report, stacks
 
 USAGE = "usage: python -m runtime.userscript SCRIPT [ARGS...]"
 # torch.distributed.launch puts this before the module's own arguments: it belongs to the script
@@ -307,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         all_threads=True
     )  # a native crash leaves its Python stack in the log
     recorder = events.EventWriter(run_dir, who.rank)
+    # before the script makes its process group: the recorder is sized then or never
+    stacks.install(run_dir, who.rank)
     recorder.started(
         local_rank=who.local_rank,
         node=who.node,

@@ -33,6 +33,7 @@ from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
+from wizard.run import hang_stacks
 from wizard.run.attempts import Attempts, keep_logs, node_health
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
@@ -77,6 +78,11 @@ class Job:
         restarts = options.restarts if options.restarts is not None else self.answers.get("run.restarts") or 0
         self.attempts = Attempts(restarts, clock=clock)
         self.submitted_launch: Launch | None = None  # what the engine was given, status stream included
+        self.stacks: dict[int, dict] | None = None  # where each rank was at the last collection (RUN/hang/)
+        self.hang_verdict: object | None = None  # wizard.monitor.hang_verdict's judgement of them
+        self._hang_seen = False  # within one hang episode the stacks are collected once
+        if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
+            self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
         note = restart_note(self.answers["launcher"], options.max_restarts)
         if note:
             self.notes.append(note)
@@ -194,6 +200,8 @@ class Job:
             return self._fail(
                 self.intake.settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node])
             )
+        self._collect_at_hang()
+        self._collect_when_asked()
         cause = self.state.root_cause()
         if self.options.max_restarts == 0 and cause is not None and not self._launcher_yet_to_say(cause, codes):
             return self._fail(self.intake.settled_root_cause())
@@ -207,6 +215,45 @@ class Job:
                 self.intake.settled_root_cause() or engine_failure(self.engine.name, self.engine_reason, self.clock())
             )
         return None
+
+    # ---- where every rank is ------------------------------------------------------
+
+    def collect_stacks(
+        self, reason: str, on_progress: Callable[[int, int], None] | None = None, asked_id: str | None = None
+    ) -> Path | None:
+        """Ask every rank where it is and write RUN/hang/ (call it before stopping anything); the folder.
+
+        `reason` is "hang" or "asked" (`asked_id`: the ask's, for the one who waits). Waits at most
+        hang_stacks.ANSWER_WAIT_S for the answers; a rank that does not answer is probed (its state, SIGUSR2).
+        Returns None where the run folder could not be written (said in `unwritten`).
+        """
+        ranks = sorted(self.state.expected or range(self.answers.world_size))
+        try:
+            self.stacks = hang_stacks.collect(
+                self.run_dir, self.intake, ranks, reason, self._probe_remote, on_progress=on_progress, asked_id=asked_id
+            )
+        except OSError as error:
+            self.unwritten.append(_cannot_write(self.run_dir / hang_stacks.HANG_DIR, error))
+            return None
+        self.hang_verdict = _judge(self.stacks)
+        return self.run_dir / hang_stacks.HANG_DIR
+
+    def _collect_at_hang(self) -> None:
+        """Collect the stacks once when a hang starts (ranks silent, or none stepping)."""
+        hang = bool(self.state.hung()) or self.state.stalled()
+        if hang and not self._hang_seen:
+            self.collect_stacks("hang")
+        self._hang_seen = hang
+
+    def _collect_when_asked(self) -> None:
+        """Collect the stacks when `npu-wizard monitor RUN --stacks` left its ask in RUN/hang/."""
+        asked_id = hang_stacks.take_ask(self.run_dir)
+        if asked_id is not None:
+            self.collect_stacks("asked", asked_id=asked_id)
+
+    def _probe_remote(self, rank: int, host: str | None, pid: int) -> hang_stacks.Unanswered | None:
+        probed = self.engine.probe_rank(self.launch(), rank, host, pid)
+        return hang_stacks.read_probe(*probed) if probed is not None else None
 
     def _launcher_yet_to_say(self, cause: Failure, codes: Mapping[int, int | None]) -> bool:
         """True while a vanished rank's launcher runs and has not logged how the rank's process ended.
@@ -474,6 +521,15 @@ class Job:
             print_bandwidth_report(self.run_dir, self.answers, out)
         else:  # rank 0 reports to node 0's runner, through the status stream
             print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)
+
+
+def _judge(records: dict[int, dict]) -> object | None:
+    """wizard.monitor.hang_verdict's verdict on the collected records, once that module exists."""
+    try:
+        from wizard.monitor.hang_verdict import judge  # noqa: PLC0415 - written by another change
+    except ImportError:
+        return None
+    return judge(records)
 
 
 def _cannot_write(path: Path, error: OSError, then: str = "") -> str:

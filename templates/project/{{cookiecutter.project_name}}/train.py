@@ -27,6 +27,7 @@ from runtime import (
     preemption,
     schedule,
     smoke,
+    stacks,
     timing,
 )
 from runtime.errors import SetupError
@@ -444,6 +445,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
     events.tee_output(run_dir, rank.rank)
     recorder = events.EventWriter(run_dir, rank.rank)
     completed = True
+    stacks.install(run_dir, rank.rank)  # at a hang the runner asks where this rank is
     with recorder.recording():
         target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
         try:

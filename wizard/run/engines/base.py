@@ -121,3 +121,13 @@ class Engine(abc.ABC):
     def local_nodes(self) -> frozenset[int]:
         """Nodes whose processes run on this host (their ranks' pids can be watched here)."""
         return frozenset()
+
+    def probe_rank(self, launch: Launch, rank: int, host: str | None, pid: int) -> tuple[str, str] | None:
+        """On `host`, another host's rank that did not answer: its /proc/PID/stat line and faulthandler's stacks.
+
+        Runs on that host, bounded in time: reads the process's state, sends it
+        SIGUSR2 where it has a handler for it, and returns (stat line, the new
+        end of logs/rank-N.stacks.txt); None where this engine cannot run a
+        command on the rank's host.
+        """
+        return None
