@@ -183,11 +183,16 @@ class MonitorApp(App[str | None]):
     def _alert(self, state: JobState, now: float) -> str:
         summary = self.source.summary or {}
         failure = summary.get("failure")
+        hang = (summary.get("hang") or {}).get("text")
+        hang = f"\n[b red]{_shown(hang)}[/]" if hang else ""
         if failure:
             hint = f"\nhint: {_shown(failure['hint'])}" if failure.get("hint") else ""
             return (
-                f"[b red]root cause: {where(failure['rank'], failure['node'])}: {_shown(failure['summary'])}[/]{hint}"
+                f"[b red]root cause: {where(failure['rank'], failure['node'])}: {_shown(failure['summary'])}[/]"
+                f"{hint}{hang}"
             )
+        if hang:
+            return hang.lstrip("\n")
         unjudged = summary.get("stragglers_not_judged")
         unjudged = f"stragglers not judged: {_shown(unjudged)}" if unjudged else ""
         if self.source.outcome == "finished":

@@ -26,6 +26,7 @@ from typing import TextIO
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.errors import TargetError, write_advice
 from wizard.monitor.attach import RUN_FILE
+from wizard.monitor.hang_verdict import hang_summary
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
@@ -278,6 +279,9 @@ class Job:
         self.summary["never_reported"] = sorted(r for r in visible if self.state.ranks[r].last_seen is None)
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
+        hang = hang_summary(self.run_dir)  # the ranks' stacks, where they were collected at a hang
+        if hang is not None:
+            self.summary["hang"] = hang
         try:
             write_json(self.run_dir / "summary.json", self.summary)
         except OSError as error:  # the summary is still printed; the run folder lacks it
