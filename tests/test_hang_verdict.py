@@ -136,6 +136,11 @@ def test_without_a_recorder_the_stacks_alone_are_judged_and_the_verdict_says_so(
     assert mixed.recorder == "some" and "no collective recorder on ranks 2-3:" in mixed.text
 
 
+def test_the_records_as_json_gives_them_are_judged_the_same(late_and_stopped: HangFolder) -> None:
+    raw = {rank: json.loads((late_and_stopped.folder / f"rank-{rank}.json").read_text()) for rank in range(4)}
+    assert judge(raw, late_and_stopped.time).text == verdict(late_and_stopped, 0, 1, 2, 3).text
+
+
 def test_ranks_are_written_as_ranges_and_sizes_in_decimal_units() -> None:
     assert ranks_text([7, 0, 1, 2, 4, 5, 6]) == "ranks 0-2, 4-7"
     assert ranks_text([3]) == "rank 3"

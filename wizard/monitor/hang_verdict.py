@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wizard.monitor.hang_records import HANG_FOLDER, Entry, Frame, RankRecord, read_hang_folder
+from wizard.monitor.hang_records import HANG_FOLDER, Entry, Frame, RankRecord, clean_record, read_hang_folder
 
 __all__ = ["HangVerdict", "Group", "hang_summary", "judge", "read_hang_folder", "ranks_text"]
 
@@ -131,9 +131,17 @@ class _Rank:
         return (self.status, found and (found.op, found.seq, found.group, str(found.sizes), str(found.dtypes)), where)
 
 
-def judge(records: Mapping[int, RankRecord] | Iterable[RankRecord], time_at: float | None = None) -> HangVerdict:
-    """The verdict on the ranks' records (`time_at`: when they were collected; else the newest record's)."""
-    found = list(records.values()) if isinstance(records, Mapping) else list(records)
+def judge(
+    records: Mapping[int, RankRecord | dict[str, Any]] | Iterable[RankRecord], time_at: float | None = None
+) -> HangVerdict:
+    """The verdict on the ranks' records (`time_at`: when they were collected; else the newest record's).
+
+    A record is a RankRecord (read_hang_folder), or a rank's record as JSON gives it, keyed by its rank.
+    """
+    if isinstance(records, Mapping):
+        found = [r if isinstance(r, RankRecord) else clean_record(rank, r) for rank, r in records.items()]
+    else:
+        found = list(records)
     found.sort(key=lambda record: record.rank)
     answered = [_read(record) for record in found if record.answered]
     silent = [record for record in found if not record.answered]
