@@ -27,7 +27,9 @@ from tests.test_run_report import needs_browser
 from wizard.monitor.app import MonitorApp
 from wizard.monitor.attach import RunFolder
 from wizard.monitor.hang_records import HangFolder
-from wizard.monitor.hang_verdict import hang_summary
+from wizard.monitor.hang_verdict import hang_summary, judge
+from wizard.monitor.plain import run_plain
+from wizard.monitor.state import JobState
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("interrupted-2x2-run")]
 
@@ -115,3 +117,62 @@ def test_the_timeline_is_drawn_in_chromium(hung_folder: Path, tmp_path: Path) ->
     shot = np.asarray(Image.open(io.BytesIO(seen.screenshot)).convert("L"), dtype=float)
     x, y = round(image["x"]), round(image["y"])
     assert shot[y : y + 200, x : x + 1000].std() > 20  # drawn, not blank
+
+
+# ---- while the job runs: the runner's verdict at its collection (Job.hang_verdict) -----------------------------
+
+
+class HungJob:
+    """A job source whose runner collected the stacks of the real records (stands in for wizard.run.job.Job)."""
+
+    def __init__(self, run_dir: Path, found: HangFolder, ticks_left: int = 1) -> None:
+        self.run_dir, self.nodes, self.answers, self.notes = run_dir, [0], {"nodes": 1}, []
+        self.state, self.engine_lines, self.summary, self.interval = JobState(4, clock=self.clock), [], None, 1000.0
+        self.started_at, self.ended_at, self.outcome, self.ticks_left = 1000.0, None, None, ticks_left
+        self.hang_verdict = judge(found.records, found.time)
+
+    def clock(self) -> float:
+        return 1010.0
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def tick(self) -> str | None:
+        self.ticks_left -= 1
+        if self.ticks_left < 0:
+            self.outcome, self.ended_at = "interrupted", self.clock()
+        return self.outcome
+
+    def stop(self, outcome: str = "interrupted", signum: int = 2) -> str:
+        self.outcome = outcome
+        return outcome
+
+    def finished_note(self) -> None:
+        return None
+
+    def print_smoke_report(self, out: object) -> None:
+        """No smoke run."""
+
+
+def test_the_plain_view_prints_the_verdict_once_the_runner_collected_the_stacks(
+    tmp_path: Path,
+    late_and_stopped: HangFolder,  # noqa: F811
+) -> None:
+    job = HungJob(tmp_path, late_and_stopped)
+    out = io.StringIO()
+    run_plain(job, out=out, poll=0)  # type: ignore[arg-type]
+    said = [line for line in out.getvalue().splitlines() if line.startswith("WHERE EACH RANK IS: ")]
+    assert said == [f"WHERE EACH RANK IS: {job.hang_verdict.text}"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_live_view_shows_the_verdict_while_the_job_runs(
+    tmp_path: Path,
+    late_and_stopped: HangFolder,  # noqa: F811
+) -> None:
+    job = HungJob(tmp_path, late_and_stopped, ticks_left=10**6)
+    app = MonitorApp(job, title="hung", owns_job=False, tick_s=0)  # type: ignore[arg-type]
+    async with app.run_test(size=(140, 40)):
+        alert = str(app.query_one("#alert", Static).render()).replace("\n", " ")
+    assert "rank 2 never entered #4: its last collective is #3" in alert
