@@ -33,6 +33,7 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     next_line = job.started_at + job.interval
     reported_hangs: set[int] = set()
     reported_late = False
+    reported_verdict: object | None = None
     try:
         with stop_signals_raise():
             job.start()
@@ -43,6 +44,10 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
                     if rank not in reported_hangs:
                         print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
                         reported_hangs.add(rank)
+                verdict = getattr(job, "hang_verdict", None)  # the runner judged the ranks' stacks (hang/)
+                if verdict is not None and verdict is not reported_verdict:
+                    print(f"WHERE EACH RANK IS: {verdict.text}", file=out, flush=True)
+                    reported_verdict = verdict
                 late = "" if reported_late else job.state.late_report(now)
                 if late:
                     print(f"START-UP DEADLINE: {late}", file=out, flush=True)

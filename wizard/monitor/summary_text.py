@@ -311,6 +311,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     silent = summary.get("never_reported")
     if silent:
         lines.append(f"no status ever arrived from rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}")
+    hang = summary.get("hang")
+    if hang and hang.get("text"):
+        lines.append(f"{hang['text']}\n  (every rank's stack and collectives: {hang.get('folder') or 'hang/'})")
     failure = summary.get("failure")
     if failure:
         lines.append(f"failure: {where(failure['rank'], failure['node'])}: {failure['summary']}")

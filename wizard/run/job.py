@@ -29,6 +29,7 @@ from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.errors import TargetError, write_advice
 from wizard.monitor.attach import RUN_FILE
+from wizard.monitor.hang_verdict import hang_summary
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
@@ -461,6 +462,9 @@ class Job:
             self.summary["status_stream"] = dict(vars(server.counts))
         self.summary["job_restarts"] = self.attempts.restarts
         self.summary["attempts"] = self.attempts.records()
+        hang = hang_summary(self.run_dir)  # the ranks' stacks, where they were collected at a hang
+        if hang is not None:
+            self.summary["hang"] = hang
         try:
             write_json(self.run_dir / "summary.json", self.summary)
         except OSError as error:  # the summary is still printed; the run folder lacks it

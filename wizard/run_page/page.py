@@ -14,6 +14,7 @@ from typing import Any
 
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.summary_text import duration, failure_report, preempted_line
+from wizard.run_page.hang_section import hang_section
 from wizard.run_page.inferred import effective_summary
 from wizard.run_page.plots import Plot
 from wizard.run_page.record import RunRecord
@@ -58,6 +59,7 @@ def render_page(record: RunRecord, plots: list[Plot], summary: dict[str, Any] | 
         f'<p class="meta">run folder {escape(str(record.run_dir))} &middot; written {escape(_clock(time.time()))}</p>',
         _overview(record, summary, outcome),
         _failure(record, summary),
+        hang_section(record, summary),
         "<h2>Training</h2>",
         *(_figure(plot) for plot in plots),
         _stragglers(summary),
