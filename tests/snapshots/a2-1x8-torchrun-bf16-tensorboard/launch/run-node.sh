@@ -83,6 +83,35 @@ if [[ -n "${HCCL_NPU_SOCKET_PORT_RANGE:-}" ]]; then
     echo "node $NODE_RANK: HCCL device port(s) from HCCL_NPU_SOCKET_PORT_RANGE=$HCCL_NPU_SOCKET_PORT_RANGE, not 16666: every node must set the same"
 fi
 
+# ---- HCCL flight recorder: each rank's newest collectives, for a hang -------------
+# torch_npu keeps each rank's last TORCH_HCCL_TRACE_BUFFER_SIZE collectives (sequence
+# number, sizes, dtypes, state; a few hundred bytes each) and npu-wizard reads them when
+# the job hangs. With the monitor on, torch_npu also writes them to hccl/rank-<R> in the
+# run folder when a collective times out, when a rank's watchdog has had no collective
+# for TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC (600 s), or when something is written to
+# hccl/rank-<R>.pipe; it does not stop the job for that.
+hccl_trace_size="${TORCH_HCCL_TRACE_BUFFER_SIZE:-2000}"
+if ! [[ "$hccl_trace_size" =~ ^[0-9]{1,6}$ ]] || (( 10#$hccl_trace_size > 100000 )); then
+    echo "node $NODE_RANK: NOTE: TORCH_HCCL_TRACE_BUFFER_SIZE=$hccl_trace_size is not a whole number up to 100000: using 2000"
+    hccl_trace_size=2000
+fi
+export TORCH_HCCL_TRACE_BUFFER_SIZE="$hccl_trace_size"
+export TORCH_HCCL_ENABLE_MONITORING="${TORCH_HCCL_ENABLE_MONITORING:-1}"
+export TORCH_HCCL_DUMP_ON_TIMEOUT="${TORCH_HCCL_DUMP_ON_TIMEOUT:-1}"
+mkdir -p "$NPU_WIZARD_RUN_DIR/hccl"
+export TORCH_HCCL_DEBUG_INFO_TEMP_FILE="${TORCH_HCCL_DEBUG_INFO_TEMP_FILE:-$NPU_WIZARD_RUN_DIR/hccl/rank-}"
+# torch_npu makes the pipe with mkfifo in its monitor thread, which does not survive a
+# failure: it gets one only where this node can make a FIFO.
+if [[ -z "${TORCH_HCCL_DEBUG_INFO_PIPE_FILE+set}" ]]; then
+    fifo_probe="$NPU_WIZARD_RUN_DIR/hccl/.fifo-probe-$$"
+    if mkfifo "$fifo_probe" 2>/dev/null; then
+        rm -f "$fifo_probe"
+        export TORCH_HCCL_DEBUG_INFO_PIPE_FILE="$NPU_WIZARD_RUN_DIR/hccl/rank-"
+    else
+        echo "node $NODE_RANK: NOTE: no FIFO can be made in $NPU_WIZARD_RUN_DIR/hccl: torch_npu's dump pipe is left off"
+    fi
+fi
+
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
 # <root>/cann (8.5 and later), <root>/ascend-toolkit (before 8.5), <root>/nnae (runtime

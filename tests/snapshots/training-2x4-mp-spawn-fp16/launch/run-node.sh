@@ -76,6 +76,10 @@ echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
 echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (16 ports)"
 
+# ---- HCCL flight recorder: each rank's newest collectives, for a hang -------------
+# torch_npu 2.1.0.post10 has no HCCL flight recorder (2.1.0.post12 / 2.5.1.post1 /
+# 2.6.0 and later have it): a hang shows each rank's stack, not its collectives.
+
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
 # <root>/cann (8.5 and later), <root>/ascend-toolkit (before 8.5), <root>/nnae (runtime
