@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,43 @@ def test_a_stopped_rank_is_a_hang_that_restarts_the_job_which_then_finishes(tmp_
     assert first["outcome"] == "hung" and first["kind"] == "hung"
     assert first["resumed_from_step"] == kinds(events_of(run_dir)[1], "started")[1]["resumed_step"] > 0
     assert summary["steps"] == 4096 // 16 // 2
+
+
+@dataclass
+class RestartedJob:
+    """A job source with no processes behind it, in its second attempt (stands in for wizard.run.job.Job)."""
+
+    state: JobState
+    run_dir: Path
+    attempt_words: str = "attempt 2 (1/2 restart(s) used)"
+    started_at: float = 0.0
+    outcome: str | None = None
+    summary: dict | None = None
+
+    def clock(self) -> float:
+        """A fixed time."""
+        return 10.0
+
+    def tick(self) -> str | None:
+        """Nothing new happens."""
+        return self.outcome
+
+    def stop(self, outcome: str = "interrupted", signum: int = 2) -> str:
+        """End the job."""
+        self.outcome = outcome
+        return outcome
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_live_views_job_line_says_which_attempt_runs(tmp_path: Path, anyio_backend: str) -> None:
+    from textual.widgets import Static
+
+    from wizard.monitor.app import MonitorApp
+
+    app = MonitorApp(
+        RestartedJob(JobState(1, nodes=1, clock=lambda: 10.0), tmp_path), title="job", owns_job=True, tick_s=0
+    )
+    async with app.run_test(size=(140, 30)):
+        line = str(app.query_one("#job", Static).render())
+        assert "|  attempt 2 (1/2 restart(s) used)" in line
