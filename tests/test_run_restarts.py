@@ -367,3 +367,22 @@ async def test_the_live_views_job_line_says_which_attempt_runs(tmp_path: Path, a
     async with app.run_test(size=(140, 30)):
         line = str(app.query_one("#job", Static).render())
         assert "|  attempt 2 (1/2 restart(s) used)" in line
+
+
+def test_a_preflight_failure_is_never_retried(tmp_path: Path) -> None:
+    import socket
+
+    project = render_own_one_rank(tmp_path, "preflight", "own.py", "print('never run')\n")
+    from wizard.run.launch import load_project
+
+    answers = load_project(project)
+    with socket.socket() as holder:  # the master port taken: node 0's preflight stops before any rank starts
+        holder.bind((answers["network.master_addr"], answers["network.master_port"]))
+        holder.listen()
+        done = npu_wizard_run_plain(project, "--restarts", "2")
+    assert done.returncode == 3, done.stdout + done.stderr
+    (run_dir,) = run_dirs(project)
+    assert "preflight failed: nothing started" in (run_dir / "logs" / "node-0.log").read_text()
+    (attempt,) = summary_of(run_dir)["attempts"]
+    assert attempt["refused"].startswith("not restarted: the launch failed before any rank started")
+    assert done.stdout.count("not restarted:") == 1
