@@ -200,4 +200,16 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         help="Whether rank 0 of train.py writes the loss, the learning rate and the throughput of each logged "
         "step with torch.utils.tensorboard into <run folder>/tensorboard/ (tensorboard joins requirements.txt).",
     ),
+    Question(
+        name="run.restarts",
+        prompt="Whole-job restarts",
+        kind="int",
+        default=0,
+        minimum=0,
+        maximum=1000,
+        step="training",
+        help="The default of npu-wizard run --restarts: after a failure a restart can fix (a rank's error after "
+        "the first step, a vanished rank, a lost node, a hang), npu-wizard run stops every node and starts the "
+        "whole job again from the newest checkpoint every rank can load, up to N times (0: a failure ends the job).",
+    ),
 )
