@@ -106,6 +106,10 @@ class Engine(abc.ABC):
         """The engine's own lines since the last call (state changes, node starts)."""
         return []
 
+    def ask_to_save(self) -> bool:
+        """Send every rank SIGTERM, which makes it save a checkpoint and exit; False where this engine cannot."""
+        return False
+
     @abc.abstractmethod
     def cancel(self) -> None:
         """Stop every process of the job on every node; return once they are gone."""
