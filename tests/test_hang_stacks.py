@@ -162,3 +162,16 @@ def test_each_answer_comes_with_its_text_and_its_recorder_dump_bounded(hang_run:
 
 def test_the_run_is_interrupted_after_the_last_hang_and_says_so(hang_run: HangRun) -> None:
     assert hang_run.code == 128 + signal.SIGINT, hang_run.output[-2000:]
+
+
+def test_the_plain_view_gives_the_verdict_of_each_hang_in_words(hang_run: HangRun) -> None:
+    script = script_of(hang_run).name
+    verdicts = [line for line in hang_run.output.splitlines() if line.startswith("WHERE EACH RANK IS: ")]
+    # a user's script is silent while it imports torch: a loaded machine may flag (and judge) that first
+    assert len(verdicts) in (4, 5), hang_run.output[-3000:]
+    data, stopped, late, barrier = verdicts[-4:]
+    assert f"no rank is in a collective: ranks 0-3 are at {script}:" in data
+    assert f"rank {STOPPED_RANK} did not answer (pid " in stopped and "state T (stopped))" in stopped
+    assert "never entered #" in late and f"rank {LATE_RANK} never entered" in late
+    assert f"called from {script}:{line_of(script_of(hang_run), 'loss.backward()')} (loss.backward())" in late
+    assert f"rank {BARRIER_RANK} waits in barrier #" in barrier and "the collectives differ at #" in barrier
