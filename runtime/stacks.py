@@ -169,8 +169,12 @@ def thread_stacks() -> list[dict[str, Any]]:
 
 
 def _frame(frame: traceback.FrameSummary) -> dict[str, Any]:
+    name = frame.filename
+    # runpy runs a user's script by the path it was given: relative to the rank's folder
+    if not name.startswith("<") and not os.path.isabs(name):
+        name = os.path.join(os.getcwd(), name)
     return {
-        "file": frame.filename,
+        "file": name,
         "line": frame.lineno,
         "function": frame.name,
         "code": (frame.line or "")[:MAX_CODE_CHARS],
@@ -182,8 +186,8 @@ def recorder_entries() -> tuple[dict[str, Any], str | None]:
     torch = sys.modules.get("torch")
     if torch is None:
         return {"source": None, "why": "torch is not imported"}, None
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()):
+    dist = getattr(torch, "distributed", None)  # absent while torch is still being imported
+    if dist is None or not (dist.is_available() and dist.is_initialized()):
         return {"source": None, "why": "no process group"}, None
     backend = str(dist.get_backend())
     if backend == "hccl":

@@ -29,7 +29,7 @@ from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.errors import TargetError, write_advice
 from wizard.monitor.attach import RUN_FILE
-from wizard.monitor.hang_verdict import hang_summary
+from wizard.monitor.hang_verdict import HangVerdict, hang_summary, judge
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
@@ -80,7 +80,7 @@ class Job:
         self.attempts = Attempts(restarts, clock=clock)
         self.submitted_launch: Launch | None = None  # what the engine was given, status stream included
         self.stacks: dict[int, dict] | None = None  # where each rank was at the last collection (RUN/hang/)
-        self.hang_verdict: object | None = None  # wizard.monitor.hang_verdict's judgement of them
+        self.hang_verdict: HangVerdict | None = None  # wizard.monitor.hang_verdict's judgement of them
         self._hang_seen = False  # within one hang episode the stacks are collected once
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
             self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
@@ -236,7 +236,7 @@ class Job:
         except OSError as error:
             self.unwritten.append(_cannot_write(self.run_dir / hang_stacks.HANG_DIR, error))
             return None
-        self.hang_verdict = _judge(self.stacks)
+        self.hang_verdict = judge(self.stacks)
         return self.run_dir / hang_stacks.HANG_DIR
 
     def _collect_at_hang(self) -> None:
@@ -526,15 +526,6 @@ class Job:
             print_bandwidth_report(self.run_dir, self.answers, out)
         else:  # rank 0 reports to node 0's runner, through the status stream
             print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)
-
-
-def _judge(records: dict[int, dict]) -> object | None:
-    """wizard.monitor.hang_verdict's verdict on the collected records, once that module exists."""
-    try:
-        from wizard.monitor.hang_verdict import judge  # noqa: PLC0415 - written by another change
-    except ImportError:
-        return None
-    return judge(records)
 
 
 def _cannot_write(path: Path, error: OSError, then: str = "") -> str:
