@@ -14,6 +14,7 @@ import pytest
 
 if TYPE_CHECKING:
     from tests.runs import RunEnded
+    from wizard.monitor.hang_records import HangFolder
 
 # A suite started in the background by a non-interactive shell (CI, nohup ... &) inherits
 # SIGINT ignored, and so would every process it starts: bash cannot trap a signal ignored
@@ -89,3 +90,46 @@ def interrupted_2x2_run(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
 
     project = render_cpu(tmp_path_factory.mktemp("interrupted-2x2"), "torchrun", nodes=2, samples=65536, epochs=2)
     return interrupt_once_training(project, "--interval", "1", "--report")
+
+
+# ---- real gloo ranks left where a hang leaves them (tests/hang_ranks.py), their records read back ------------
+# Mark their readers @pytest.mark.xdist_group("interrupted-2x2-run") (test_hang_report also reads that run).
+
+
+@pytest.fixture(scope="session")
+def late_and_stopped(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
+    """Ranks 0, 1 in all_reduce #4; rank 2 late in load_batch; rank 3 in all_reduce #4, then SIGSTOPped."""
+    from tests.hang_ranks import hang_records
+    from wizard.monitor.hang_records import read_hang_folder
+
+    folder = tmp_path_factory.mktemp("late-and-stopped")
+    hang_records(folder, ["reduce", "reduce", "late", "reduce"], stop=frozenset({3}))
+    found = read_hang_folder(folder)
+    assert found is not None and found.problems == []
+    return found
+
+
+@pytest.fixture(scope="session")
+def mismatched(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
+    """Ranks 0, 1 all_reduce 1000 floats at #4; rank 2 a barrier; rank 3 all_reduce 2000 floats, entered last."""
+    from tests.hang_ranks import hang_records
+    from wizard.monitor.hang_records import read_hang_folder
+
+    folder = tmp_path_factory.mktemp("mismatched")
+    hang_records(folder, ["reduce", "reduce", "barrier", "reduce_big"], after=(0, 1, 2))
+    found = read_hang_folder(folder)
+    assert found is not None and found.problems == []
+    return found
+
+
+@pytest.fixture(scope="session")
+def loading(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
+    """Ranks 0, 1 wait in load_batch; ranks 2, 3, without a flight recorder, in the all_reduce after it."""
+    from tests.hang_ranks import hang_records
+    from wizard.monitor.hang_records import read_hang_folder
+
+    folder = tmp_path_factory.mktemp("loading")
+    hang_records(folder, ["load", "load", "reduce", "reduce"], no_recorder=frozenset({2, 3}))
+    found = read_hang_folder(folder)
+    assert found is not None and found.problems == []
+    return found
