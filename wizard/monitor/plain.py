@@ -22,6 +22,7 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     """Start the job, print a progress line per interval and the summary; return the ended job."""
     # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
     out = PrintableOut(out or sys.stdout)
+    job.say = lambda line: print(line, file=out, flush=True)
     print(f"run folder: {job.run_dir}", file=out)
     print(
         f"starting node{'s' if len(job.nodes) > 1 else ''} {', '.join(map(str, job.nodes))} of {job.answers['nodes']}",

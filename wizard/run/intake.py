@@ -24,6 +24,7 @@ class Intake:
         self.server: StatusServer | None = None
         self.local_ranks: set[int] = set()  # the engine says which nodes run here, once started
         self.answers = Answers()  # what the ranks answered to the runner's asks (stacks, ...)
+        self.stale_pids: set[int] = set()  # the ranks of an earlier attempt of the job (run --restarts)
         self._followers = [RegularFollower(run_dir), RegularFollower(run_dir / REMOTE_DIR)]
 
     def ingest(self) -> None:
@@ -35,7 +36,7 @@ class Intake:
         for event in self.server.drain():
             if self.answers.take(event):
                 continue
-            if event["event"] == LOST and self._still_running_here(event):
+            if event["event"] == LOST and (self._still_running_here(event) or event.get("pid") in self.stale_pids):
                 continue  # its connection did not come back, but the process is alive: the hang check watches it
             self.state.ingest(event)
             if event["rank"] not in self.local_ranks:

@@ -22,6 +22,7 @@ from runtime import (
     events,
     schedule,
     smoke,
+    stacks,
     timing,
 )
 from runtime.errors import SetupError
@@ -273,6 +274,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
     run_dir = events.resolve_run_dir(args.run_dir, PROJECT_DIR)
     events.tee_output(run_dir, rank.rank)
     recorder = events.EventWriter(run_dir, rank.rank)
+    stacks.install(run_dir, rank.rank)  # at a hang the runner asks where this rank is
     with recorder.recording():
         target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
         try:
