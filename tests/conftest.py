@@ -124,12 +124,13 @@ def mismatched(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
 
 @pytest.fixture(scope="session")
 def loading(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
-    """Ranks 0, 1 wait in load_batch; ranks 2, 3, without a flight recorder, in the all_reduce after it."""
+    """Ranks 0, 1 wait in load_batch; ranks 2, 3, without a flight recorder, in the all_reduce after it; rank 4
+    is stuck in load_batch holding the GIL (it cannot answer: its record holds its faulthandler dump)."""
     from tests.hang_ranks import hang_records
     from wizard.monitor.hang_records import read_hang_folder
 
     folder = tmp_path_factory.mktemp("loading")
-    hang_records(folder, ["load", "load", "reduce", "reduce"], no_recorder=frozenset({2, 3}))
+    hang_records(folder, ["load", "load", "reduce", "reduce", "gil"], no_recorder=frozenset({2, 3}))
     found = read_hang_folder(folder)
     assert found is not None and found.problems == []
     return found

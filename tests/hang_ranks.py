@@ -4,7 +4,8 @@
 the role it is given (see that script), waits until every rank has written its record (runtime.stacks
 snapshot, taken by a thread of the rank once its main thread is where its role puts it), SIGSTOPs the ranks
 named in `stop` and writes for each the record a runner writes for a rank that did not answer (its state as
-/proc says), then kills the job. What is left is a hang/ folder as the runner leaves it.
+/proc says); for a `gil` rank, which cannot answer, that record holds the stack its faulthandler dumps on
+SIGUSR2. Then it kills the job. What is left is a hang/ folder as the runner leaves it.
 """
 
 from __future__ import annotations
@@ -76,9 +77,24 @@ def hang_records(
                 if process.poll() is not None and not (hang / f"rank-{rank}.json").exists():
                     output = process.communicate()[0].decode(errors="replace")
                     raise AssertionError(f"rank {rank} ended ({process.returncode}) before it answered:\n{output}")
-            return all((hang / f"rank-{rank}.json").exists() for rank in range(len(roles)))
+            return all((hang / f"rank-{rank}.json").exists() for rank in answering)
 
+        answering = [rank for rank, role in enumerate(roles) if role != "gil"]
         wait_for(answered, timeout, "every rank's record")
+        for rank in (rank for rank, role in enumerate(roles) if role == "gil"):
+            dump = wait_for(
+                lambda rank=rank: _fault_dump(ranks[rank].pid, hang / f"rank-{rank}.faulthandler"), 60, "a dump"
+            )
+            record = {
+                "rank": rank,
+                "answered": False,
+                "host": socket.gethostname(),
+                "pid": ranks[rank].pid,
+                "state": process_state(ranks[rank].pid),
+                "why": "no answer within 5s",
+                "faulthandler": dump,
+            }
+            (hang / f"rank-{rank}.json").write_text(json.dumps(record))
         for rank in stop:
             os.kill(ranks[rank].pid, signal.SIGSTOP)
             wait_for(lambda rank=rank: process_state(ranks[rank].pid).startswith("T"), 30, f"rank {rank} to stop")
@@ -103,3 +119,13 @@ def hang_records(
                 pass
             process.communicate()
     return hang
+
+
+def _fault_dump(pid: int, path: Path) -> str | None:
+    """faulthandler's dump of a rank stuck in load_batch, once complete; else SIGUSR2 asks for one (again)."""
+    text = path.read_text() if path.exists() else ""
+    newest = text.rpartition("Current thread")[2]
+    if "in load_batch" in newest and "in <module>" in newest:
+        return text
+    os.kill(pid, signal.SIGUSR2)
+    return None

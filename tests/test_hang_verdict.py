@@ -1,9 +1,10 @@
 """The verdict at a hang (wizard/monitor/hang_verdict.py), judged on records real gloo ranks answered with.
 
-Three small jobs (tests/hang_ranks.py, four ranks each) put their ranks where a hang leaves them: a rank late
-for the collective the others wait in, and one SIGSTOPped; a barrier and a larger all_reduce where the others
-all_reduce; ranks in a data-loading line and ranks without a flight recorder (tests/conftest.py's session
-fixtures, shared with test_hang_report.py). Each test judges the records of the ranks its situation needs.
+Three small jobs (tests/hang_ranks.py, four or five ranks each) put their ranks where a hang leaves them: a
+rank late for the collective the others wait in, and one SIGSTOPped; a barrier and a larger all_reduce where
+the others all_reduce; ranks in a data-loading line, ranks without a flight recorder and one holding the GIL
+(tests/conftest.py's session fixtures, shared with test_hang_report.py). Each test judges the records of the
+ranks its situation needs.
 Hand-written records only for the torn and hostile files.
 """
 
@@ -27,6 +28,7 @@ REDUCE = line_of("# hang: the collective the others wait in")
 LOAD = line_of("# hang: the data-loading line")
 BARRIER = line_of("# hang: a barrier where the others all_reduce")
 BIG = line_of("# hang: twice the others' size")
+GIL = line_of("# hang: a regular expression that backtracks for ever, holding the GIL")
 
 
 def verdict(found: HangFolder, *ranks: int) -> HangVerdict:
@@ -64,6 +66,17 @@ def test_a_rank_that_did_not_answer_is_named_with_its_process_state(late_and_sto
     )
     assert said.did_not_answer == [3] and said.odd_ones_out == [2, 3]
     assert said.groups[-1].kind == "did_not_answer" and said.groups[-1].state == "T (stopped)"
+
+
+def test_a_rank_holding_the_gil_is_named_where_its_faulthandler_dump_has_it(loading: HangFolder) -> None:
+    stuck = loading.records[4]
+    assert not stuck.answered and stuck.faulthandler and stuck.state == "R (running)"
+    said = verdict(loading, 0, 1, 4)
+    assert said.text.endswith(
+        f"; rank 4 did not answer (pid {stuck.pid} on {stuck.host}, state R (running)): no answer within 5s; "
+        f"its faulthandler dump has it at train.py:{GIL} in load_batch"
+    )
+    assert said.did_not_answer == [4] and said.groups[-1].place.line == GIL
 
 
 def test_a_barrier_where_the_others_all_reduce_is_named_with_both_operations(mismatched: HangFolder) -> None:

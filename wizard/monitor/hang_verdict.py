@@ -283,7 +283,10 @@ def _silent(record: RankRecord) -> Group:
     words = f"rank {record.rank} did not answer" + (f" ({detail})" if detail else "")
     if record.why:
         words += f": {record.why}"
-    return Group([record.rank], NO_ANSWER, words, state=record.state)
+    place = users_frame(record.main)  # from its faulthandler dump, where a signal reached it
+    if place is not None:
+        words += f"; its faulthandler dump has it at {place.at()} in {place.function}"
+    return Group([record.rank], NO_ANSWER, words, place=place, state=record.state)
 
 
 def _no_recorder(ranks: list[_Rank], recorder: str) -> str:
