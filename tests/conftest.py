@@ -97,40 +97,27 @@ def interrupted_2x2_run(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
 
 
 @pytest.fixture(scope="session")
-def late_and_stopped(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
+def hang_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HangFolder]:
+    """The three jobs of tests/hang_ranks.py's HANG_JOBS, run at once, each one's hang/ folder read back."""
+    from tests.hang_ranks import run_hang_jobs
+
+    return run_hang_jobs(tmp_path_factory.mktemp("hang-jobs"))
+
+
+@pytest.fixture(scope="session")
+def late_and_stopped(hang_jobs: dict[str, HangFolder]) -> HangFolder:
     """Ranks 0, 1 in all_reduce #4; rank 2 late in load_batch; rank 3 in all_reduce #4, then SIGSTOPped."""
-    from tests.hang_ranks import hang_records
-    from wizard.monitor.hang_records import read_hang_folder
-
-    folder = tmp_path_factory.mktemp("late-and-stopped")
-    hang_records(folder, ["reduce", "reduce", "late", "reduce"], stop=frozenset({3}))
-    found = read_hang_folder(folder)
-    assert found is not None and found.problems == []
-    return found
+    return hang_jobs["late_and_stopped"]
 
 
 @pytest.fixture(scope="session")
-def mismatched(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
+def mismatched(hang_jobs: dict[str, HangFolder]) -> HangFolder:
     """Ranks 0, 1 all_reduce 1000 floats at #4; rank 2 a barrier; rank 3 all_reduce 2000 floats, entered last."""
-    from tests.hang_ranks import hang_records
-    from wizard.monitor.hang_records import read_hang_folder
-
-    folder = tmp_path_factory.mktemp("mismatched")
-    hang_records(folder, ["reduce", "reduce", "barrier", "reduce_big"], after=(0, 1, 2))
-    found = read_hang_folder(folder)
-    assert found is not None and found.problems == []
-    return found
+    return hang_jobs["mismatched"]
 
 
 @pytest.fixture(scope="session")
-def loading(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
+def loading(hang_jobs: dict[str, HangFolder]) -> HangFolder:
     """Ranks 0, 1 wait in load_batch; ranks 2, 3, without a flight recorder, in the all_reduce after it; rank 4
     is stuck in load_batch holding the GIL (it cannot answer: its record holds its faulthandler dump)."""
-    from tests.hang_ranks import hang_records
-    from wizard.monitor.hang_records import read_hang_folder
-
-    folder = tmp_path_factory.mktemp("loading")
-    hang_records(folder, ["load", "load", "reduce", "reduce", "gil"], no_recorder=frozenset({2, 3}))
-    found = read_hang_folder(folder)
-    assert found is not None and found.problems == []
-    return found
+    return hang_jobs["loading"]

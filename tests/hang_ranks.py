@@ -18,12 +18,35 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from tests.runs import free_port, wait_for
+from wizard.monitor.hang_records import HangFolder, read_hang_folder
 
 SCRIPT = Path(__file__).parent / "user_scripts" / "hang_train.py"
 REPO = Path(__file__).parents[1]
+# the jobs the verdict tests judge (tests/conftest.py): each one's roles, and what else hang_records is told
+HANG_JOBS: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "late_and_stopped": (["reduce", "reduce", "late", "reduce"], {"stop": frozenset({3})}),
+    "mismatched": (["reduce", "reduce", "barrier", "reduce_big"], {"after": (0, 1, 2)}),
+    "loading": (["load", "load", "reduce", "reduce", "gil"], {"no_recorder": frozenset({2, 3})}),
+}
+
+
+def run_hang_jobs(base: Path) -> dict[str, HangFolder]:
+    """Every job of HANG_JOBS at once (most of their time is waiting), each in base/NAME; their folders read back."""
+
+    def run(name: str) -> HangFolder:
+        roles, options = HANG_JOBS[name]
+        hang_records(base / name, roles, **options)
+        found = read_hang_folder(base / name)
+        assert found is not None and found.problems == [], name
+        return found
+
+    with ThreadPoolExecutor(len(HANG_JOBS)) as pool:
+        return dict(zip(HANG_JOBS, pool.map(run, HANG_JOBS), strict=True))
 
 
 def line_of(marker: str) -> int:

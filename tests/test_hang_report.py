@@ -188,7 +188,7 @@ async def test_the_live_view_shows_the_verdict_while_the_job_runs(
 
 
 def test_a_real_hung_run_names_the_late_rank_in_summary_json_the_output_and_the_report(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2)
+    project = render_cpu(tmp_path, "torchrun", nodes=1)  # 1 x 2: the fewest processes that hang
     train = (project / "train.py").read_text().splitlines()
     backward = next(n for n, line in enumerate(train, 1) if line.strip() == "loss.backward()")
     # test-only (runtime/hang_on_purpose.py): rank 1 sleeps after the forward of its step 3, never in its backward
@@ -202,13 +202,13 @@ def test_a_real_hung_run_names_the_late_rank_in_summary_json_the_output_and_the_
     assert runner.returncode == 3, output
     hang = json.loads((run_dir / "summary.json").read_text())["hang"]
     said = re.fullmatch(
-        r"hang at \d\d:\d\d:\d\d UTC: ranks 0, 2-3 wait in all_reduce #(\d+) \(gloo, [\d.]+ [KM]?B float32\) "
+        r"hang at \d\d:\d\d:\d\d UTC: rank 0 waits in all_reduce #(\d+) \(gloo, [\d.]+ [KM]?B float32\) "
         rf"called from train\.py:{backward} \(loss\.backward\(\)\); rank 1 never entered #\1: its last collective "
         r"is #(\d+) and it is at train\.py:\d+ in \w+",
         hang["text"],
     )
     assert said is not None and int(said.group(2)) == int(said.group(1)) - 1, hang["text"]
-    assert hang["odd_ones_out"] == [1] and hang["files"] == [f"hang/rank-{rank}.json" for rank in range(4)]
+    assert hang["odd_ones_out"] == [1] and hang["files"] == ["hang/rank-0.json", "hang/rank-1.json"]
     assert f"WHERE EACH RANK IS: {hang['text']}" in output and f"\n{hang['text']}\n" in output
     assert wizard("report", str(run_dir)).returncode == 0
     assert hang["text"] in html.unescape((run_dir / "report.html").read_text())
