@@ -21,6 +21,7 @@ import pytest
 
 from runtime.provenance import REDACTED
 from tests.runs import node_env
+from tests.test_cann_version import fake_toolkit
 from tests.test_user_script import render_own, run_to_the_end
 
 pytestmark = pytest.mark.slow
@@ -40,8 +41,10 @@ class FailedRun(NamedTuple):
 def failed_run(tmp_path_factory: pytest.TempPathFactory) -> FailedRun:
     project = render_own(tmp_path_factory.mktemp("bundle"), args=("--fail-rank", "3"))
     token = f"tok{secrets.token_hex(16)}"
+    toolkit = fake_toolkit(tmp_path_factory.mktemp("cann"), info="version=8.0.RC2\n")
     env = node_env(
         project / "runs" / "unused",
+        ASCEND_HOME_PATH=str(toolkit),  # a CANN set up in the shell: its release goes into versions.json
         NPU_WIZARD_STATUS_TOKEN=token,  # the run's token, as node 0's runner hands it to every rank
         MY_API_KEY=PLANTED,
         NPU_WIZARD_TEST_API_KEY=PLANTED,  # recorded with the rank's NPU_WIZARD_ variables: only its name may be
@@ -125,7 +128,8 @@ def test_the_bundle_opens_with_tar_and_holds_what_a_helper_needs(failed_run: Fai
     assert set(versions) == {f"rank {r}" for r in range(4)}
     assert versions["rank 3"]["torch"] in (torch.__version__, metadata.version("torch"))
     assert versions["rank 3"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert (versions["rank 3"]["torch_npu"], versions["rank 3"]["cann"]) == (None, None)
+    assert versions["rank 3"]["torch_npu"] is None
+    assert (Path(versions["rank 3"]["cann"]).name, versions["rank 3"]["cann_version"]) == ("latest", "8.0.RC2")
     environment = json.loads(members["environment.json"])
     assert environment["rank 2"]["NPU_WIZARD_RUN_DIR"] == str(failed_run.run_dir)
     assert environment["rank 2"]["NPU_WIZARD_STATUS_TOKEN"] == REDACTED
