@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wizard.bundle.nodes import add_other_nodes
 from wizard.bundle.redact import Redactor
 from wizard.bundle.safe import MEMBER_LIMIT, Read, entries, is_folder, read_bounded, refuse
 from wizard.errors import TargetError
@@ -83,6 +84,7 @@ def collect(run_dir: Path, redactor: Redactor, env: dict[str, str]) -> Bundle:
     here = [event for events in started.values() for event in events if event.get("host") == socket.gethostname()]
     _add_plogs(bundle, here, redactor, env)
     _add_host_tools(bundle, here, redactor, env)
+    add_other_nodes(bundle, run_dir, project, started, redactor, env)
     return bundle
 
 
