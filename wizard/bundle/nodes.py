@@ -15,15 +15,23 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from wizard.bundle.redact import Redactor
 from wizard.bundle.safe import MEMBER_LIMIT
 from wizard.run.engines.ssh import ssh_command
 from wizard.run.engines.ssh_run import run_all
 
-if TYPE_CHECKING:
-    from wizard.bundle.collect import Bundle
+
+class Bundle(Protocol):
+    """What the bundle being collected takes: a member, or a line on what is missing and why."""
+
+    def add(self, name: str, data: bytes, cut: int | None = None, *, note: str = "", header: bool = True) -> None:
+        """Add a member."""
+
+    def lack(self, name: str, why: str) -> None:
+        """Name what is missing, and why."""
+
 
 COMMAND_S = 20  # seconds one tool may take on a node
 REACH_S = 30.0  # seconds to reach a node, on top of its tools' time
