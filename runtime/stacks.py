@@ -177,7 +177,7 @@ def hccl_recorder_entries(
         if dump_json is not None:
             dump = json.loads(dump_json(True, False))
         else:
-            dump = _plain_unpickle(dump_pickle(True, False, False))
+            dump = plain_unpickle(dump_pickle(True, False, False))
     except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
         why = f"torch_npu's flight recorder failed: {error}"
         return {"source": None, "why": why}, None
@@ -195,7 +195,8 @@ class _PlainData(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unexpected {module}.{name} in the dump")
 
 
-def _plain_unpickle(data: bytes) -> Any:
+def plain_unpickle(data: bytes) -> Any:
+    """A pickled recorder dump as plain data; raise pickle.UnpicklingError where it names any code."""
     return _PlainData(io.BytesIO(data)).load()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import secrets
 import shutil
 import subprocess
@@ -195,6 +196,27 @@ def test_a_big_log_or_events_file_is_bundled_as_its_tail_with_a_note(failed_run:
     assert kept.startswith(b"[npu-wizard bundle: only the tail of this file")
     assert kept.endswith(b"line 199999 of a chatty rank\n")
     assert f"of {size} bytes (the start left out)" in members["MANIFEST.txt"].decode()
+
+
+def test_torch_npu_s_recorder_dumps_are_bundled_as_json_and_its_pipe_is_named(
+    failed_run: FailedRun, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(failed_run.run_dir, run_dir)
+    (run_dir / "hccl").mkdir()
+    # what torch_npu's monitor writes at a timeout (TraceUtils.h's pickled dump, ProcessGroupHCCL.cpp's stacks)
+    entry = {"collective_seq_id": 12, "profiling_name": "", "input_sizes": ((1000,),), "state": "scheduled"}
+    frames = [{"name": "train", "filename": f"/home/u/MY_API_KEY={PLANTED}/train.py", "line": 9}]
+    dump = {"version": "2.4", "pg_config": {}, "entries": [{**entry, "frames": frames}]}
+    (run_dir / "hccl" / "rank-3").write_bytes(pickle.dumps(dump, protocol=2))
+    (run_dir / "hccl" / "rank-3_py_traceback").write_text("pid: 4242\nthread MainThread:\n  File train.py, line 9\n")
+    os.mkfifo(run_dir / "hccl" / "rank-3.pipe")
+    members = bundle_of(run_dir, tmp_path / "b.tar.gz")
+    bundled = json.loads(members["hccl/rank-3.json"])
+    assert bundled["entries"][0]["collective_seq_id"] == 12 and bundled["entries"][0]["input_sizes"] == [[1000]]
+    assert PLANTED.encode() not in members["hccl/rank-3.json"]
+    assert members["hccl/rank-3_py_traceback"].startswith(b"pid: 4242\n")
+    assert manifest_missing(members)["hccl/rank-3.pipe"].startswith("torch_npu's pipe that asks a rank for a dump")
 
 
 def recording_double(folder: Path, name: str, says: str) -> None:
