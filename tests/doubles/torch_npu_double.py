@@ -23,7 +23,10 @@ gives its workers (its parallel store itself is not modelled).
 (`tests/doubles/torch_npu_package.py`): `__version__`, `npu.is_available`,
 `npu.device_count` (`TORCH_NPU_DOUBLE_DEVICES`, default 8), `npu.set_device`,
 `npu.set_compile_mode`, `npu.synchronize`, `npu.Event` (timing from the host clock) and
-`npu.amp.GradScaler`, each recording its call.
+`npu.amp.GradScaler`, each recording its call, and `profiler` (`profile`,
+`schedule`, `tensorboard_trace_handler`, `_ExperimentalConfig` with the
+arguments every offered release takes; `async_mode` only where the release
+has it), recording each call under profiler.jsonl.
 In-process tests can `load_package(version)` instead.
 """
 
@@ -55,6 +58,8 @@ class Release:
     has_torch_npu_run: bool  # the console script (2.1.0.post8 / 2.3.1.post2 / 2.4.0 on)
     tiered_store_flag: bool  # torch_npu_run --enable_tiered_parallel_tcpstore (the 7.0.0 branches on)
     parallel_store_env: bool  # workers get TORCH_NPU_USE_PARALLEL_TCPSTORE=True (the 7.1.0 branches on)
+    # torch_npu.profiler.tensorboard_trace_handler(async_mode=...): parses in a child process (the 7.0.0 branches on)
+    profiler_async_parse: bool
 
 
 # Checked per branch in Ascend/pytorch: torch_npu/distributed/run.py (flags) and
@@ -62,12 +67,12 @@ class Release:
 RELEASES: dict[str, Release] = {
     release.version: release
     for release in (
-        Release("2.1.0.post10", "2.1.0", "8.0.0", "v2.1.0-6.0.0", True, False, False),
-        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False),
-        Release("2.4.0.post2", "2.4.0", "8.0.0", "v2.4.0-6.0.0", True, False, False),
-        Release("2.5.1", "2.5.1", "8.1.RC1", "v2.5.1-7.0.0", True, True, False),
-        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True),
-        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True),
+        Release("2.1.0.post10", "2.1.0", "8.0.0", "v2.1.0-6.0.0", True, False, False, False),
+        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False, True),
+        Release("2.4.0.post2", "2.4.0", "8.0.0", "v2.4.0-6.0.0", True, False, False, False),
+        Release("2.5.1", "2.5.1", "8.1.RC1", "v2.5.1-7.0.0", True, True, False, True),
+        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True, True),
+        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True, True),
     )
 }
 
@@ -118,6 +123,10 @@ class TorchNpuDouble:
     def npu_calls(self) -> list[dict[str, Any]]:
         """set_device / set_compile_mode calls on torch_npu.npu, in order."""
         return _read_jsonl(self.record_dir / "npu.jsonl")
+
+    def profiler_calls(self) -> list[dict[str, Any]]:
+        """torch_npu.profiler calls (profile, schedule, tensorboard_trace_handler, start, step, stop), in order."""
+        return _read_jsonl(self.record_dir / "profiler.jsonl")
 
     def event_calls(self) -> list[dict[str, Any]]:
         """torch_npu.npu.Event calls (made, record, elapsed_time, synchronize, query), in order."""

@@ -16,6 +16,7 @@ from wizard.monitor.ranks import Failure, where
 from wizard.monitor.summary_text import duration, failure_report
 from wizard.run_page.inferred import effective_summary
 from wizard.run_page.plots import Plot
+from wizard.run_page.profile_section import profile_section
 from wizard.run_page.record import RunRecord
 
 EVERY_PROCESS = 64  # up to this many ranks the processes table has a row each; beyond, a row per node
@@ -60,6 +61,7 @@ def render_page(record: RunRecord, plots: list[Plot], summary: dict[str, Any] | 
         "<h2>Training</h2>",
         *(_figure(plot) for plot in plots),
         _stragglers(summary),
+        profile_section(record.run_dir, summary),
         _restarts(record),
         _checkpoints(record),
         _processes(record, summary),
