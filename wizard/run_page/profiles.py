@@ -20,13 +20,14 @@ events ("ph": "X"):
 from __future__ import annotations
 
 import re
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wizard.run_page.trace_reader import Reading, trace_events
 
-EVENT_CAP = 2_000_000  # events read of one trace: about a minute of reading, some hundreds of MB of memory
+EVENT_CAP = 500_000  # events read of one trace: some seconds of reading, under about 100 MB of memory
 TOP = 10
 CATEGORIES = ("compute", "communication", "data wait", "idle")
 STEP_SPAN = re.compile(r"^ProfilerStep#\d+$")
@@ -94,7 +95,7 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
             step_threads.add(thread)
             profile.steps += 1
             profile.step_us += float(length)
-        spans[thread].append((float(start), float(length), name))
+        spans[thread].append((float(start), float(length), sys.intern(name)))  # a name is one string, however often
     gaps: list[tuple[float, float]] = []
     for thread, events in spans.items():
         gaps += _add_thread(profile, events, on_step_thread=thread in step_threads)

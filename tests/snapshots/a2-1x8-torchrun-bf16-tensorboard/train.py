@@ -159,7 +159,7 @@ class Trainer:
             self.batches_done += 1
             window_steps += 1
             self.recorder.progress(self.step, epoch)
-            profile_window.step(self.step)  # npu-wizard run --profile: a window of steps
+            profile_window.step(self.step)  # a window of npu-wizard run --profile
             if self.step % LOG_EVERY == 0:
                 self._log(loss, window_steps, time.perf_counter() - window_start)
                 window_start, window_steps = time.perf_counter(), 0
@@ -336,7 +336,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                     f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
                 )
             trainer.train(args.epochs)
-            profile_window.close()  # a window still recording writes its trace
+            profile_window.close()  # a window still recording is written
             recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
             if rank.is_main:
                 print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
