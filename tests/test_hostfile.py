@@ -67,7 +67,7 @@ def test_every_problem_of_a_hostfile_is_listed_with_its_line_and_nothing_is_writ
     assert result.returncode == 1
     assert (
         f"network.hostfile: '{tmp_path / 'hosts'}': line 2: not an IP address; "
-        "line 3: only slots=N may follow the address"
+        "line 3: only slots=N and the word spare may follow the address"
     ) in result.stderr
     assert not (tmp_path / "out").exists()
 

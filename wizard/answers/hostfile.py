@@ -1,7 +1,10 @@
 """Host lists for large clusters: hostfiles (one address per line) and address ranges.
 
 A hostfile follows the MPI / DeepSpeed convention: one host per line,
-optionally `slots=N` (its device count), `#` starts a comment. npu-wizard
+optionally `slots=N` (its device count), `#` starts a comment. The word
+`spare` after an address marks a spare host (network.spare_hosts): no node
+runs there until `npu-wizard run --restarts` gives it a failed node's rank;
+the other lines are the nodes, in order. npu-wizard
 needs addresses (they become HCCL_IF_IP), so every host must be an IP. A
 range `10.0.0.11-10.0.0.74` stands for every address from the first to the
 last, in order.
@@ -26,6 +29,7 @@ from wizard.answers.addresses import is_ip  # the same check, IPv6 zone ids incl
 MAX_HOSTS = 4096  # the most nodes the answers allow
 MAX_BYTES = 1 << 20
 _SLOTS = re.compile(r"slots=([0-9]{1,3})")
+SPARE_WORD = "spare"  # after an address: a spare host, not a node
 
 
 class HostListError(ValueError):
@@ -34,11 +38,12 @@ class HostListError(ValueError):
 
 @dataclass(frozen=True)
 class Host:
-    """One line of a hostfile: the address, its slots (None when not given) and the line number."""
+    """One line of a hostfile: the address, its slots (None when not given), the line number, whether a spare."""
 
     address: str
     slots: int | None
     line: int
+    spare: bool = False
 
 
 def is_range(item: str) -> bool:
@@ -79,11 +84,13 @@ def parse(text: str) -> list[Host]:
         fields = raw.split("#", 1)[0].split()
         if not fields:
             continue
-        slots = None
+        slots, spare = None, False
         for extra in fields[1:]:
             match = _SLOTS.fullmatch(extra)
-            if match is None:
-                problems.append(f"line {number}: only slots=N may follow the address")
+            if extra == SPARE_WORD:
+                spare = True
+            elif match is None:
+                problems.append(f"line {number}: only slots=N and the word {SPARE_WORD} may follow the address")
             else:
                 slots = int(match.group(1))
         if not is_range(fields[0]) and not is_ip(fields[0]):
@@ -96,12 +103,22 @@ def parse(text: str) -> list[Host]:
             continue
         if len(hosts) + count > MAX_HOSTS:
             raise HostListError(f"line {number}: more than {MAX_HOSTS} addresses in all, the most nodes a job has")
-        hosts.extend(Host(address, slots, number) for address in expand(fields[0]))
+        hosts.extend(Host(address, slots, number, spare) for address in expand(fields[0]))
     if problems:
         raise HostListError("; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else ""))
-    if not hosts:
+    if not any(not host.spare for host in hosts):
         raise HostListError("no host addresses in it (one per line, # for comments)")
     return hosts
+
+
+def nodes(hosts: list[Host]) -> tuple[str, ...]:
+    """The nodes' addresses of a hostfile, in order (every line not marked spare)."""
+    return tuple(host.address for host in hosts if not host.spare)
+
+
+def spares(hosts: list[Host]) -> tuple[str, ...]:
+    """The spare hosts' addresses of a hostfile, in order (the lines marked spare)."""
+    return tuple(host.address for host in hosts if host.spare)
 
 
 def read(path: str) -> list[Host]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from wizard.answers import rules
+from wizard.answers import hostfile, rules
 from wizard.answers.questions import BY_NAME, QUESTIONS
 from wizard.answers.script import args_text
 from wizard.answers.spec import Invalid
@@ -62,10 +62,15 @@ def evaluate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
     for question in QUESTIONS:
         if not question.applies(values):
-            if raw.get(question.name) not in (None, ""):
-                problems.append(
-                    Problem(question.name, raw[question.name], "ignored: it does not apply to these answers", "warning")
-                )
+            if raw.get(question.name) not in (None, "", [], ()):
+                if question.refused is not None:
+                    problems.append(Problem(question.name, raw[question.name], question.refused(values)))
+                else:
+                    problems.append(
+                        Problem(
+                            question.name, raw[question.name], "ignored: it does not apply to these answers", "warning"
+                        )
+                    )
             continue
         if question.name not in raw:
             values[question.name] = question.default_for(values)
@@ -76,8 +81,25 @@ def evaluate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
             problems.append(Problem(question.name, raw[question.name], str(invalid)))
     if values.get("network.hostfile") and raw.get("network.host_ips") not in (None, "", [], ()):
         problems.append(Problem("network.host_ips", raw["network.host_ips"], "give network.hostfile or this, not both"))
+    if values.get("network.spare_hosts") and raw.get("network.hostfile") and raw.get("network.spare_hosts"):
+        if hostfile_spares(values["network.hostfile"]):
+            problems.append(
+                Problem(
+                    "network.spare_hosts",
+                    raw["network.spare_hosts"],
+                    "the hostfile marks spare hosts already: give them there (the word spare) or here, not both",
+                )
+            )
     problems.extend(rules.check(values))
     return values, problems
+
+
+def hostfile_spares(path: str) -> tuple[str, ...]:
+    """The spare hosts a hostfile marks (none where it cannot be read: the hostfile's own problem says why)."""
+    try:
+        return hostfile.spares(hostfile.read(path))
+    except hostfile.HostListError:
+        return ()
 
 
 def load_text(text: str, base: Path | None = None) -> Answers:

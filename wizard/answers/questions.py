@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from wizard.answers import hardware, hostfile
-from wizard.answers.questions_cluster import ENGINE, SETTINGS, scheduled
+from wizard.answers.questions_cluster import ENGINE, SETTINGS, engine_of, scheduled
 from wizard.answers.questions_k8s import KUBERNETES_QUESTIONS
 from wizard.answers.questions_training import TRAINING_QUESTIONS
 from wizard.answers.spec import Choice, Question, Values
@@ -36,8 +36,14 @@ def _default_devices(values: Values) -> int:
 
 def _default_host_ips(values: Values) -> tuple[str, ...]:
     if values.get("network.hostfile"):
-        return tuple(host.address for host in hostfile.read(values["network.hostfile"]))
+        return hostfile.nodes(hostfile.read(values["network.hostfile"]))
     return ("127.0.0.1",) * int(values.get("nodes") or 1)
+
+
+def _default_spare_hosts(values: Values) -> tuple[str, ...] | None:
+    if values.get("network.hostfile"):
+        return hostfile.spares(hostfile.read(values["network.hostfile"])) or None
+    return None
 
 
 def _default_master_addr(values: Values) -> str:
@@ -60,6 +66,18 @@ def _default_torch(values: Values) -> str:
 
 def _by_address(values: Values) -> bool:
     return not scheduled(values)
+
+
+def _spares_refused(values: Values) -> str:
+    return (
+        f"the {engine_of(values)} engine chooses the nodes when the job starts, so there is no node address to "
+        "replace: "
+        + (
+            "a restart (run --restarts) resubmits the job with the failed node excluded instead"
+            if engine_of(values) == "slurm"
+            else "the operator reschedules a failed pod by itself (run.restarts sets its retries)"
+        )
+    )
 
 
 QUESTIONS: tuple[Question, ...] = (
@@ -138,6 +156,19 @@ QUESTIONS: tuple[Question, ...] = (
         step="topology",
         help="The address of each node on the network HCCL should use (HCCL_IF_IP), node 0 "
         "first. Loopback addresses simulate every node on this host.",
+    ),
+    Question(
+        name="network.spare_hosts",
+        prompt="Spare hosts (optional)",
+        kind="ip_list",
+        optional=True,
+        default_from=_default_spare_hosts,
+        when=_by_address,
+        refused=_spares_refused,
+        step="topology",
+        help="Hosts that stand by for a failed node, by address: when a node fails twice in a row or its health "
+        "check, `npu-wizard run --restarts N` starts that node's launch script on the next spare (the ssh engine "
+        "copies the project there first). Not one of the host IPs. A hostfile marks them with the word spare.",
     ),
     Question(
         name="network.master_addr",

@@ -74,6 +74,30 @@ def one_ip_per_node(v: Values) -> Iterator[Problem]:
         )
 
 
+def spares_apart(v: Values) -> Iterator[Problem]:
+    """Spare hosts are distinct, none of them a node's address, and only where npu-wizard starts every node."""
+    spares, ips = v["network.spare_hosts"], v["network.host_ips"]
+    if not spares:
+        return
+    field = "network.hostfile" if v.get("network.hostfile") else "network.spare_hosts"
+    value = v["network.hostfile"] if v.get("network.hostfile") else spares
+    simulated = all(is_loopback(ip) for ip in (*ips, *spares))  # every node and spare on this host's loopback
+    repeated = sorted(ip for ip, count in Counter(spares).items() if count > 1)
+    if repeated and not simulated:
+        yield _error(field, value, f"each spare host is listed once; repeated: {', '.join(repeated[:5])}")
+    nodes = sorted(set(spares) & set(ips))
+    if nodes and not simulated:
+        yield _error(field, value, f"a spare host is not a node; also in network.host_ips: {', '.join(nodes[:5])}")
+    if v["cluster.engine"] == "manual" and not simulated:
+        yield _error(
+            field,
+            value,
+            "the manual engine starts only the node of the host it runs on (run --node N), so it cannot start a "
+            "spare in a failed node's place: use cluster.engine ssh, which starts every node, or loopback "
+            "addresses to simulate the nodes and spares on this host",
+        )
+
+
 def master_is_a_node(v: Values) -> Iterator[Problem]:
     """The master address is one of the nodes (ideally node 0), or a name to resolve."""
     addr, ips = v["network.master_addr"], v["network.host_ips"]
@@ -151,6 +175,23 @@ def timeouts_fit_series(v: Values) -> Iterator[Problem]:
             connect,
             f"not below network.exec_timeout ({execute}): a collective may then time out "
             "before a slow rank has even connected",
+        )
+
+
+def signal_before_time_limit(v: Values) -> Iterator[Problem]:
+    """Slurm's warning before the time limit must come after the job starts."""
+    if v["cluster.engine"] != "slurm" or not v.get("cluster.signal_before"):
+        return
+    parts = [int(part) for part in re.split(r"[-:]", v["cluster.time"])]
+    days = parts[0] if "-" in v["cluster.time"] else 0
+    hours, minutes, seconds = parts[-3:]
+    limit = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if v["cluster.signal_before"] >= limit:
+        yield _error(
+            "cluster.signal_before",
+            v["cluster.signal_before"],
+            f"not below the time limit cluster.time ({v['cluster.time']}, {limit} s): the warning would come "
+            "before the job starts; give fewer seconds, or a longer time limit",
         )
 
 
@@ -304,10 +345,12 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("hardware", "amp"), amp_fits_series),
     (("nodes", "device", "network.host_ips"), one_ip_per_node),
     (("network.hostfile", "devices_per_node"), hostfile_fits),
+    (("cluster.engine", "network.host_ips", "network.spare_hosts"), spares_apart),
     (("network.master_addr", "network.host_ips"), master_is_a_node),
     (("network.master_port", "network.hccl_base_port", "network.hccl_port_count"), ports_apart),
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
+    (("cluster.engine", "cluster.time", "cluster.signal_before"), signal_before_time_limit),
     (("launcher", "training.script"), script_launcher),
     (("training.tensorboard", "training.script"), tensorboard_script),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),

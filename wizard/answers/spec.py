@@ -51,6 +51,8 @@ class Question:
     check: Callable[[Any], None] | None = None
     default_from: Callable[[Values], Any] | None = field(default=None, repr=False)
     replaces: str | None = None  # another question this one's answer stands in for
+    refused: Callable[[Values], str] | None = field(default=None, repr=False)
+    """Why a value given where the question does not apply is an error (None: it is only ignored, a warning)."""
 
     def applies(self, values: Values) -> bool:
         """Whether the question is asked, given the answers before it."""
@@ -72,7 +74,7 @@ class Question:
 
     def parse(self, raw: Any) -> Any:
         """Turn a raw answer (from YAML or a text field) into a checked value."""
-        if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+        if raw is None or (isinstance(raw, str) and raw.strip() == "") or (self.optional and _empty_list(raw)):
             if self.kind == "args":
                 return ()  # no arguments
             if self.optional:
@@ -398,6 +400,10 @@ _PARSERS: dict[str, Callable[[Question, Any], Any]] = {
     "script": _parse_script,
     "args": _parse_args,
 }
+
+
+def _empty_list(raw: Any) -> bool:
+    return isinstance(raw, list | tuple) and not raw
 
 
 def refuse_control_characters(text: str) -> None:
