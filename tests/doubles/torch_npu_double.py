@@ -23,8 +23,11 @@ gives its workers (its parallel store itself is not modelled).
 (`tests/doubles/torch_npu_package.py`): `__version__`, `npu.is_available`,
 `npu.device_count` (`TORCH_NPU_DOUBLE_DEVICES`, default 8), `npu.set_device`,
 `npu.set_compile_mode`, `npu.synchronize`, `npu.Event` (timing from the host clock) and
-`npu.amp.GradScaler`, each recording its call; `import torchair` gets the double of
-TorchAir, torch_npu's graph backend (`tests/doubles/torchair_package.py`).
+`npu.amp.GradScaler`, each recording its call, and `profiler` (`profile`,
+`schedule`, `tensorboard_trace_handler`, `_ExperimentalConfig` with the
+arguments every offered release takes; `async_mode` only where the release
+has it), recording each call under profiler.jsonl; `import torchair` gets the
+double of TorchAir, torch_npu's graph backend (`tests/doubles/torchair_package.py`).
 In-process tests can `load_package(version)` instead.
 
 Where torch is importable, importing the double registers an "hccl" process
@@ -67,6 +70,8 @@ class Release:
     tiered_store_flag: bool  # torch_npu_run --enable_tiered_parallel_tcpstore (the 7.0.0 branches on)
     parallel_store_env: bool  # workers get TORCH_NPU_USE_PARALLEL_TCPSTORE=True (the 7.1.0 branches on)
     torchair_reduce_overhead: bool  # TorchAir's CompilerConfig has mode, reduce-overhead too (the 7.0.0 branches on)
+    # torch_npu.profiler.tensorboard_trace_handler(async_mode=...): parses in a child process (the 7.0.0 branches on)
+    profiler_async_parse: bool
     # ProcessGroupHCCL's flight recorder dump: "" none (6.0.0 branches, and 2.3.1 / 2.4.0 / 2.5.1 of 7.0.0),
     # "pickle" only _dump_hccl_trace (v2.1.0-7.0.0), "json" also _dump_hccl_trace_json (7.1.0 branches on)
     hccl_recorder: str = ""
@@ -78,12 +83,12 @@ class Release:
 RELEASES: dict[str, Release] = {
     release.version: release
     for release in (
-        Release("2.1.0.post10", "2.1.0", "8.0.0", "v2.1.0-6.0.0", True, False, False, False),
-        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False, True, "pickle"),
-        Release("2.4.0.post2", "2.4.0", "8.0.0", "v2.4.0-6.0.0", True, False, False, False),
-        Release("2.5.1", "2.5.1", "8.1.RC1", "v2.5.1-7.0.0", True, True, False, True),
-        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True, True, "json"),
-        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True, True, "json"),
+        Release("2.1.0.post10", "2.1.0", "8.0.0", "v2.1.0-6.0.0", True, False, False, False, False),
+        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False, True, True, "pickle"),
+        Release("2.4.0.post2", "2.4.0", "8.0.0", "v2.4.0-6.0.0", True, False, False, False, False),
+        Release("2.5.1", "2.5.1", "8.1.RC1", "v2.5.1-7.0.0", True, True, False, True, True),
+        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True, True, True, "json"),
+        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True, True, True, "json"),
     )
 }
 
@@ -134,6 +139,10 @@ class TorchNpuDouble:
     def npu_calls(self) -> list[dict[str, Any]]:
         """set_device / set_compile_mode calls on torch_npu.npu, in order."""
         return _read_jsonl(self.record_dir / "npu.jsonl")
+
+    def profiler_calls(self) -> list[dict[str, Any]]:
+        """torch_npu.profiler calls (profile, schedule, tensorboard_trace_handler, start, step, stop), in order."""
+        return _read_jsonl(self.record_dir / "profiler.jsonl")
 
     def hccl_trace_calls(self) -> list[dict[str, Any]]:
         """Each call of the HCCL flight recorder's dump (_dump_hccl_trace_json / _dump_hccl_trace), in order."""

@@ -47,7 +47,25 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
         "never_reported": [rank for rank in _list(summary.get("never_reported")) if is_step(rank)],
         "inferred": summary.get("inferred") is True,
         "hang": _checked_hang(summary.get("hang")),
+        "profile": _checked_profile(summary.get("profile")),
     }
+
+
+def _checked_profile(profile: Any) -> dict[str, Any] | None:
+    """The profile windows recorded and asked for, each with whole step and rank numbers, else left out."""
+    if not isinstance(profile, dict):
+        return None
+    windows = [
+        {**{key: window[key] for key in ("rank", "first", "last")}, "path": _text(window.get("path"))}
+        for window in _list(profile.get("windows"))
+        if isinstance(window, dict) and all(is_step(window.get(key)) for key in ("rank", "first", "last"))
+    ]
+    asked = [
+        {**{key: ask[key] for key in ("straggler", "median", "steps")}, "at": _time(ask.get("at"))}
+        for ask in _list(profile.get("asked"))
+        if isinstance(ask, dict) and all(is_step(ask.get(key)) for key in ("straggler", "median", "steps"))
+    ]
+    return {"windows": windows, "asked": asked} if windows or asked else None
 
 
 def _checked_hang(hang: object) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from wizard.monitor.summary_text import duration, failure_report, preempted_line
 from wizard.run_page.hang_section import hang_section
 from wizard.run_page.inferred import effective_summary
 from wizard.run_page.plots import Plot
+from wizard.run_page.profile_section import profile_section
 from wizard.run_page.record import RunRecord
 
 EVERY_PROCESS = 64  # up to this many ranks the processes table has a row each; beyond, a row per node
@@ -64,6 +65,7 @@ def render_page(record: RunRecord, plots: list[Plot], summary: dict[str, Any] | 
         *(_figure(plot) for plot in plots),
         _stragglers(summary),
         _attempts(summary),
+        profile_section(record.run_dir, summary),
         _restarts(record),
         _checkpoints(record),
         _processes(record, summary),
