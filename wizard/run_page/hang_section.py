@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from wizard.monitor.hang_verdict import hang_summary, ranks_text
-from wizard.run_page.plots import DPI, STRAGGLER, WIDTH_PX, _png
+from wizard.run_page.plots import DPI, STRAGGLER, WIDTH_PX, png_bytes
 from wizard.run_page.record import RunRecord
 
 EVERY_ROW = 64  # up to this many ranks a row each on the timeline and in the table; beyond, a row per group
@@ -106,7 +106,7 @@ def timeline(record: RunRecord, summary: dict[str, Any], hang: dict[str, Any], r
     axes.set_title("Where each rank was", loc="left", fontsize=11)
     axes.grid(axis="x", alpha=0.3)
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def _flags(record: RunRecord, stragglers: list[Any], ranks: list[int], hang_at: object) -> list[tuple[float, float]]:
