@@ -110,6 +110,22 @@ def test_a_torn_rank_record_is_named_and_the_report_still_written(hung_folder: P
     assert f"{record} is no JSON object (torn, or written by something else): not read" in page
 
 
+def test_a_summary_hang_of_the_wrong_kinds_without_the_files_gives_a_page_not_a_traceback(hung_folder: Path) -> None:
+    shutil.rmtree(hung_folder / "hang")
+    summary = json.loads((hung_folder / "summary.json").read_text())
+    summary["hang"] = {
+        "text": "hang at 10:00:00 UTC: ranks 0-3 wait in all_reduce #7",
+        "time": "noon",
+        "groups": [{"ranks": "0-3", "kind": ["x"], "place": 7, "collective": {"op": 1, "seq": "7"}}, "group", None],
+        "problems": {"a": 1},
+    }
+    (hung_folder / "summary.json").write_text(json.dumps(summary))
+    done = wizard("report", str(hung_folder))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    page = (hung_folder / "report.html").read_text()
+    assert "ranks 0-3 wait in all_reduce #7" in page and 'id="plot-hang-timeline"' not in page  # no rank's place
+
+
 @needs_browser
 def test_the_timeline_is_drawn_in_chromium(hung_folder: Path, tmp_path: Path) -> None:
     assert wizard("report", str(hung_folder)).returncode == 0
