@@ -26,6 +26,7 @@ FEATURES: dict[str, Callable[[str], bool]] = {
     "tiered_store_flag": hardware.has_tiered_store_flag,
     "parallel_store_env": hardware.has_parallel_store_env,
     "hccl_flight_recorder": hardware.has_hccl_flight_recorder,
+    "torchair_reduce_overhead": hardware.has_torchair_reduce_overhead,
 }
 
 
