@@ -43,16 +43,20 @@ def hang_section(record: RunRecord, summary: dict[str, Any]) -> str:
     if not hang or not hang.get("text"):
         return ""
     rows = _rows(hang)
-    png, (width, height) = timeline(record, summary, hang, rows), _size(rows)
-    data = base64.b64encode(png).decode("ascii")
     problems = "".join(f"<li>{escape(str(line))}</li>" for line in hang.get("problems") or [])
     folder = f'<p class="meta">stacks and recorder dumps: {escape(str(hang.get("folder") or "hang/"))}</p>'
-    return (
+    verdict = (
         '<h2 id="hang">Where each rank was</h2>'
         f'<div class="box failure"><p><b>{escape(str(hang["text"]))}</b></p>{folder}'
         + (f"<p>files not read:</p><ul>{problems}</ul>" if problems else "")
         + "</div>"
-        f'<figure id="hang-timeline"><img class="plot" id="plot-hang-timeline" alt="Where each rank was" '
+    )
+    if not rows:  # no rank's place kept (a summary.json written by something else)
+        return verdict
+    png, (width, height) = timeline(record, summary, hang, rows), _size(rows)
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        verdict + f'<figure id="hang-timeline"><img class="plot" id="plot-hang-timeline" alt="Where each rank was" '
         f'width="{width}" height="{height}" src="data:image/png;base64,{data}">'
         "<figcaption>from each rank's start to its last logged step (grey), the straggler flags before the hang "
         "(orange), and where it was at the hang</figcaption></figure>" + _table(rows)
