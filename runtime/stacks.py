@@ -186,7 +186,9 @@ def recorder_entries() -> tuple[dict[str, Any], str | None]:
     torch = sys.modules.get("torch")
     if torch is None:
         return {"source": None, "why": "torch is not imported"}, None
-    dist = getattr(torch, "distributed", None)  # absent while torch is still being imported
+    dist = getattr(
+        torch, "distributed", None
+    )  # absent while torch is still being imported
     if dist is None or not (dist.is_available() and dist.is_initialized()):
         return {"source": None, "why": "no process group"}, None
     backend = str(dist.get_backend())
@@ -206,10 +208,12 @@ def torch_recorder_entries(
         return {"source": None, "why": "this torch has no flight recorder"}, None
     try:
         text = dump_json(True, False)
+        # torch 2.14 hands the JSON over as bytes: written out as they are, they would be their repr
+        text = text.decode() if isinstance(text, bytes) else str(text)
         dump = json.loads(text)
     except (RuntimeError, ValueError) as error:
         return {"source": None, "why": f"the flight recorder failed: {error}"}, None
-    return read_dump(dump, backend=backend), text[-MAX_DUMP_BYTES:]
+    return read_dump(dump, backend=backend), bounded_dump(dump, text)
 
 
 def hccl_recorder_entries(
@@ -240,7 +244,17 @@ def hccl_recorder_entries(
         why = "torch_npu's flight recorder gave no mapping"
         return {"source": None, "why": why}, None
     text = json.dumps(dump, default=str)
-    return read_dump(dump, backend="hccl", source="torch_npu"), text[-MAX_DUMP_BYTES:]
+    return read_dump(dump, backend="hccl", source="torch_npu"), bounded_dump(dump, text)
+
+
+def bounded_dump(dump: Mapping[str, Any], text: str) -> str:
+    """The recorder's dump as JSON of at most MAX_DUMP_BYTES, its oldest entries left out as needed."""
+    entries = list(dump.get("entries") or [])
+    while len(text.encode()) > MAX_DUMP_BYTES and entries:
+        entries = entries[len(entries) // 2 + 1 :]
+        kept = {**dump, "entries": entries, "npu_wizard_oldest_entries_left_out": True}
+        text = json.dumps(kept, default=str)
+    return text if len(text.encode()) <= MAX_DUMP_BYTES else "{}"
 
 
 def ask_hccl_dump(rank: int, env: Mapping[str, str] = os.environ) -> str:

@@ -161,6 +161,9 @@ def test_each_answer_comes_with_its_text_and_its_recorder_dump_bounded(hang_run:
             for name in (f"rank-{rank}.json", f"rank-{rank}.txt", f"rank-{rank}.fr.json"):
                 size = (hang_run.folders[case] / name).stat().st_size
                 assert 0 < size <= 2 << 20, (case, name, size)
+            # the recorder's own dump, as JSON a reader of torch's flight recorder takes
+            dump = json.loads((hang_run.folders[case] / f"rank-{rank}.fr.json").read_text())
+            assert dump["entries"] and "pg_status" in dump, (case, rank)
     assert "recorder_dump" not in hang_run.record("late", 0)
 
 
