@@ -45,6 +45,16 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
             "time inside the recorder calls, in the loop",
         ],
     ),
+    "compile_throughput.py": (
+        ["--smoke"],
+        [
+            "first epoch of generated loop, compile default:",
+            "bare eager loop (the baseline):",
+            "generated loop, compile off:",
+            "generated loop, compile default:",
+            "x bare eager",
+        ],
+    ),
     "monitor_overhead.py": (
         ["--smoke"],
         ["throughput without monitor:", "throughput with monitor:", "target >= 98%", "monitor (npu-wizard run):"],
