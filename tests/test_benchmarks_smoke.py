@@ -80,6 +80,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "straggler_uniform_runs.py": (["--smoke"], ["run 1: ", "rank-windows >= 15% above", "uniform runs with a flag:"]),
     "bandwidth_quiet_runs.py": (["--smoke"], ["run 1: slowest node ", "quiet loopback runs that named a slow link: "]),
+    "preemption_flag.py": (
+        ["--smoke"],
+        ["window with the stop check", "window without it", "the check alone (all_reduce)"],
+    ),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
     "ssh_copy_history.py": (
         ["--smoke"],

@@ -29,6 +29,7 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
         "job_restarts": _whole(summary.get("job_restarts")) or 0,
         "attempts": [_checked_attempt(a) for a in _list(summary.get("attempts")) if isinstance(a, dict)],
         "checkpoint": _checked_checkpoint(saved) if isinstance(saved, dict) else None,
+        "preempted": _checked_preempted(summary.get("preempted")),
         "failure": _checked_failure(failure) if isinstance(failure, dict) else None,
         "ranks": {
             str(int(key)): _checked_rank(info)
@@ -150,6 +151,13 @@ def _checked_straggler(entry: dict[str, Any]) -> dict[str, Any]:
         **{key: _time(entry.get(key)) for key in ("start", "end")},
         **{key: _finite(entry.get(key)) or 0.0 for key in ("gap_pct", "lost_pct")},
     }
+
+
+def _checked_preempted(value: object) -> dict[str, Any] | None:
+    """The step every rank saved at on a stop signal, and the signal's name; None unless the step is a step."""
+    if not isinstance(value, dict) or not is_step(value.get("step")):
+        return None
+    return {"step": value["step"], "signal": _text(value.get("signal"))}
 
 
 def _outcome(value: object) -> str:

@@ -303,8 +303,9 @@ class Trainer:
     def train(self, max_epochs: int) -> bool:
         """Run the epochs left (all of them, unless resumed); False when a stop signal ended them early."""
 {%- if cookiecutter.tensorboard == "true" %}
+        epochs = range(self.epoch, max_epochs)
         try:
-            return all(self._run_epoch(epoch) for epoch in range(self.epoch, max_epochs))
+            return all(self._run_epoch(epoch) for epoch in epochs)
         finally:
             if self.board is not None:
                 self.board.close()  # writes out the steps still buffered
@@ -584,7 +585,8 @@ if __name__ == "__main__":
         # train.py is its own launcher here: each worker gets its local rank first; a stop
         # signal reaching this process is passed on to them
         workers = mp.spawn(main, args=(args,), nprocs=args.nproc_per_node, join=False)
-        preemption.install(forward_to=lambda: [p.pid for p in workers.processes if p.pid])
+        pids = [process.pid for process in workers.processes]
+        preemption.install(forward_to=lambda: pids)
         try:
             while not workers.join():
                 pass

@@ -13,6 +13,15 @@
 # script every node shares{% if cookiecutter.script != "train.py" %}, which starts {{ cookiecutter.script|sh }} on every rank{% endif %}. Anything unexpected stops the node here, with the reason.
 #
 {%- if cookiecutter.engine == "slurm" %}
+# A stop signal (slurm/job.sbatch passes Slurm's SIGUSR1 on as SIGTERM, scancel sends SIGTERM)
+{%- else %}
+# A stop signal (Kubernetes sends the pod SIGTERM on a deletion or an eviction, and kills it
+# after its termination grace period)
+{%- endif %}
+# has every rank save a checkpoint at its next logged step: the node then exits with code 75,
+# "preempted, checkpoint saved" (launch/run-node.sh says so in one line), not a failure.
+#
+{%- if cookiecutter.engine == "slurm" %}
 # Ports: jobs may share a node, so each job takes its own from its job id:
 #   MASTER_PORT       = {{ cookiecutter.master_port|int }} + job id % {{ (cookiecutter|port_plan).masters|int }}
 #   HCCL_IF_BASE_PORT = {{ cookiecutter.hccl_base_port|int }} + slot x {{ cookiecutter.hccl_port_count|int }}, slot = job id % {{ (cookiecutter|port_plan).slots|int }}

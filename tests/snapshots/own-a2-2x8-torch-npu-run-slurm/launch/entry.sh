@@ -7,6 +7,10 @@
 # MASTER_PORT and HCCL_IF_BASE_PORT, checks them, and runs launch/run-node.sh, the launch
 # script every node shares, which starts 'src/my train.py' on every rank. Anything unexpected stops the node here, with the reason.
 #
+# A stop signal (slurm/job.sbatch passes Slurm's SIGUSR1 on as SIGTERM, scancel sends SIGTERM)
+# has every rank save a checkpoint at its next logged step: the node then exits with code 75,
+# "preempted, checkpoint saved" (launch/run-node.sh says so in one line), not a failure.
+#
 # Ports: jobs may share a node, so each job takes its own from its job id:
 #   MASTER_PORT       = 29500 + job id % 1000
 #   HCCL_IF_BASE_PORT = 60000 + slot x 32, slot = job id % 64

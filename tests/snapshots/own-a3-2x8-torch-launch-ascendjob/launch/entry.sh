@@ -8,6 +8,11 @@
 # MASTER_PORT and HCCL_IF_BASE_PORT, checks them, and runs launch/run-node.sh, the launch
 # script every node shares, which starts src/train_mine.py on every rank. Anything unexpected stops the node here, with the reason.
 #
+# A stop signal (Kubernetes sends the pod SIGTERM on a deletion or an eviction, and kills it
+# after its termination grace period)
+# has every rank save a checkpoint at its next logged step: the node then exits with code 75,
+# "preempted, checkpoint saved" (launch/run-node.sh says so in one line), not a failure.
+#
 # Ports: each pod has a network namespace of its own: MASTER_PORT is the operator's, the
 # HCCL ports start at 60000 as rendered.
 set -euo pipefail
