@@ -21,7 +21,8 @@ from textual.widgets import Static
 from tests.runs import wait_for
 from wizard.monitor.app import MonitorApp
 from wizard.monitor.state import JobState
-from wizard.run.hang_stacks import catches, probe_local, process_state, take_ask
+from wizard.run.engines.ssh import SshEngine
+from wizard.run.hang_stacks import catches, probe_local, process_state, read_probe, take_ask
 
 
 class CollectingJob:
@@ -128,3 +129,45 @@ def test_a_process_without_a_handler_is_not_sent_the_signal_that_would_end_it(tm
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_ssh_engine_probes_a_rank_on_its_host_for_its_state_and_stacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command runs through NPU_WIZARD_SSH_COMMAND: here a stand-in that runs it on this host."""
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text('#!/bin/bash\nshift\nexec bash -c "$1"\n')
+    fake_ssh.chmod(0o755)
+    monkeypatch.setenv("NPU_WIZARD_SSH_COMMAND", str(fake_ssh))
+    run_dir = tmp_path / "runs" / "20260101-000000"
+    (run_dir / "logs").mkdir(parents=True)
+    launch = SimpleNamespace(
+        answers={"devices_per_node": 2, "network.host_ips": ["127.0.0.1", "127.0.0.1"]},
+        project=tmp_path,
+        run_dir=run_dir,
+    )
+    code = (
+        "import faulthandler, signal, time\n"
+        f"faulthandler.register(signal.SIGUSR2, file=open({str(run_dir / 'logs' / 'rank-3.stacks.txt')!r}, 'a'),"
+        " all_threads=True)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        probed = SshEngine().probe_rank(launch, 3, "h1", child.pid)  # type: ignore[arg-type]
+        assert probed is not None
+        probe = read_probe(*probed)
+        assert probe.state is not None and probe.state[0] in "RS"
+        assert probe.faulthandler is not None and 'File "<string>", line 4' in probe.faulthandler
+        os.kill(child.pid, signal.SIGSTOP)
+        wait_for(lambda: process_state(child.pid) == "T (stopped)", 30, "the child to stop")
+        probe = read_probe(*SshEngine().probe_rank(launch, 3, "h1", child.pid))  # type: ignore[arg-type, misc]
+        assert (probe.state, probe.faulthandler) == ("T (stopped)", None)
+        assert "not resumed" in str(probe.note)
+    finally:
+        child.kill()
+        child.wait()
+    probe = read_probe(*SshEngine().probe_rank(launch, 3, "h1", child.pid))  # type: ignore[arg-type, misc]
+    assert probe.note == "its process is gone from its host"
