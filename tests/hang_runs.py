@@ -215,3 +215,33 @@ def own_script_project(tmp: Path, render: object) -> Path:
     project = render(tmp, "torchrun", nodes=2, answers={"training.script": "own_train.py"})  # type: ignore[operator]
     (project / "own_train.py").write_text(OWN_SCRIPT)
     return project
+
+
+def run_late(project: Path, env: dict[str, str], *args: str, timeout: float = START_S + PHASE_S) -> HangRun:
+    """Run `project` with rank LATE_RANK asleep before the backward of step LATE_STEP, to --abort-on-hang's end."""
+    env = {**env, "NPU_WIZARD_TEST_HANG": f"{LATE_RANK}:{LATE_STEP}:sleep"}
+    runner = start_runner(project, "--interval", "1", "--hang-after", HANG_AFTER_S, "--abort-on-hang", *args, env=env)
+    try:
+        output, _ = runner.communicate(timeout=timeout)
+    finally:
+        clean_up(project, runner)
+    (run_dir,) = run_dirs(project)
+    return HangRun(project, run_dir, {"late": run_dir / "hang"}, output, runner.returncode)
+
+
+def check_late(run: HangRun, script: Path, ranks: range) -> None:
+    """Case (a) in RUN/hang/: rank LATE_RANK last completed #N-1, before its backward; the others wait in #N."""
+    records = {rank: run.record("late", rank) for rank in ranks}
+    assert all(record["answered"] for record in records.values()), run.output[-3000:]
+    waiting = [rank for rank in ranks if rank != LATE_RANK]
+    (seq,) = {records[rank]["collectives"]["last_entered"] for rank in waiting}
+    late = records[LATE_RANK]["collectives"]
+    assert (late["last_entered"], late["last_completed"]) == (seq - 1, seq - 1)
+    backward = [n for n, line in enumerate(script.read_text().splitlines(), 1) if "loss.backward()" in line]
+    for rank in waiting:
+        pending = [(e["seq"], e["op"]) for e in records[rank]["collectives"]["entries"] if e["state"] != "completed"]
+        assert pending == [(seq, "all_reduce")]
+        (main,) = [thread for thread in records[rank]["threads"] if thread["main"]]
+        assert [f["line"] for f in main["frames"] if f["file"].endswith(script.name)][-1] in backward
+    verdicts = [line for line in run.output.splitlines() if line.startswith("WHERE EACH RANK IS: ")]
+    assert verdicts and f"rank {LATE_RANK} never entered #{seq}" in verdicts[-1], run.output[-3000:]
