@@ -186,7 +186,9 @@ def recorder_entries() -> tuple[dict[str, Any], str | None]:
     torch = sys.modules.get("torch")
     if torch is None:
         return {"source": None, "why": "torch is not imported"}, None
-    dist = getattr(torch, "distributed", None)  # absent while torch is still being imported
+    dist = getattr(
+        torch, "distributed", None
+    )  # absent while torch is still being imported
     if dist is None or not (dist.is_available() and dist.is_initialized()):
         return {"source": None, "why": "no process group"}, None
     backend = str(dist.get_backend())
@@ -206,10 +208,12 @@ def torch_recorder_entries(
         return {"source": None, "why": "this torch has no flight recorder"}, None
     try:
         text = dump_json(True, False)
+        # torch 2.14 hands the JSON over as bytes: written out as they are, they would be their repr
+        text = text.decode() if isinstance(text, bytes) else str(text)
         dump = json.loads(text)
     except (RuntimeError, ValueError) as error:
         return {"source": None, "why": f"the flight recorder failed: {error}"}, None
-    return read_dump(dump, backend=backend), text[-MAX_DUMP_BYTES:]
+    return read_dump(dump, backend=backend), bounded_dump(dump, text)
 
 
 def hccl_recorder_entries(
@@ -232,7 +236,7 @@ def hccl_recorder_entries(
         if dump_json is not None:
             dump = json.loads(dump_json(True, False))
         else:
-            dump = _plain_unpickle(dump_pickle(True, False, False))
+            dump = plain_unpickle(dump_pickle(True, False, False))
     except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
         why = f"torch_npu's flight recorder failed: {error}"
         return {"source": None, "why": why}, None
@@ -240,7 +244,45 @@ def hccl_recorder_entries(
         why = "torch_npu's flight recorder gave no mapping"
         return {"source": None, "why": why}, None
     text = json.dumps(dump, default=str)
-    return read_dump(dump, backend="hccl", source="torch_npu"), text[-MAX_DUMP_BYTES:]
+    return read_dump(dump, backend="hccl", source="torch_npu"), bounded_dump(dump, text)
+
+
+def bounded_dump(dump: Mapping[str, Any], text: str) -> str:
+    """The recorder's dump as JSON of at most MAX_DUMP_BYTES, its oldest entries left out as needed."""
+    entries = list(dump.get("entries") or [])
+    while len(text.encode()) > MAX_DUMP_BYTES and entries:
+        entries = entries[len(entries) // 2 + 1 :]
+        kept = {**dump, "entries": entries, "npu_wizard_oldest_entries_left_out": True}
+        text = json.dumps(kept, default=str)
+    return text if len(text.encode()) <= MAX_DUMP_BYTES else "{}"
+
+
+def ask_hccl_dump(rank: int, env: Mapping[str, str] = os.environ) -> str:
+    """Ask torch_npu to dump rank `rank`'s recorder to its file, through its pipe; say what was done.
+
+    For a rank that cannot answer itself (it holds the GIL): torch_npu's monitor
+    thread reads TORCH_HCCL_DEBUG_INFO_PIPE_FILE + rank + ".pipe" and, on any
+    byte, writes TORCH_HCCL_DEBUG_INFO_TEMP_FILE + rank. Never blocks: a pipe
+    nobody reads is said to be so.
+    """
+    prefix = env.get("TORCH_HCCL_DEBUG_INFO_PIPE_FILE", "")
+    if not prefix:
+        return "TORCH_HCCL_DEBUG_INFO_PIPE_FILE is unset: torch_npu has no dump pipe"
+    pipe = f"{prefix}{rank}.pipe"
+    try:
+        handle = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return f"{pipe} does not exist (torch_npu's monitor did not start)"
+    except OSError as error:  # ENXIO: a FIFO no process has open for reading
+        return f"{pipe} cannot be written: {error.strerror or error}"
+    try:
+        os.write(handle, b"1\n")
+    except OSError as error:
+        return f"{pipe} cannot be written: {error.strerror or error}"
+    finally:
+        os.close(handle)
+    written = env.get("TORCH_HCCL_DEBUG_INFO_TEMP_FILE", "/tmp/hccl_trace_rank_")
+    return f"asked through {pipe}: torch_npu writes {written}{rank}"
 
 
 class _PlainData(pickle.Unpickler):
@@ -250,7 +292,8 @@ class _PlainData(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unexpected {module}.{name} in the dump")
 
 
-def _plain_unpickle(data: bytes) -> Any:
+def plain_unpickle(data: bytes) -> Any:
+    """A pickled recorder dump as plain data; raise pickle.UnpicklingError where it names any code."""
     return _PlainData(io.BytesIO(data)).load()
 
 

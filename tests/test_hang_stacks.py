@@ -14,6 +14,9 @@ train.py and a user's own env:// script, hangs four times on purpose
 
 from __future__ import annotations
 
+import html
+import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -21,6 +24,7 @@ import pytest
 
 from tests.hang_runs import BARRIER_RANK, LATE_RANK, STOPPED_RANK, HangRun, own_script_project, run_hangs
 from tests.runs import render_cpu
+from wizard.cli import main
 
 pytestmark = pytest.mark.slow
 RANKS = range(4)
@@ -157,6 +161,9 @@ def test_each_answer_comes_with_its_text_and_its_recorder_dump_bounded(hang_run:
             for name in (f"rank-{rank}.json", f"rank-{rank}.txt", f"rank-{rank}.fr.json"):
                 size = (hang_run.folders[case] / name).stat().st_size
                 assert 0 < size <= 2 << 20, (case, name, size)
+            # the recorder's own dump, as JSON a reader of torch's flight recorder takes
+            dump = json.loads((hang_run.folders[case] / f"rank-{rank}.fr.json").read_text())
+            assert dump["entries"] and "pg_status" in dump, (case, rank)
     assert "recorder_dump" not in hang_run.record("late", 0)
 
 
@@ -185,3 +192,25 @@ def test_monitor_stacks_asks_the_running_runner_and_prints_where_each_rank_is(ha
     (verdict,) = [line for line in lines if line.startswith("WHERE EACH RANK IS: ")]
     assert f"rank {STOPPED_RANK} did not answer (pid " in verdict and "state T (stopped))" in verdict
     assert lines[-1] == f"stacks and collectives of every rank in {hang_run.run_dir / 'hang'}"
+
+
+# ---- the verdict where a user reads it, on this run (the rest: tests/test_hang_report.py) ----------------------
+
+
+@pytest.mark.xdist_group("hang-run-generated")
+def test_a_real_hung_runs_summary_output_and_report_carry_its_last_verdict(
+    generated_hang_run: HangRun, tmp_path: Path
+) -> None:
+    run = generated_hang_run  # its last hang: a barrier where the others all_reduce (tests/hang_runs.py)
+    hang = json.loads((run.run_dir / "summary.json").read_text())["hang"]
+    assert f"rank {BARRIER_RANK} waits in barrier #" in hang["text"], hang["text"]
+    assert hang["odd_ones_out"] == [BARRIER_RANK]
+    assert hang["files"] == [f"hang/rank-{rank}.json" for rank in range(4)]
+    printed = [line for line in run.output.splitlines() if line.startswith("WHERE EACH RANK IS: ")]
+    assert printed[-1].partition(" UTC: ")[2] == hang["text"].partition(" UTC: ")[2]  # judged when collected
+    assert f"\n{hang['text']}\n" in run.output  # under the summary
+    copy = tmp_path / "run"  # the run's folders are only read: the report is written into a copy
+    shutil.copytree(run.run_dir, copy, symlinks=True)
+    assert main(["report", str(copy)]) == 0
+    page = html.unescape((copy / "report.html").read_text())
+    assert hang["text"] in page and 'id="plot-hang-timeline"' in page
