@@ -8,8 +8,9 @@ every case of issue 28's proof:
 1. "data": every rank stuck in the same data-loading line (step DATA_STEP);
    the runner flags the hang and collects; the test then SIGSTOPs rank
    STOPPED_RANK and lets the others go on, into the next all_reduce;
-2. "stopped": asked for on demand (RUN/hang/ask, as `npu-wizard monitor
-   --stacks` asks): the stopped rank does not answer; the test SIGCONTs it;
+2. "stopped": asked for on demand by `npu-wizard monitor RUN --stacks` (from
+   another process, as a user would): the stopped rank does not answer; the
+   test SIGCONTs it;
 3. "late": rank LATE_RANK sleeps before the backward of step LATE_STEP:
    it never enters that step's all_reduce, the three others wait in it;
 4. "barrier": rank BARRIER_RANK calls a barrier where the others all_reduce
@@ -24,6 +25,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +107,7 @@ class HangRun:
     folders: dict[str, Path] = field(default_factory=dict)
     output: str = ""
     code: int | None = None
+    stacks_asked: subprocess.CompletedProcess[str] | None = None  # `npu-wizard monitor RUN --stacks`
 
     def record(self, case: str, rank: int) -> dict:
         """hang/rank-N.json of `case`."""
@@ -180,9 +184,17 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
         stopped = wait_for(lambda: _pid(run_dir, STOPPED_RANK), 10, f"rank {STOPPED_RANK}'s pid")
         os.kill(stopped, signal.SIGSTOP)
         (release / f"step-{DATA_STEP}").touch()
-        (run_dir / "hang" / "ask.tmp").write_text(json.dumps({"id": "stopped1"}))
-        os.replace(run_dir / "hang" / "ask.tmp", run_dir / "hang" / "ask")
-        keep("stopped", next_collection("the asked collection", PHASE_S, asked="stopped1"))
+        asking = subprocess.run(
+            [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--stacks"],
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=PHASE_S,
+        )
+        result.stacks_asked = asking
+        collected = _collected(run_dir)
+        assert collected is not None and collected["reason"] == "asked", asking
+        keep("stopped", collected)
         os.kill(stopped, signal.SIGCONT)
         stopped = None
         keep("late", next_collection(f"rank {LATE_RANK} late", PHASE_S))
@@ -203,3 +215,33 @@ def own_script_project(tmp: Path, render: object) -> Path:
     project = render(tmp, "torchrun", nodes=2, answers={"training.script": "own_train.py"})  # type: ignore[operator]
     (project / "own_train.py").write_text(OWN_SCRIPT)
     return project
+
+
+def run_late(project: Path, env: dict[str, str], *args: str, timeout: float = START_S + PHASE_S) -> HangRun:
+    """Run `project` with rank LATE_RANK asleep before the backward of step LATE_STEP, to --abort-on-hang's end."""
+    env = {**env, "NPU_WIZARD_TEST_HANG": f"{LATE_RANK}:{LATE_STEP}:sleep"}
+    runner = start_runner(project, "--interval", "1", "--hang-after", HANG_AFTER_S, "--abort-on-hang", *args, env=env)
+    try:
+        output, _ = runner.communicate(timeout=timeout)
+    finally:
+        clean_up(project, runner)
+    (run_dir,) = run_dirs(project)
+    return HangRun(project, run_dir, {"late": run_dir / "hang"}, output, runner.returncode)
+
+
+def check_late(run: HangRun, script: Path, ranks: range) -> None:
+    """Case (a) in RUN/hang/: rank LATE_RANK last completed #N-1, before its backward; the others wait in #N."""
+    records = {rank: run.record("late", rank) for rank in ranks}
+    assert all(record["answered"] for record in records.values()), run.output[-3000:]
+    waiting = [rank for rank in ranks if rank != LATE_RANK]
+    (seq,) = {records[rank]["collectives"]["last_entered"] for rank in waiting}
+    late = records[LATE_RANK]["collectives"]
+    assert (late["last_entered"], late["last_completed"]) == (seq - 1, seq - 1)
+    backward = [n for n, line in enumerate(script.read_text().splitlines(), 1) if "loss.backward()" in line]
+    for rank in waiting:
+        pending = [(e["seq"], e["op"]) for e in records[rank]["collectives"]["entries"] if e["state"] != "completed"]
+        assert pending == [(seq, "all_reduce")]
+        (main,) = [thread for thread in records[rank]["threads"] if thread["main"]]
+        assert [f["line"] for f in main["frames"] if f["file"].endswith(script.name)][-1] in backward
+    verdicts = [line for line in run.output.splitlines() if line.startswith("WHERE EACH RANK IS: ")]
+    assert verdicts and f"rank {LATE_RANK} never entered #{seq}" in verdicts[-1], run.output[-3000:]

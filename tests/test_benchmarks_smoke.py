@@ -78,6 +78,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["timer's own calls per step (CPU time)", "the < 1% goal", "A/B, CPU time, median of pairs", "A/B, wall time"],
     ),
+    "recorder_cost.py": (
+        ["--smoke"],
+        ["step, recorder off (median, CPU time)", "collectives recorded per trial (on)", "A/B, CPU time, median"],
+    ),
     "straggler_uniform_runs.py": (["--smoke"], ["run 1: ", "rank-windows >= 15% above", "uniform runs with a flag:"]),
     "bandwidth_quiet_runs.py": (["--smoke"], ["run 1: slowest node ", "quiet loopback runs that named a slow link: "]),
     "preemption_flag.py": (

@@ -184,6 +184,16 @@ def test_the_plain_view_gives_the_verdict_of_each_hang_in_words(hang_run: HangRu
     assert f"rank {BARRIER_RANK} waits in barrier #" in barrier and "the collectives differ at #" in barrier
 
 
+def test_monitor_stacks_asks_the_running_runner_and_prints_where_each_rank_is(hang_run: HangRun) -> None:
+    asked = hang_run.stacks_asked
+    assert asked is not None and asked.returncode == 0, asked
+    lines = asked.stdout.splitlines()
+    assert lines[0].startswith("asked the runner (pid ") and lines[0].endswith("waiting at most 60s")
+    (verdict,) = [line for line in lines if line.startswith("WHERE EACH RANK IS: ")]
+    assert f"rank {STOPPED_RANK} did not answer (pid " in verdict and "state T (stopped))" in verdict
+    assert lines[-1] == f"stacks and collectives of every rank in {hang_run.run_dir / 'hang'}"
+
+
 # ---- the verdict where a user reads it, on this run (the rest: tests/test_hang_report.py) ----------------------
 
 

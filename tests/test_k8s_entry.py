@@ -255,3 +255,57 @@ def test_a_rank_in_a_pod_imports_every_module_run_node_lets_it_import(folder: st
         logs = pod_project(project, tmp_path / f"pod{node}") / "runs" / "latest" / "logs"
         for rank in range(node * DEVICES, (node + 1) * DEVICES):
             assert f"imported {' '.join(modules)}\n" in (logs / f"rank-{rank}.log").read_text()
+
+
+@pytest.mark.parametrize("engine", ["pytorchjob"])
+def test_a_rank_in_a_pod_dumps_its_stacks_on_sigusr2_at_a_hang(engine: str, tmp_path: Path) -> None:
+    """The pods cannot reach the runner's status stream: at a hang each rank still writes every thread's
+    stack to logs/rank-N.stacks.txt in its pod's run folder on SIGUSR2 (what `kubectl exec POD -- kill -USR2`
+    sends), the late rank before its backward and the others in it (issue 28's case (a) in the pods)."""
+    import signal as signals
+
+    from tests.hang_runs import LATE_RANK, LATE_STEP
+    from tests.runs import kill_groups, wait_for
+
+    answers = {**cpu_answers(engine, free_port()), "training.samples": 4096, "training.log_every": 2}
+    project = render(resolve(answers), tmp_path).project_dir
+    master_port = free_port()
+    plan = {"NPU_WIZARD_TEST_HANG": f"{LATE_RANK}:{LATE_STEP}:sleep"}
+    pods = [
+        play_pod(
+            project, engine, node, tmp_path / f"pod{node}", pod_env({**operator_env(engine, node, master_port), **plan})
+        )
+        for node in range(NODES)
+    ]
+    runs = [pod_project(project, tmp_path / f"pod{node}") / "runs" / "latest" for node in range(NODES)]
+    try:
+
+        def pids() -> dict[int, int] | None:
+            found = {}
+            for run in runs:
+                for rank, rank_events in events_of(run).items():
+                    if kinds(rank_events, "step") and kinds(rank_events, "started"):
+                        found[rank] = kinds(rank_events, "started")[-1]["pid"]
+            return found if len(found) == NODES * DEVICES else None
+
+        where = wait_for(pids, 240, "every rank's first step")
+        stacks = {rank: runs[rank // DEVICES] / "logs" / f"rank-{rank}.stacks.txt" for rank in where}
+        lines = (project / "train.py").read_text().splitlines()
+        backward = [n for n, line in enumerate(lines, 1) if "loss.backward()" in line]
+
+        def dumped(ranks: list[int], needle: str, after: dict[int, int]) -> bool:
+            for rank in ranks:
+                os.kill(where[rank], signals.SIGUSR2)
+            return all(needle in stacks[r].read_text()[after.get(r, 0) :] for r in ranks if stacks[r].exists())
+
+        late = "hang_on_purpose.py"
+        wait_for(lambda: dumped([LATE_RANK], late, {}), 120, f"rank {LATE_RANK} asleep before its backward", step=2)
+        others = [rank for rank in where if rank != LATE_RANK]
+        sizes = {rank: len(stacks[rank].read_text()) if stacks[rank].exists() else 0 for rank in others}
+        (line,) = backward
+        at_backward = f'train.py", line {line} in _run_batch'
+        wait_for(
+            lambda: dumped(others, at_backward, sizes), 120, "the other ranks in the backward's collective", step=2
+        )
+    finally:
+        kill_groups(pods)

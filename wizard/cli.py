@@ -279,6 +279,12 @@ def build_monitor_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("run", help="the run folder (or a project folder: its newest run)")
     _add_watch_arguments(parser)
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help="ask the running `npu-wizard run` for every rank's stack and collectives now (into RUN/hang/), "
+        "print where each rank is, and exit",
+    )
     return parser
 
 
@@ -454,6 +460,11 @@ def _monitor(args: argparse.Namespace) -> int:
     from wizard.monitor.attach import RunFolder, watch_plain
 
     folder = RunFolder.open(Path(args.run), hang_after=args.hang_after)
+    if args.stacks:
+        from wizard.monitor.ask_stacks import ask_stacks
+
+        ask_stacks(folder, sys.stdout)
+        return EXIT_OK
     if _live(args):
         from wizard.monitor.app import monitor_live
 

@@ -21,6 +21,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
 
+from wizard.monitor.ask_stacks import StacksNotCollected, ask_stacks
+from wizard.monitor.attach import RunFolder
 from wizard.monitor.ranks import where
 from wizard.monitor.run_files import RunFileError, open_regular
 from wizard.monitor.source import JobSource, RunningJob
@@ -47,6 +49,7 @@ class MonitorApp(App[str | None]):
         Binding("s", "stop_job", "Stop job"),
         Binding("n", "next_rank", "Next rank"),
         Binding("p", "previous_rank", "Prev rank"),
+        Binding("w", "where_ranks", "Where is each rank"),
         Binding("q", "quit_view", "Quit"),
         Binding("ctrl+c", "interrupt", "Stop and quit", show=False, priority=True),
     ]
@@ -64,6 +67,7 @@ class MonitorApp(App[str | None]):
         self._lock = threading.Lock()
         self._log_rank: int | None = None
         self._log_offset = 0
+        self._asked_verdict = ""  # `monitor`: the verdict of the stacks the runner collected when asked
 
     def compose(self) -> ComposeResult:
         """The job line, the alert line, the rank table, the loss plot and the log pane."""
@@ -200,7 +204,8 @@ class MonitorApp(App[str | None]):
         unjudged = f"stragglers not judged: {_shown(unjudged)}" if unjudged else ""
         if self.source.outcome == "finished":
             return "\n".join(filter(None, ("[b green]the job finished: press q for the summary[/]", unjudged)))
-        report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now), _verdict_text(self.source))))
+        verdict = _verdict_text(self.source) or self._asked_verdict
+        report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now), verdict)))
         report = report if self.source.outcome is None else ""
         notices = state.notices.all()[-ALERT_NOTICES:]
         said = "\n".join(f"warning from {_shown(notice.line())}" for notice in notices)
@@ -278,6 +283,29 @@ class MonitorApp(App[str | None]):
         """Select the previous rank."""
         table = self.query_one(DataTable)
         table.move_cursor(row=(table.cursor_row - 1) % max(1, table.row_count))
+
+    def action_where_ranks(self) -> None:
+        """Collect every rank's stack and collectives now (RUN/hang/) and show the verdict."""
+        if self.source.outcome is not None:
+            return
+        self.query_one("#alert", Static).update("asking every rank where it is (at most 10 s for the answers) ...")
+        self.run_worker(self._where_ranks, thread=True, group="stacks", exclusive=True, exit_on_error=False)
+
+    def _where_ranks(self) -> None:
+        collect = getattr(self.source, "collect_stacks", None)
+        if collect is not None:  # `run`: this process is the runner and asks on the status stream
+            with self._lock:
+                collect("asked")
+        elif isinstance(self.source, RunFolder):  # `monitor`: the runner is asked through the run folder
+            said = io.StringIO()
+            try:
+                ask_stacks(self.source, said)
+            except StacksNotCollected as error:
+                self._asked_verdict = str(error)
+            else:
+                verdicts = [line for line in said.getvalue().splitlines() if line.startswith("WHERE EACH RANK IS")]
+                self._asked_verdict = verdicts[-1] if verdicts else ""
+        self.call_from_thread(self.redraw)
 
     def action_stop_job(self) -> None:
         """Stop every process of the job; the view stays to show the end."""

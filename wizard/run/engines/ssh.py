@@ -44,6 +44,8 @@ PGID_MARK = "npu-wizard-pgid "
 CHECK_S = 60.0
 COPY_S = 600.0
 ROUND_S = 10.0
+PROBE_S = 15.0  # one ssh to probe a rank that did not answer at a hang: its state and its stacks
+MAX_PROBE_BYTES = 64 * 1024
 """The most one round of stopping (TERM, KILL, the last sweep) waits for a host."""
 
 
@@ -286,6 +288,32 @@ class SshEngine(Engine):
             if line.startswith(PGID_MARK) and line[len(PGID_MARK) :].strip().isdigit():
                 return int(line[len(PGID_MARK) :])
         return None
+
+    def probe_rank(self, launch: Launch, rank: int, host: str | None, pid: int) -> tuple[str, str] | None:
+        """On rank's host, over ssh: /proc/PID/stat, and the faulthandler stacks SIGUSR2 makes it write."""
+        node = rank // launch.answers["devices_per_node"]
+        stacks = shlex.quote(f"{self.remote_run_dir(launch)}/logs/rank-{rank}.stacks.txt")
+        script = (
+            f"p={int(pid)}; f={stacks}; "
+            'stat=$(cat /proc/"$p"/stat 2>/dev/null) || exit 0; printf "%s\\n" "$stat"; '
+            "cgt=$(sed -n 's/^SigCgt:[[:space:]]*//p' /proc/\"$p\"/status); "
+            "[ $(( 0x${cgt:-0} >> 11 & 1 )) = 1 ] || exit 0; "
+            'size() { stat -c %s "$f" 2>/dev/null || echo 0; }; s=$(size); kill -USR2 "$p" || exit 0; '
+            'case "$stat" in *") T "*|*") t "*) exit 0;; esac; '
+            'i=0; while [ "$i" -lt 20 ] && [ "$(size)" -le "$s" ]; do sleep 0.1; i=$((i+1)); done; sleep 0.2; '
+            f'tail -c +$((s+1)) "$f" | head -c {MAX_PROBE_BYTES}'
+        )
+        try:
+            done = subprocess.run(
+                [*ssh_command(), self.hosts(launch)[node], script],
+                capture_output=True,
+                timeout=PROBE_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        stat_line, _, stacks_text = done.stdout.decode("utf-8", "replace").partition("\n")
+        return (stat_line, stacks_text) if done.returncode == 0 else None
 
     def cancel(self) -> None:
         """TERM every node's session on its host, wait the grace, then KILL what is left of the run.

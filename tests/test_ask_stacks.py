@@ -1,0 +1,173 @@
+"""Asking for every rank's stack on demand, and what the runner learns of a rank that cannot answer (issue 28).
+
+The real runs are tests/test_hang_stacks.py; these pin the edges: the live
+view's key, `monitor --stacks` with no runner to ask, an ask file that is a
+link, and the probe of a process that is stopped or has no SIGUSR2 handler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from textual.widgets import Static
+
+from tests.runs import wait_for
+from wizard.monitor.app import MonitorApp
+from wizard.monitor.state import JobState
+from wizard.run.engines.ssh import SshEngine
+from wizard.run.hang_stacks import catches, probe_local, process_state, read_probe, take_ask
+
+
+class CollectingJob:
+    """A running job whose collect_stacks records each call (stands in for wizard.run.job.Job)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.state, self.summary = run_dir, JobState(2, clock=self.clock), None
+        self.started_at, self.outcome, self.hang_verdict = 1000.0, None, None
+        self.collected: list[str] = []
+
+    def clock(self) -> float:
+        return 1010.0
+
+    def tick(self) -> str | None:
+        return self.outcome
+
+    def stop(self, outcome: str = "interrupted", signum: int = 2) -> str:
+        self.outcome = outcome
+        return outcome
+
+    def collect_stacks(self, reason: str) -> Path:
+        self.collected.append(reason)
+        self.hang_verdict = SimpleNamespace(text="hang at 10:00:00 UTC: rank 1 never entered #7")
+        return self.run_dir / "hang"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_live_views_key_collects_the_stacks_and_shows_the_verdict(tmp_path: Path) -> None:
+    job = CollectingJob(tmp_path)
+    app = MonitorApp(job, title="job", owns_job=True, tick_s=0)  # type: ignore[arg-type]
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("w")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        alert = str(app.query_one("#alert", Static).render())
+    assert job.collected == ["asked"]
+    assert "rank 1 never entered #7" in alert
+
+
+def test_monitor_stacks_without_a_running_runner_says_so_in_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "20260101-000000"
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"runner_pid": 4194000, "world_size": 2}))
+    done = subprocess.run(
+        [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--stacks"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "no `npu-wizard run` of this run is running on this host" in done.stderr
+    assert not (run_dir / "hang").exists()
+
+
+def test_an_ask_file_that_is_a_link_is_taken_away_and_never_followed(tmp_path: Path) -> None:
+    (tmp_path / "hang").mkdir()
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"id": "abc123"}))
+    (tmp_path / "hang" / "ask").symlink_to(secret)
+    assert take_ask(tmp_path) == ""  # collected, for no ask id: the link's target was not read
+    assert not (tmp_path / "hang" / "ask").is_symlink() and secret.exists()
+    assert take_ask(tmp_path) is None
+
+
+def test_a_stopped_process_is_named_stopped_and_its_signal_waits(tmp_path: Path) -> None:
+    code = (
+        "import faulthandler, signal, sys, time\n"
+        f"faulthandler.register(signal.SIGUSR2, file=open({str(tmp_path / 'logs' / 'rank-0.stacks.txt')!r}, 'a'),"
+        " all_threads=True)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    (tmp_path / "logs").mkdir()
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        assert catches(child.pid, signal.SIGUSR2)
+        os.kill(child.pid, signal.SIGSTOP)
+        wait_for(lambda: process_state(child.pid) == "T (stopped)", 30, "the child to stop")
+        probe = probe_local(tmp_path, 0, child.pid)
+        assert (probe.state, probe.faulthandler) == ("T (stopped)", None)
+        assert "waits until the process is continued (SIGCONT); it was not resumed" in str(probe.note)
+        assert process_state(child.pid) == "T (stopped)"
+        os.kill(child.pid, signal.SIGCONT)  # the signal that waited is delivered: faulthandler writes
+        stacks = tmp_path / "logs" / "rank-0.stacks.txt"
+        wait_for(lambda: "most recent call first" in stacks.read_text(), 30, "faulthandler's dump")
+        probe = probe_local(tmp_path, 0, child.pid)  # a running one: the stacks come back at once
+        assert probe.state is not None and probe.state[0] in "RS"
+        assert probe.faulthandler is not None and 'File "<string>", line 4' in probe.faulthandler
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_without_a_handler_is_not_sent_the_signal_that_would_end_it(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(600)"],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        probe = probe_local(tmp_path, 0, child.pid)
+        assert "no handler for SIGUSR2: not sent" in str(probe.note)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_ssh_engine_probes_a_rank_on_its_host_for_its_state_and_stacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command runs through NPU_WIZARD_SSH_COMMAND: here a stand-in that runs it on this host."""
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text('#!/bin/bash\nshift\nexec bash -c "$1"\n')
+    fake_ssh.chmod(0o755)
+    monkeypatch.setenv("NPU_WIZARD_SSH_COMMAND", str(fake_ssh))
+    run_dir = tmp_path / "runs" / "20260101-000000"
+    (run_dir / "logs").mkdir(parents=True)
+    launch = SimpleNamespace(
+        answers={"devices_per_node": 2, "network.host_ips": ["127.0.0.1", "127.0.0.1"]},
+        project=tmp_path,
+        run_dir=run_dir,
+    )
+    code = (
+        "import faulthandler, signal, time\n"
+        f"faulthandler.register(signal.SIGUSR2, file=open({str(run_dir / 'logs' / 'rank-3.stacks.txt')!r}, 'a'),"
+        " all_threads=True)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        probed = SshEngine().probe_rank(launch, 3, "h1", child.pid)  # type: ignore[arg-type]
+        assert probed is not None
+        probe = read_probe(*probed)
+        assert probe.state is not None and probe.state[0] in "RS"
+        assert probe.faulthandler is not None and 'File "<string>", line 4' in probe.faulthandler
+        os.kill(child.pid, signal.SIGSTOP)
+        wait_for(lambda: process_state(child.pid) == "T (stopped)", 30, "the child to stop")
+        probe = read_probe(*SshEngine().probe_rank(launch, 3, "h1", child.pid))  # type: ignore[arg-type, misc]
+        assert (probe.state, probe.faulthandler) == ("T (stopped)", None)
+        assert "not resumed" in str(probe.note)
+    finally:
+        child.kill()
+        child.wait()
+    probe = read_probe(*SshEngine().probe_rank(launch, 3, "h1", child.pid))  # type: ignore[arg-type, misc]
+    assert probe.note == "its process is gone from its host"

@@ -1,0 +1,86 @@
+"""`npu-wizard monitor RUN --stacks`: ask the running `npu-wizard run` where every rank is, and say it.
+
+The monitor is not the status server: only the runner can ask the ranks. So
+the monitor leaves an ask in the run folder (RUN/hang/ask, written to a new
+file and moved into place), the runner takes it on its next tick, collects
+every rank's stack and collectives into RUN/hang/ (wizard/run/hang_stacks.py)
+and writes hang/collected.json with the ask's id; the monitor waits for that,
+at most ASK_WAIT_S with a line of progress, and prints the verdict.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from wizard.errors import TargetError
+from wizard.monitor import procs
+from wizard.monitor.attach import RunFolder
+from wizard.monitor.hang_verdict import hang_summary
+from wizard.monitor.run_files import RunFileError, read_json_object
+from wizard.monitor.summary_text import write_json
+
+HANG_DIR, ASK_FILE, COLLECTED = "hang", "ask", "collected.json"  # as wizard/run/hang_stacks.py names them
+ASK_WAIT_S = 60.0  # the runner waits 10 s for the ranks' answers, then probes those that did not answer
+PROGRESS_S = 5.0
+
+
+class StacksNotCollected(TargetError):
+    """The runner of the run is gone, or did not collect the stacks in time."""
+
+
+def ask_stacks(
+    folder: RunFolder,
+    out: TextIO,
+    *,
+    wait_s: float = ASK_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Path:
+    """Have the run's runner collect every rank's stack; print the verdict; return the hang/ folder."""
+    run_dir = folder.run_dir
+    pid = folder.runner_pid
+    if pid is None or not procs.is_alive(pid) or not procs.is_runner(pid):
+        raise StacksNotCollected(
+            f"{run_dir}: no `npu-wizard run` of this run is running on this host, and only it can ask the ranks "
+            "(a finished run's stacks, if a hang collected them, are in its hang/ folder)"
+        )
+    hang = run_dir / HANG_DIR
+    if hang.is_symlink() or (hang.exists() and not hang.is_dir()):
+        raise StacksNotCollected(f"{hang} is no folder: move it away, then ask again")
+    hang.mkdir(exist_ok=True)
+    ask_id = secrets.token_hex(8)
+    write_json(hang / ASK_FILE, {"id": ask_id, "time": time.time()})
+    print(f"asked the runner (pid {pid}) for every rank's stack; waiting at most {wait_s:.0f}s", file=out, flush=True)
+    started = clock()
+    said = started
+    while not _collected(hang, ask_id):
+        now = clock()
+        if now - started > wait_s:
+            raise StacksNotCollected(
+                f"{run_dir}: the runner did not collect the ranks' stacks within {wait_s:.0f}s "
+                f"(is it paused? its ask is still in {hang / ASK_FILE})"
+            )
+        if not procs.is_alive(pid):
+            raise StacksNotCollected(f"{run_dir}: the runner (pid {pid}) ended before it collected the stacks")
+        if now - said >= PROGRESS_S:
+            print(f"  waiting for the ranks' answers ({now - started:.0f}s)", file=out, flush=True)
+            said = now
+        time.sleep(0.2)
+    summary = hang_summary(run_dir)
+    if summary is not None:
+        print(f"WHERE EACH RANK IS: {summary['text']}", file=out)
+        for problem in summary["problems"]:
+            print(f"  {problem}", file=out)
+    print(f"stacks and collectives of every rank in {hang}", file=out)
+    return hang
+
+
+def _collected(hang: Path, ask_id: str) -> bool:
+    try:
+        collected = read_json_object(hang / COLLECTED) or {}
+    except RunFileError:
+        return False
+    return collected.get("asked_id") == ask_id
