@@ -112,10 +112,8 @@ def test_each_attempt_is_a_section_of_the_same_run_folder_and_the_output_lists_t
     run = killed_once_run
     assert len(run_dirs(run.project)) == 1
     kept = run.run_dir / "logs" / "attempt-1"
-    assert sorted(p.name for p in kept.iterdir()) == [
-        *(f"node-{n}.log" for n in (0, 1)),
-        *(f"rank-{r}.log" for r in range(4)),
-    ]
+    logs = {*(f"node-{node}.log" for node in (0, 1)), *(f"rank-{rank}.log" for rank in range(4))}
+    assert logs <= {path.name for path in kept.iterdir()}  # with whatever else the attempt logged (stacks)
     assert (run.run_dir / "logs" / "node-1.log").is_file()  # the second attempt's own
     assert "RESTART 1 of 1: attempt 1 failed at step" in run.stdout
     assert "attempts: 2 (1 restart(s) of the whole job)" in run.stdout
@@ -386,3 +384,15 @@ def test_a_preflight_failure_is_never_retried(tmp_path: Path) -> None:
     (attempt,) = summary_of(run_dir)["attempts"]
     assert attempt["refused"].startswith("not restarted: the launch failed before any rank started")
     assert done.stdout.count("not restarted:") == 1
+
+
+def test_an_attempts_logs_and_hang_stacks_are_kept_apart_and_a_pending_ask_stays(tmp_path: Path) -> None:
+    from wizard.run.attempts import keep_logs
+
+    for name in ("logs/node-0.log", "logs/rank-0.log", "hang/rank-0.txt", "hang/collected.json", "hang/ask"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(name)
+    assert keep_logs(tmp_path, 1) == tmp_path / "logs" / "attempt-1"
+    assert sorted(p.name for p in (tmp_path / "logs" / "attempt-1").iterdir()) == ["node-0.log", "rank-0.log"]
+    assert sorted(p.name for p in (tmp_path / "hang" / "attempt-1").iterdir()) == ["collected.json", "rank-0.txt"]
+    assert sorted(p.name for p in (tmp_path / "hang").iterdir() if p.is_file()) == ["ask"]

@@ -30,6 +30,7 @@ from wizard.monitor import procs
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
 from wizard.run.engines.common import run_command
+from wizard.run.hang_stacks import ASK_FILE, HANG_DIR
 
 BACKOFF_S = 1.0  # before the first restart; doubled for each one after, at most BACKOFF_MAX_S
 BACKOFF_MAX_S = 30.0
@@ -242,13 +243,20 @@ def _bindable(host: str, port: int) -> bool:
 
 
 def keep_logs(run_dir: Path, number: int) -> Path | None:
-    """Move the failed attempt's logs into logs/attempt-N/, so that the next attempt's start afresh."""
+    """Move the failed attempt's logs into logs/attempt-N/, its hang stacks into hang/attempt-N/."""
+    hang = run_dir / HANG_DIR
+    if hang.is_dir():  # a pending `monitor --stacks` ask stays for the next attempt to answer
+        _move_files(hang, hang / f"attempt-{number}", keep=ASK_FILE)
     logs = run_dir / "logs"
     if not logs.is_dir():
         return None
-    kept = logs / f"attempt-{number}"
-    kept.mkdir(exist_ok=True)
-    for path in logs.iterdir():
-        if path.is_file():
-            path.rename(kept / path.name)
-    return kept
+    return _move_files(logs, logs / f"attempt-{number}")
+
+
+def _move_files(folder: Path, into: Path, keep: str = "") -> Path:
+    """Move the plain files of `folder` (all but `keep`) into its subfolder `into`."""
+    into.mkdir(exist_ok=True)
+    for path in folder.iterdir():
+        if path.is_file() and path.name != keep:
+            path.rename(into / path.name)
+    return into

@@ -312,7 +312,7 @@ class Job:
         if refusal is not None:
             self.attempts.current.refused = refusal or None
             return self._end(outcome, failure)
-        # issue 28: at a hang, every rank's stacks are collected here, before anything stops
+        # at a hang, tick's _collect_at_hang has collected every rank's stacks (RUN/hang/) before this stop
         self.state.stopping()
         self._stop_processes()
         self.intake.settled_root_cause()  # what the stopped ranks said last, into this attempt's state
