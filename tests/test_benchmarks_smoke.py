@@ -75,6 +75,14 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["before (whole folder, .git included", "after (what a rank needs", "after / before: "],
     ),
+    "restart_time.py": (
+        ["--smoke"],
+        [
+            "npu-wizard run --restarts 1 (manual engine): ",
+            "by hand with torchrun (stop, find the checkpoint",
+            "--restarts / by hand: ",
+        ],
+    ),
     "cluster_start.py": (
         ["--smoke"],
         ["vs manual engine (1 host)", "ssh engine vs deepspeed pdsh: skipped: ", "vs plain sbatch"],

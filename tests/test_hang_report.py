@@ -12,7 +12,7 @@ import io
 import json
 import shutil
 import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +22,8 @@ from textual.widgets import Static
 
 from tests.browser import chromium, visit
 from tests.runs import RunEnded
-from tests.test_hang_verdict import late_and_stopped  # noqa: F401  (the fixture, shared)
 from tests.test_run_report import needs_browser
+from wizard.cli import main
 from wizard.monitor.app import MonitorApp
 from wizard.monitor.attach import RunFolder
 from wizard.monitor.hang_records import HangFolder
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("interrupted-2x2-run")]
 
 
 @pytest.fixture
-def hung_folder(tmp_path: Path, interrupted_2x2_run: RunEnded, late_and_stopped: HangFolder) -> Path:  # noqa: F811
+def hung_folder(tmp_path: Path, interrupted_2x2_run: RunEnded, late_and_stopped: HangFolder) -> Path:
     """A copy of the interrupted run with the hang/ files and the summary a hang leaves."""
     run_dir = tmp_path / "run"
     shutil.copytree(interrupted_2x2_run.run_dir, run_dir, symlinks=True)
@@ -51,7 +51,11 @@ def hung_folder(tmp_path: Path, interrupted_2x2_run: RunEnded, late_and_stopped:
 
 
 def wizard(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, text=True, timeout=300)
+    """`npu-wizard ARGS` in this process (matplotlib is imported once), its output and errors caught."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_summary_json_keeps_the_verdict_and_where_the_files_are(hung_folder: Path) -> None:
@@ -102,6 +106,22 @@ def test_a_torn_rank_record_is_named_and_the_report_still_written(hung_folder: P
     page = (hung_folder / "report.html").read_text()
     assert "rank 1 did not answer: its record hang/rank-1.json could not be read" in page
     assert f"{record} is no JSON object (torn, or written by something else): not read" in page
+
+
+def test_a_summary_hang_of_the_wrong_kinds_without_the_files_gives_a_page_not_a_traceback(hung_folder: Path) -> None:
+    shutil.rmtree(hung_folder / "hang")
+    summary = json.loads((hung_folder / "summary.json").read_text())
+    summary["hang"] = {
+        "text": "hang at 10:00:00 UTC: ranks 0-3 wait in all_reduce #7",
+        "time": "noon",
+        "groups": [{"ranks": "0-3", "kind": ["x"], "place": 7, "collective": {"op": 1, "seq": "7"}}, "group", None],
+        "problems": {"a": 1},
+    }
+    (hung_folder / "summary.json").write_text(json.dumps(summary))
+    done = wizard("report", str(hung_folder))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    page = (hung_folder / "report.html").read_text()
+    assert "ranks 0-3 wait in all_reduce #7" in page and 'id="plot-hang-timeline"' not in page  # no rank's place
 
 
 @needs_browser
@@ -156,7 +176,7 @@ class HungJob:
 
 def test_the_plain_view_prints_the_verdict_once_the_runner_collected_the_stacks(
     tmp_path: Path,
-    late_and_stopped: HangFolder,  # noqa: F811
+    late_and_stopped: HangFolder,
 ) -> None:
     job = HungJob(tmp_path, late_and_stopped)
     out = io.StringIO()
@@ -169,7 +189,7 @@ def test_the_plain_view_prints_the_verdict_once_the_runner_collected_the_stacks(
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_the_live_view_shows_the_verdict_while_the_job_runs(
     tmp_path: Path,
-    late_and_stopped: HangFolder,  # noqa: F811
+    late_and_stopped: HangFolder,
 ) -> None:
     job = HungJob(tmp_path, late_and_stopped, ticks_left=10**6)
     app = MonitorApp(job, title="hung", owns_job=False, tick_s=0)  # type: ignore[arg-type]

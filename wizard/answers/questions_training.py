@@ -200,4 +200,38 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         help="Whether rank 0 of train.py writes the loss, the learning rate and the throughput of each logged "
         "step with torch.utils.tensorboard into <run folder>/tensorboard/ (tensorboard joins requirements.txt).",
     ),
+    Question(
+        name="run.restarts",
+        prompt="Whole-job restarts",
+        kind="int",
+        default=0,
+        minimum=0,
+        maximum=1000,
+        step="training",
+        help="The default of npu-wizard run --restarts: after a failure a restart can fix (a rank's error after "
+        "the first step, a vanished rank, a lost node, a hang), npu-wizard run stops every node and starts the "
+        "whole job again from the newest checkpoint every rank can load, up to N times (0: a failure ends the job).",
+    ),
+    Question(
+        name="training.compile",
+        prompt="Compiled step",
+        kind="choice",
+        default="off",
+        choices=(
+            Choice("off", "Off", "Eager: every operator is launched from Python, as written."),
+            Choice("default", "Default", "torch.compile fuses the forward and loss; NPU: TorchAir's graph mode."),
+            Choice(
+                "reduce-overhead",
+                "Reduce overhead",
+                "Also replays the step as a device graph (CUDA graphs; NPU: TorchAir's aclgraph).",
+            ),
+        ),
+        when=_generated,
+        step="training",
+        help="Whether train.py compiles its forward and loss. On the CPU and CUDA with torch.compile (the CPU "
+        "needs a C++ compiler); on an NPU with torch_npu's graph backend TorchAir (Atlas A2 and A3 only; "
+        "reduce-overhead from torch_npu 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1, CANN 8.1.RC1, and "
+        "it captures the forward only). The first step compiles (tens of seconds); a model that cannot "
+        "compile trains eagerly, said in one line. Checkpoints load either way.",
+    ),
 )

@@ -26,6 +26,8 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
         "world_size": _whole(summary.get("world_size")),
         "steps": _whole(summary.get("steps")),
         "restarts": _whole(summary.get("restarts")) or 0,
+        "job_restarts": _whole(summary.get("job_restarts")) or 0,
+        "attempts": [_checked_attempt(a) for a in _list(summary.get("attempts")) if isinstance(a, dict)],
         "checkpoint": _checked_checkpoint(saved) if isinstance(saved, dict) else None,
         "failure": _checked_failure(failure) if isinstance(failure, dict) else None,
         "ranks": {
@@ -130,6 +132,16 @@ def _checked_failure(failure: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _checked_attempt(attempt: dict[str, Any]) -> dict[str, Any]:
+    """One attempt of a job run with --restarts (wizard/run/attempts.py)."""
+    wholes = ("attempt", "failed_at_step", "resumed_from_step", "steps_lost")
+    return {
+        **{key: _count(attempt.get(key)) for key in wholes},
+        **{key: _text(attempt.get(key)) for key in ("outcome", "cause", "kind", "refused")},
+        "failure_to_first_step_s": _time(attempt.get("failure_to_first_step_s")),
+    }
+
+
 def _checked_straggler(entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": _whole(entry.get("rank")),
@@ -147,6 +159,10 @@ def _outcome(value: object) -> str:
 
 def _whole(value: object) -> int | None:
     return value if is_step(value) else None
+
+
+def _count(value: object) -> int | None:
+    return value if is_step(value) and value >= 0 else None  # type: ignore[operator]
 
 
 def _finite(value: object) -> float | None:

@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from wizard.monitor.hang_verdict import hang_summary, ranks_text
-from wizard.run_page.plots import DPI, STRAGGLER, WIDTH_PX, _png
+from wizard.run_page.plots import DPI, STRAGGLER, WIDTH_PX, png_bytes
 from wizard.run_page.record import RunRecord
 
 EVERY_ROW = 64  # up to this many ranks a row each on the timeline and in the table; beyond, a row per group
@@ -43,19 +43,23 @@ def hang_section(record: RunRecord, summary: dict[str, Any]) -> str:
     if not hang or not hang.get("text"):
         return ""
     rows = _rows(hang)
-    png, (width, height) = timeline(record, summary, hang, rows), _size(rows)
-    data = base64.b64encode(png).decode("ascii")
     problems = "".join(f"<li>{escape(str(line))}</li>" for line in hang.get("problems") or [])
     folder = f'<p class="meta">stacks and recorder dumps: {escape(str(hang.get("folder") or "hang/"))}</p>'
-    return (
+    verdict = (
         '<h2 id="hang">Where each rank was</h2>'
         f'<div class="box failure"><p><b>{escape(str(hang["text"]))}</b></p>{folder}'
         + (f"<p>files not read:</p><ul>{problems}</ul>" if problems else "")
         + "</div>"
-        f'<figure id="hang-timeline"><img class="plot" id="plot-hang-timeline" alt="Where each rank was" '
+    )
+    if not rows:  # no rank's place kept (a summary.json written by something else)
+        return verdict
+    png, (width, height) = timeline(record, summary, hang, rows), _size(rows)
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        verdict + f'<figure id="hang-timeline"><img class="plot" id="plot-hang-timeline" alt="Where each rank was" '
         f'width="{width}" height="{height}" src="data:image/png;base64,{data}">'
-        "<figcaption>each rank's steps (grey), the straggler flags before the hang (orange), and where it was at "
-        "the hang</figcaption></figure>" + _table(rows)
+        "<figcaption>from each rank's start to its last logged step (grey), the straggler flags before the hang "
+        "(orange), and where it was at the hang</figcaption></figure>" + _table(rows)
     )
 
 
@@ -87,7 +91,8 @@ def timeline(record: RunRecord, summary: dict[str, Any], hang: dict[str, Any], r
         spans = [s for s in spans if s is not None]
         if spans:
             start, end = min(s[0] for s in spans) - t0, max(s[1] for s in spans) - t0
-            axes.barh(y, max(end - start, 0.2), left=start, height=0.5, color=STEPPING, label=_once("steps", labelled))
+            label = _once("start to last logged step", labelled)
+            axes.barh(y, max(end - start, 0.2), left=start, height=0.5, color=STEPPING, label=label)
         for begin, end in _flags(record, summary.get("stragglers") or [], ranks, at):
             label = _once("straggler flag", labelled)
             axes.barh(y, max(end - begin, 0.2), left=begin - t0, height=0.7, color=STRAGGLER, alpha=0.8, label=label)
@@ -105,7 +110,7 @@ def timeline(record: RunRecord, summary: dict[str, Any], hang: dict[str, Any], r
     axes.set_title("Where each rank was", loc="left", fontsize=11)
     axes.grid(axis="x", alpha=0.3)
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def _flags(record: RunRecord, stragglers: list[Any], ranks: list[int], hang_at: object) -> list[tuple[float, float]]:

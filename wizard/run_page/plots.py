@@ -121,7 +121,7 @@ def _figure(height_px: int = HEIGHT_PX) -> Figure:
     return figure
 
 
-def _png(figure: Figure) -> bytes:
+def png_bytes(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
@@ -153,7 +153,7 @@ def _per_rank(series: Series, name: str, title: str, unit: str, note: str) -> Pl
     axes = figure.add_subplot()
     _lines_or_bands(axes, series, name, series.ranks, lambda rank: f"rank {rank}")
     _finish(axes, series, title, unit)
-    return Plot(_file_name(name), title, _png(figure), note=note)
+    return Plot(_file_name(name), title, png_bytes(figure), note=note)
 
 
 def _per_node(series: Series) -> Plot:
@@ -174,7 +174,9 @@ def _per_node(series: Series) -> Plot:
     else:
         _bands(axes, series.grid, np.array(list(sums.values())), f"{len(nodes)} nodes")
     _finish(axes, series, title, "samples/s")
-    return Plot("throughput-nodes", title, _png(figure), note="the samples per second of each node's ranks, summed")
+    return Plot(
+        "throughput-nodes", title, png_bytes(figure), note="the samples per second of each node's ranks, summed"
+    )
 
 
 def _spread(series: Series) -> Plot:
@@ -200,7 +202,7 @@ def _spread(series: Series) -> Plot:
         if axes is not panels[-1]:
             axes.set_xlabel("")
     note = "each rank's mean seconds per step in the forward pass and waiting for data; shaded: stragglers"
-    return Plot("compute-spread", title, _png(figure), note=note)
+    return Plot("compute-spread", title, png_bytes(figure), note=note)
 
 
 def _shade_straggler(axes: Axes, series: Series, straggler: dict, name: str) -> None:
