@@ -10,8 +10,11 @@ window, so the trace holds steady steps only.
 
 The generated train.py calls `step(n)` after each step, and so does
 runtime.report's `report.step`: a script of your own that reports its steps
-is profiled with no other change. `request(steps)` (the runner's ask, when
-the monitor flags a straggler) starts a window at the next step.
+is profiled with no other change. With --profile-ranks straggler, the
+runner asks {"ask": "profile", "steps": N} down the status stream (the
+channel that collects the stacks at a hang) of the flagged rank and a median
+rank when the monitor flags a straggler: `request(steps)` starts a window at
+the next step.
 
 Traces go into the run folder: profile/rank-<R>/ holds torch.profiler's
 chrome trace JSON (rank-<R>.<stamp>.pt.trace.json: Perfetto,
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime import events
+from runtime import events, status
 
 ENV_PROFILE = "NPU_WIZARD_PROFILE"
 ENV_PROFILE_RANKS = "NPU_WIZARD_PROFILE_RANKS"
@@ -42,6 +45,7 @@ ENV_ASYNC_PARSE = "NPU_WIZARD_PROFILE_ASYNC_PARSE"
 PROFILE_DIR = "profile"
 ASCEND_DIR = "ascend"
 STRAGGLER = "straggler"
+ASK = "profile"  # the runner's ask on the status stream (wizard/run/profile_asks.py)
 DEFAULT_STEPS = 10  # a straggler's window, when --profile gives no length
 WAIT, WARMUP = 1, 1
 
@@ -300,10 +304,20 @@ class _Windows:
         )
 
 
+def _asked(ask: Mapping[str, Any]) -> dict[str, Any]:
+    """The runner's {"ask": "profile", "steps": N} on the status stream: a window from the next step."""
+    steps = ask.get("steps")
+    steps = steps if isinstance(steps, int) and steps > 0 else DEFAULT_STEPS
+    request(steps)
+    return {"steps": steps}
+
+
 _windows: _Windows | None = None
 _plan = plan_from_env()
 if _plan is not None:
     _windows = _Windows(_plan)
+    if _plan.straggler:  # the runner asks when the monitor flags a straggler
+        status.on_ask(ASK, _asked)
 
 
 def step(done: int) -> None:

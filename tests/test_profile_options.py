@@ -8,6 +8,10 @@ import pytest
 
 from tests.runs import render_cpu
 from wizard.cli import main
+from wizard.monitor.state import JobState
+from wizard.monitor.stragglers import Straggler
+from wizard.run.intake import Intake
+from wizard.run.profile_asks import pair_for, straggler_profiles
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +65,33 @@ def test_straggler_mode_needs_no_window_and_passes_none(project: Path, capsys: p
     assert main(["run", str(project), "--dry-run", "--profile-ranks", "straggler:2"]) == 0
     shown = capsys.readouterr().out
     assert "NPU_WIZARD_PROFILE_RANKS=straggler:2" in shown and "NPU_WIZARD_PROFILE=" not in shown
+
+
+def state_with_compute(times: dict[int, float]) -> JobState:
+    """A 2 x 2 job's state whose ranks' newest windows took `times` (data + forward seconds)."""
+    state = JobState(4, nodes=2)
+    for rank, seconds in times.items():
+        state.view(rank).compute_s = seconds
+    return state
+
+
+def test_a_flagged_rank_is_paired_with_the_median_of_the_others() -> None:
+    state = state_with_compute({0: 0.010, 1: 0.030, 2: 0.020, 3: 0.090})
+    assert pair_for(state, Straggler(rank=3, node=1, phase="forward", start=1.0)) == (3, 2)
+
+
+def test_a_flagged_node_gives_its_slowest_rank_and_the_median_of_the_other_node() -> None:
+    state = state_with_compute({0: 0.010, 1: 0.012, 2: 0.050, 3: 0.070})
+    assert pair_for(state, Straggler(rank=None, node=1, phase="data", start=1.0)) == (3, 1)
+
+
+def test_each_flag_is_asked_for_once_and_no_more_than_straggler_n_windows() -> None:
+    """Without a status stream nothing can be asked: said once, and the window is not spent."""
+    state = state_with_compute({0: 0.010, 1: 0.030, 2: 0.020, 3: 0.090})
+    state.stragglers.findings.append(Straggler(rank=3, node=1, phase="forward", start=1.0))
+    asker = straggler_profiles("20:30", "straggler:2")
+    assert asker is not None and (asker.steps, asker.left) == (10, 2)
+    intake = Intake(state, Path("/nonexistent"))
+    assert asker.look(state, intake, 5.0) == ["PROFILE: no status stream here to ask the straggler's rank for a window"]
+    assert asker.look(state, intake, 6.0) == []
+    assert straggler_profiles("20:30", "all") is None and straggler_profiles(None, None) is None

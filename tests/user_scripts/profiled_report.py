@@ -1,7 +1,7 @@
 """A user's DDP script that reports its steps (runtime.report): `npu-wizard run --profile` profiles it as it is.
 
 `--steps N` steps (0: until stopped) of a small MLP on random data, each
-reported with its loss and its forward time. NPU_WIZARD_TEST_SLOW_OP_RANK
+reported with its loss, its data and its forward time (the monitor compares them). NPU_WIZARD_TEST_SLOW_OP_RANK
 (test-only) names a rank whose forward also runs `test_slow_op`, a sleep of
 NPU_WIZARD_TEST_SLOW_OP_S seconds (default 0.05) inside a record_function
 of that name: slower in a way both the monitor (forward_s) and a profiler
@@ -42,14 +42,16 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     steps = itertools.count(1) if args.steps == 0 else range(1, args.steps + 1)
     for step in steps:
+        waited = time.perf_counter()
         inputs, targets = torch.randn(16, 32), torch.randint(0, 4, (16,))
+        data_s = time.perf_counter() - waited
         optimizer.zero_grad()
         started = time.perf_counter()
         loss = forward(model, inputs, targets, rank)
         forward_s = time.perf_counter() - started
         loss.backward()
         optimizer.step()
-        report.step(step, loss=loss, samples=16, forward_s=forward_s, total_steps=args.steps or None)
+        report.step(step, loss=loss, samples=16, data_s=data_s, forward_s=forward_s, total_steps=args.steps or None)
     dist.destroy_process_group()
 
 

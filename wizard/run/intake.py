@@ -42,12 +42,12 @@ class Intake:
             if event["rank"] not in self.local_ranks:
                 self._record_remote(event)
 
-    def ask(self, name: str, **fields: object) -> str | None:
-        """Ask every connected rank `name` on the status stream; the ask's id, or None without a stream."""
+    def ask(self, name: str, ranks: set[int] | None = None, **fields: object) -> str | None:
+        """Ask every connected rank (or `ranks`) `name` on the status stream; the ask's id, or None without one."""
         if self.server is None:
             return None
         request = self.answers.open(name, **fields)
-        self.server.ask(request)
+        self.server.ask(request, ranks)
         return str(request["id"])
 
     def settled_root_cause(self) -> Failure | None:

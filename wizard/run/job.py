@@ -42,6 +42,7 @@ from wizard.run.engines import Engine, Launch, engine_for
 from wizard.run.engines.base import ENDED
 from wizard.run.intake import Intake
 from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
+from wizard.run.profile_asks import StragglerProfiles, straggler_profiles
 from wizard.run.smoke import print_smoke_report
 from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
 from wizard.stopping import STOP_SIGNALS, main_thread, stop_signals_raise
@@ -82,6 +83,7 @@ class Job:
         self.stacks: dict[int, dict] | None = None  # where each rank was at the last collection (RUN/hang/)
         self.hang_verdict: HangVerdict | None = None  # wizard.monitor.hang_verdict's judgement of them
         self._hang_seen = False  # within one hang episode the stacks are collected once
+        self.profiles: StragglerProfiles | None = straggler_profiles(options.profile, options.profile_ranks)
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
             self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
         note = restart_note(self.answers["launcher"], options.max_restarts)
@@ -182,6 +184,9 @@ class Job:
         if self.attempts.waiting:
             return self._restart_when_healthy()
         self.intake.look(self.clock())
+        if self.profiles is not None:  # --profile-ranks straggler: ask a flagged rank and a median one
+            for line in self.profiles.look(self.state, self.intake, self.clock()):
+                self.say(line)
         self.attempts.note_progress(self.state)
         description = self.engine.describe()
         self._note_launchers(description.exit_codes)
