@@ -24,7 +24,7 @@ from wizard.answers.strict_yaml import read_document
 from wizard.errors import FILE, NO_VALUE, SHOWN_PROBLEMS, AnswersError, Problem
 
 SCHEMA = 1
-SECTIONS = ("cluster", "network", "training", "environment")
+SECTIONS = ("cluster", "network", "training", "run", "environment")
 
 
 @dataclass(frozen=True)

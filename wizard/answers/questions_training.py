@@ -200,4 +200,17 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         help="Whether rank 0 of train.py writes the loss, the learning rate and the throughput of each logged "
         "step with torch.utils.tensorboard into <run folder>/tensorboard/ (tensorboard joins requirements.txt).",
     ),
+    Question(
+        name="run.restarts",
+        prompt="Whole-job restarts",
+        kind="int",
+        default=0,
+        minimum=0,
+        maximum=100,
+        step="training",
+        help="How often `npu-wizard run` starts the whole job again after a failure a restart can fix, from the "
+        "newest checkpoint every rank can load (the default of run --restarts; 0: never). Under Kubernetes it is "
+        "the operator's own retries (backoffLimit; MindCluster's fault-retry-times for an AscendJob). Not "
+        "torchrun's --max-restarts, which restarts the workers of the nodes still there.",
+    ),
 )
