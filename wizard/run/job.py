@@ -276,6 +276,7 @@ class Job:
         server = self.intake.server
         visible = self.state.ranks if server is not None else self.intake.local_ranks
         self.summary["never_reported"] = sorted(r for r in visible if self.state.ranks[r].last_seen is None)
+        self.summary.update(self.engine.summary_fields())  # what the engine's scheduler did (restarts, exclusions)
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
         try:
