@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from runtime import nic
+from runtime import nic, stacks
 from runtime.errors import LaunchError
 
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
@@ -118,6 +118,7 @@ def init_process_group(info: RankInfo, backend: str, timeout_s: float) -> None:
     """Join the job's process group through env:// (the only method HCCL supports)."""
     if backend == "gloo":
         configure_gloo_interface()
+    stacks.enable_recorder()  # read only when the process group is made
     export_rank_env(info)
     timeout = datetime.timedelta(seconds=timeout_s)
     store = restarted_attempt_store(info, timeout)

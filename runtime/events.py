@@ -13,6 +13,7 @@ import atexit
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -205,6 +206,13 @@ class EventWriter:
         """The rank finished training."""
         return self.emit("finished", step=self.step, epoch=self.epoch, **extra)
 
+    def preempted(self, *, step: int, signal: str | None, **extra: Any) -> Event:
+        """The rank saved a checkpoint of `step` on a stop signal and exits (runtime/preemption.py)."""
+        self.progress(step, self.epoch)
+        return self.emit(
+            "preempted", step=step, epoch=self.epoch, signal=signal, **extra
+        )
+
     def error(self, error: BaseException, **extra: Any) -> Event:
         """The rank failed: exception type, message and traceback."""
         # bounded, so the event stays one readable line on the status stream; the log has it all
@@ -306,12 +314,14 @@ def tee_output(
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
-    # its own session: Ctrl-C must not kill tee before the rank's last words
-    child = subprocess.Popen(
-        [tee, "-a", str(log)],
-        stdin=read_end,
-        start_new_session=True,
-    )
+    # its own session: Ctrl-C must not kill tee before the rank's last words; nor may the
+    # signals that ask the rank to save and stop (a scheduler sends them to every process)
+    with _signals_ignored(signal.SIGTERM, signal.SIGUSR1):
+        child = subprocess.Popen(
+            [tee, "-a", str(log)],
+            stdin=read_end,
+            start_new_session=True,
+        )
     os.close(read_end)
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)
@@ -321,6 +331,20 @@ def tee_output(
             stream.reconfigure(line_buffering=True)
     atexit.register(_drain_tee, child)
     return log
+
+
+@contextmanager
+def _signals_ignored(*signums: int) -> Iterator[None]:
+    """Within the block, `signums` are ignored: a child started there inherits that (the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, action in previous.items():
+            signal.signal(signum, action)
 
 
 def _drain_tee(child: subprocess.Popen[bytes]) -> None:

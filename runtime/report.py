@@ -6,6 +6,8 @@
         ...
         report.step(step, loss=loss, samples=len(inputs), total_steps=epochs * len(loader))
     report.checkpoint(step, path)
+    if report.should_stop():  # SIGUSR1 or SIGTERM arrived: save, then
+        sys.exit(report.PREEMPTED_EXIT)
 
 Under npu-wizard (the launch scripts start the script through
 runtime.userscript) each call feeds the rank's events as the generated
@@ -39,13 +41,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime import events
+from runtime import events, preemption
 
 ENV_REPORT_S = "NPU_WIZARD_REPORT_S"
 DEFAULT_REPORT_S = 1.0
 OVERDUE = 4  # an event is written anyway this many intervals after the last
 # a step or a count at or past this is dropped: the monitor does arithmetic on them in floats and JSON
 LARGEST = 2**63
+# exit with this after saving on should_stop(): npu-wizard reads it as "preempted, checkpoint saved"
+PREEMPTED_EXIT = preemption.PREEMPTED_EXIT
 
 
 class _Window:
@@ -225,6 +229,17 @@ def checkpoint(step: int, path: str | os.PathLike[str]) -> None:
         window.writer.checkpoint(step=whole, path=where)
     except Exception as error:  # noqa: BLE001 - a full disk, say: the hook never raises into the training loop
         _dropped("checkpoint", step, error)
+
+
+def should_stop() -> bool:
+    """True once SIGUSR1 or SIGTERM reached this rank (Slurm's warning before the time limit, a stop).
+
+    Under npu-wizard (runtime.userscript) the signal is only noted once the
+    script has asked this at least once: save a checkpoint, then exit with
+    PREEMPTED_EXIT. A script that never asks, or sets its own handler for
+    the signal, is not changed: the signal does what it did before.
+    """
+    return preemption.should_stop()
 
 
 def flush() -> None:

@@ -29,21 +29,60 @@ hang/rank-N.json and its text to hang/rank-N.txt):
                      "last_entered": 411, "last_completed": 411},
                     # or {"source": null, "why": "no process group"}
      "recorder_dump": "<the recorder's own JSON, at most MAX_DUMP_BYTES>"}
+
+`install(run_dir, rank)`, called where a rank starts and before its process
+group is made (the generated train.py, runtime/userscript.py), sizes the
+recorder, has the rank answer the runner's "stacks" ask on the status stream
+(runtime/status.py), and registers faulthandler on FAULT_SIGNAL (SIGUSR2:
+SIGUSR1 is the preemption's "save and stop", SIGTERM and SIGINT stop, and no
+launcher here uses SIGUSR2) to write every thread's C-level Python stack into
+logs/rank-N.stacks.txt: the fallback for a rank that cannot answer because a
+thread holds the GIL. A stopped process (SIGSTOP) runs the handler only once
+it is continued.
+
+With HCCL (backend "hccl", on NPUs) the record is torch_npu's own flight
+recorder for ProcessGroupHCCL, read the same way into the same shape with
+"source": "torch_npu" (checked in Ascend/pytorch, torch_npu/csrc/distributed/
+TraceUtils.h, ProcessGroupHCCL.cpp and Init.cpp of each release branch):
+- it exists from 2.1.0.post12 (the v2.1.0-7.0.0 branch, a pickle dump only:
+  `torch_npu._C._distributed_c10d._dump_hccl_trace`), and from 2.1.0.post13,
+  2.5.1.post1 and 2.6.0 on (the 7.1.0 branches and later, also
+  `_dump_hccl_trace_json(includeCollectives, onlyActive)`, version "2.4");
+  2.3.1, 2.4.0 and 2.5.1 (6.0.0 / 7.0.0 branches) have none;
+- it records only with TORCH_HCCL_TRACE_BUFFER_SIZE > 0 in the environment
+  before the process group is made: the launch script sets it for the releases
+  that have it (templates' launch/run-node.sh), gated by the answers' release;
+- its entries carry the keys torch's do (collective_seq_id, pg_id,
+  input_sizes, input_dtypes, state, retired, is_p2p) but an empty
+  profiling_name: torch_npu names no operation ("profiling is not supported",
+  its test_flight_recorder.py), so "op" is UNKNOWN_OP, except a coalesced
+  call ("hccl:all_reduce_coalesced"); "started" needs HCCL_DESYNC_DEBUG, so an
+  entry is scheduled until the watchdog marks it completed.
 """
 
 from __future__ import annotations
 
+import faulthandler
+import io
 import json
 import os
+import pickle
+import signal
 import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
+
+from runtime import status
 
 ENV_RECORDER = "TORCH_FR_BUFFER_SIZE"
+ENV_HCCL_RECORDER = "TORCH_HCCL_TRACE_BUFFER_SIZE"
+# torch_npu's recorder leaves profiling_name empty for a collective
+UNKNOWN_OP = "unknown"
 # collectives kept by torch's ring buffer, a few hundred bytes each
 RECORDER_ENTRIES = 2000
 MAX_THREADS = 32
@@ -58,6 +97,34 @@ DTYPE_BYTES = {
 }  # fmt: skip
 # the states a recorder entry can be in, in order
 SCHEDULED, STARTED, COMPLETED = "scheduled", "started", "completed"
+ASK = "stacks"
+FAULT_SIGNAL = signal.SIGUSR2
+_fault_file: IO[str] | None = None  # kept open: faulthandler writes to its descriptor
+
+
+def fault_path(run_dir: Path, rank: int) -> Path:
+    """Where a rank's faulthandler writes its stacks on FAULT_SIGNAL."""
+    return Path(run_dir) / "logs" / f"rank-{rank}.stacks.txt"
+
+
+def install(run_dir: Path, rank: int) -> None:
+    """Make this rank able to say where it is: recorder on, the "stacks" ask answered, faulthandler on SIGUSR2."""
+    global _fault_file
+    enable_recorder()
+    status.on_ask(ASK, lambda ask: snapshot(rank))
+    path = fault_path(run_dir, rank)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a", encoding="utf-8")
+    except OSError as error:  # the ask still works; only the fallback is missing
+        print(
+            f"npu-wizard: cannot open {path} for stack dumps ({error})", file=sys.stderr
+        )
+        return
+    if _fault_file is not None:
+        _fault_file.close()
+    _fault_file = handle
+    faulthandler.register(FAULT_SIGNAL, file=handle, all_threads=True, chain=False)
 
 
 def enable_recorder(env: MutableMapping[str, str] = os.environ) -> None:
@@ -111,13 +178,23 @@ def _frame(frame: traceback.FrameSummary) -> dict[str, Any]:
 
 
 def recorder_entries() -> tuple[dict[str, Any], str | None]:
-    """The newest collectives from torch's flight recorder, and its own dump (bounded)."""
+    """The newest collectives from the backend's flight recorder, and its own dump (bounded)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return {"source": None, "why": "torch is not imported"}, None
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()):
         return {"source": None, "why": "no process group"}, None
+    backend = str(dist.get_backend())
+    if backend == "hccl":
+        return hccl_recorder_entries(sys.modules.get("torch_npu"))
+    return torch_recorder_entries(torch, backend)
+
+
+def torch_recorder_entries(
+    torch: Any, backend: str
+) -> tuple[dict[str, Any], str | None]:
+    """torch's own flight recorder (gloo, NCCL), read through its JSON dump."""
     if not os.environ.get(ENV_RECORDER, "0").strip("0"):
         return {"source": None, "why": f"{ENV_RECORDER} is 0 or unset"}, None
     dump_json = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
@@ -128,11 +205,55 @@ def recorder_entries() -> tuple[dict[str, Any], str | None]:
         dump = json.loads(text)
     except (RuntimeError, ValueError) as error:
         return {"source": None, "why": f"the flight recorder failed: {error}"}, None
-    return read_dump(dump, backend=str(dist.get_backend())), text[-MAX_DUMP_BYTES:]
+    return read_dump(dump, backend=backend), text[-MAX_DUMP_BYTES:]
 
 
-def read_dump(dump: Mapping[str, Any], backend: str) -> dict[str, Any]:
-    """The recorder's JSON dump as the snapshot's `collectives`."""
+def hccl_recorder_entries(
+    torch_npu: Any, env: Mapping[str, str] = os.environ
+) -> tuple[dict[str, Any], str | None]:
+    """The newest collectives from torch_npu's HCCL flight recorder, and its dump as JSON (bounded)."""
+    if torch_npu is None:
+        return {"source": None, "why": "torch_npu is not imported"}, None
+    version = getattr(torch_npu, "__version__", "(version unknown)")
+    c10d = getattr(getattr(torch_npu, "_C", None), "_distributed_c10d", None)
+    dump_json = getattr(c10d, "_dump_hccl_trace_json", None)
+    dump_pickle = getattr(c10d, "_dump_hccl_trace", None)
+    if dump_json is None and dump_pickle is None:
+        why = f"torch_npu {version} has no HCCL flight recorder"
+        return {"source": None, "why": why}, None
+    if not env.get(ENV_HCCL_RECORDER, "0").strip().strip("0"):
+        why = f"{ENV_HCCL_RECORDER} is 0 or unset (the launch script sets it)"
+        return {"source": None, "why": why}, None
+    try:
+        if dump_json is not None:
+            dump = json.loads(dump_json(True, False))
+        else:
+            dump = _plain_unpickle(dump_pickle(True, False, False))
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
+        why = f"torch_npu's flight recorder failed: {error}"
+        return {"source": None, "why": why}, None
+    if not isinstance(dump, Mapping):
+        why = "torch_npu's flight recorder gave no mapping"
+        return {"source": None, "why": why}, None
+    text = json.dumps(dump, default=str)
+    return read_dump(dump, backend="hccl", source="torch_npu"), text[-MAX_DUMP_BYTES:]
+
+
+class _PlainData(pickle.Unpickler):
+    """An unpickler of plain data only: the recorder's dicts, lists, strings and numbers."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"unexpected {module}.{name} in the dump")
+
+
+def _plain_unpickle(data: bytes) -> Any:
+    return _PlainData(io.BytesIO(data)).load()
+
+
+def read_dump(
+    dump: Mapping[str, Any], backend: str, source: str = "torch"
+) -> dict[str, Any]:
+    """The recorder's dump (torch's or torch_npu's) as the snapshot's `collectives`."""
     entries = [_entry(entry) for entry in dump.get("entries") or []]
     entries = [entry for entry in entries if entry is not None]
     entries.sort(key=lambda entry: (entry["group"], entry["seq"]))
@@ -143,7 +264,7 @@ def read_dump(dump: Mapping[str, Any], backend: str) -> dict[str, Any]:
         if entry["group"] == "0" and entry["state"] == COMPLETED
     ]
     return {
-        "source": "torch",
+        "source": source,
         "backend": backend,
         "entries": entries[-MAX_COLLECTIVES:],
         "last_entered": max(entered, default=None),
@@ -155,8 +276,12 @@ def _entry(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     seq = entry.get("collective_seq_id")
     if not isinstance(seq, int) or entry.get("is_p2p"):
         return None
-    name = str(entry.get("profiling_name", ""))
-    sizes = entry.get("input_sizes") or []
+    name = str(entry.get("profiling_name") or "")
+    # a pickled dump (torch_npu 2.1.0.post12) gives shapes as tuples
+    sizes = [
+        list(shape) if isinstance(shape, (list, tuple)) else shape
+        for shape in entry.get("input_sizes") or []
+    ]
     dtypes = entry.get("input_dtypes") or []
     state = str(entry.get("state", SCHEDULED))
     # gloo leaves `scheduled` and retires the entry once it is done
@@ -164,7 +289,7 @@ def _entry(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         state = COMPLETED
     return {
         "seq": seq,
-        "op": name.rpartition(":")[2] or name,
+        "op": name.rpartition(":")[2] or UNKNOWN_OP,
         "group": str(entry.get("pg_id", "")),
         "sizes": sizes,
         "dtypes": dtypes,

@@ -13,6 +13,16 @@ cleanly says `bye` first, so a connection that drops without it, and does not
 come back, tells the monitor that the rank's process died. Sending happens on a
 daemon thread from a bounded queue: a slow or absent monitor never stalls
 training, and events it misses are only missed.
+
+The runner may also ask a rank something down the same connection: one JSON
+line {"ask": NAME, "id": ID, ...}. A reader thread hands it to the handler the
+runtime registered with `on_ask(NAME, fn)` (runtime/stacks.py registers
+"stacks"), on a thread of its own, and publishes what the handler returns as
+the event {"event": NAME, "id": ID, "rank": R, **answer}. An answer longer
+than ANSWER_PART_CHARS is sent in parts {"event": NAME, "id": ID, "part": i,
+"parts": n, "text": ...} that the runner joins (wizard/monitor/answers.py); one
+over MAX_ANSWER_CHARS is refused with {"event": NAME, "id": ID, "error": ...}.
+An ask with no handler is answered with an error, so the runner need not wait.
 """
 
 from __future__ import annotations
@@ -20,10 +30,11 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 ENV_STATUS_ADDR = "NPU_WIZARD_STATUS_ADDR"
@@ -36,6 +47,42 @@ CLOSE_WAIT_S = 2.0
 # test-only: shrink each status socket's buffers to this many bytes, so that a
 # paused monitor fills them in seconds (tests/test_status_reconnect.py)
 ENV_TEST_BUFFER = "NPU_WIZARD_TEST_STATUS_BUFFER"
+ASK_FIELD = "ask"
+MAX_ASK_BYTES = 4096  # an ask is a short line; more is not one
+# the status server takes lines of at most 256 KiB; json.dumps writes a character as at most 6
+ANSWER_PART_CHARS = 32 * 1024
+MAX_ANSWER_CHARS = 8 << 20
+Handler = Callable[[Mapping[str, Any]], "Mapping[str, Any] | None"]
+_handlers: dict[str, Handler] = {}
+
+
+def on_ask(name: str, handler: Handler) -> None:
+    """Answer the runner's {"ask": name} with handler(ask): its dict is published, None sends nothing."""
+    _handlers[name] = handler
+
+
+def answer_events(
+    name: str, ask_id: object, rank: int, answer: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The events that carry `answer`: one, or its JSON text in parts small enough for the stream."""
+    head = {"event": name, "id": ask_id, "rank": rank, "time": time.time()}
+    text = json.dumps(answer, default=str)
+    if len(text) > MAX_ANSWER_CHARS:
+        return [
+            {
+                **head,
+                "error": f"the answer is {len(text)} characters, over {MAX_ANSWER_CHARS}",
+            }
+        ]
+    if len(text) <= ANSWER_PART_CHARS:
+        return [{**dict(answer), **head}]
+    parts = [
+        text[i : i + ANSWER_PART_CHARS] for i in range(0, len(text), ANSWER_PART_CHARS)
+    ]
+    return [
+        {**head, "part": i, "parts": len(parts), "text": part}
+        for i, part in enumerate(parts)
+    ]
 
 
 def test_buffer_size(env: Mapping[str, str] = os.environ) -> int | None:
@@ -74,6 +121,10 @@ class StatusPublisher:
             target=self._run, name="status-publisher", daemon=True
         )
         self._thread.start()
+        self._reader = threading.Thread(
+            target=self._read_asks, name="status-asks", daemon=True
+        )
+        self._reader.start()
 
     def publish(self, record: Mapping[str, Any]) -> None:
         """Queue one event for sending (never blocks)."""
@@ -117,6 +168,63 @@ class StatusPublisher:
                 self._socket.close()
             self._socket = None
             return False
+
+    def _read_asks(self) -> None:
+        """Read the runner's asks from whichever connection is open; answer each on a thread."""
+        pending, reading = b"", None
+        while not self._closing.is_set():
+            connection = self._socket
+            if connection is None:
+                self._closing.wait(0.2)
+                continue
+            if connection is not reading:
+                pending, reading = b"", connection
+            try:
+                ready, _, _ = select.select([connection], [], [], 0.5)
+                chunk = connection.recv(MAX_ASK_BYTES) if ready else None
+            except (OSError, ValueError):  # closed by the sending thread meanwhile
+                chunk = None
+            if chunk is None:
+                continue
+            if not chunk:  # the runner closed it: the sending thread reconnects
+                self._closing.wait(0.2)
+                continue
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > MAX_ASK_BYTES:
+                pending = b""
+            for line in lines:
+                self._take_ask(line)
+
+    def _take_ask(self, line: bytes) -> None:
+        try:
+            ask = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(ask, dict) or not isinstance(ask.get(ASK_FIELD), str):
+            return
+        threading.Thread(
+            target=self._answer,
+            args=(ask,),
+            name=f"status-ask-{ask[ASK_FIELD]}",
+            daemon=True,
+        ).start()
+
+    def _answer(self, ask: dict[str, Any]) -> None:
+        name, ask_id = ask[ASK_FIELD], ask.get("id")
+        handler = _handlers.get(name)
+        if handler is None:
+            answer: Mapping[str, Any] | None = {
+                "error": f"this rank answers no {name!r}"
+            }
+        else:
+            try:
+                answer = handler({**ask, "rank": self.rank})
+            except Exception as error:  # noqa: BLE001 - the runner is told, training goes on
+                answer = {"error": f"{type(error).__name__}: {error}"}
+        if answer is None:
+            return
+        for event in answer_events(name, ask_id, self.rank, answer):
+            self.publish(event)
 
     def _connect(self) -> socket.socket:
         if self._buffer is None:

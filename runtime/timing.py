@@ -31,6 +31,8 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any, TypeVar
 
+from runtime import hang_on_purpose
+
 ENV_STEP_TIMING = "NPU_WIZARD_STEP_TIMING"
 DEVICE_TIMED = ("npu", "cuda")  # devices whose forward is timed with device events
 
@@ -60,6 +62,8 @@ class StepTimer:
         self._data_s = 0.0
         self._forward_s = 0.0
         self._forward_started = 0.0
+        self._done = 0  # steps of this process, for a test's planned hang
+        self._hang = hang_on_purpose.planned()  # None but in the hang tests
 
     def batches(self, batches: Iterable[Batch]) -> Iterable[Batch]:
         """`batches`, each one's arrival timed as waiting for data."""
@@ -69,6 +73,8 @@ class StepTimer:
         iterator = iter(batches)
         while True:
             started = perf_counter()
+            if self._hang is not None:
+                self._hang.before_batch(self._done + 1)
             try:
                 batch = next(iterator)
             except StopIteration:
@@ -100,6 +106,9 @@ class StepTimer:
         else:
             self._pairs[self._steps][1].record()
         self._steps += 1
+        self._done += 1
+        if self._hang is not None:
+            self._hang.after_forward(self._done)
 
     def window(self) -> dict[str, float]:
         """Mean `data_s` and `forward_s` per step since the last call, then start afresh.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from runtime import events, report
+from runtime import events, preemption, report, stacks
 
 USAGE = "usage: python -m runtime.userscript SCRIPT [ARGS...]"
 # torch.distributed.launch puts this before the module's own arguments: it belongs to the script
@@ -307,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         all_threads=True
     )  # a native crash leaves its Python stack in the log
     recorder = events.EventWriter(run_dir, who.rank)
+    # before the script makes its process group: the recorder is sized then or never
+    stacks.install(run_dir, who.rank)
     recorder.started(
         local_rank=who.local_rank,
         node=who.node,
@@ -316,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     recorder.start_heartbeat(events.heartbeat_interval(), output_silence(log))
     record_os_exit(recorder, script)
+    # SIGUSR1/SIGTERM still end the script unless it asks report.should_stop()
+    preemption.install(only_when_watched=True)
     try:
         run_script(script, args)
     except SystemExit as stop:
@@ -329,6 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if code == 0:
             recorder.finished(exit_code=0)
+        elif code == preemption.PREEMPTED_EXIT and preemption.requested():
+            recorder.preempted(
+                step=recorder.step, signal=preemption.requested(), exit_code=code
+            )
         else:
             recorder.error(script_frames(stop, script), exit_code=code)
         recorder.close()

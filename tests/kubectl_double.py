@@ -32,6 +32,8 @@ from typing import Any
 
 STATE = Path(os.environ["KUBECTL_DOUBLE_DIR"])
 FOLLOW_AT_MOST_S = 600.0
+# the API server refuses annotations over 256 KiB: a client-side apply keeps the whole object in one
+ANNOTATION_LIMIT = 262144
 
 
 def record(argv: list[str]) -> None:
@@ -168,6 +170,15 @@ def main(argv: list[str]) -> int:
 
         for path in files_given(argv):
             document = yaml.safe_load(path.read_text())
+            applied = len(json.dumps(document).encode())
+            if "--server-side" not in argv and applied > ANNOTATION_LIMIT:
+                # a client-side apply copies the object into an annotation, which the API server caps
+                print(
+                    f'The {document["kind"]} "{document["metadata"]["name"]}" is invalid: metadata.annotations: '
+                    f"Too long: must have at most {ANNOTATION_LIMIT} bytes",
+                    file=sys.stderr,
+                )
+                return 1
             if scenario() == "refuse-apply" and document["kind"] != "ConfigMap":
                 print('Error from server (Forbidden): exceeded quota: "compute"', file=sys.stderr)
                 return 1

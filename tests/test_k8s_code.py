@@ -236,17 +236,17 @@ def test_code_over_a_configmaps_limit_is_refused_naming_the_biggest_files(tmp_pa
     for name, text in CODE.items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    # Under a ConfigMap's 1 MiB, over the 256 KiB annotation in which kubectl apply keeps a copy of it.
-    (project / "src" / "table.py").write_text("T = '" + "x" * 150_000 + "'\n")
-    (project / "src" / "pkg" / "vocab.py").write_text("V = '" + "y" * 100_000 + "'\n")
+    # Over a ConfigMap's 1 MiB with the rest of the code.
+    (project / "src" / "table.py").write_text("T = '" + "x" * 600_000 + "'\n")
+    (project / "src" / "pkg" / "vocab.py").write_text("V = '" + "y" * 400_000 + "'\n")
     before = (project / k8s.CONFIGMAP_FILE).read_text()
 
     with pytest.raises(k8s_code.ConfigMapTooLarge) as refused:
         k8s.refresh_configmap(project, k8s_answers())
 
     message = str(refused.value)
-    assert "as kubectl apply sends it, over the 245760 a ConfigMap it applies can carry" in message
-    assert "src/table.py (150007 bytes), src/pkg/vocab.py (100007 bytes)" in message
+    assert "as kubectl sends it, over the 1024000 a ConfigMap can carry" in message
+    assert "src/table.py (600007 bytes), src/pkg/vocab.py (400007 bytes)" in message
     assert "data comes from the data volume" in message
     assert (project / k8s.CONFIGMAP_FILE).read_text() == before
 
@@ -290,8 +290,8 @@ def test_a_file_of_gigabytes_is_refused_by_its_size_without_reading_it(tmp_path:
 
     assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
     size = re.match(
-        r"npu-wizard: the project's code comes to at least (\d+) bytes as kubectl apply sends it, over "
-        r"the 245760 a ConfigMap",
+        r"npu-wizard: the project's code comes to at least (\d+) bytes as kubectl sends it, over "
+        r"the 1024000 a ConfigMap",
         result.stderr,
     )
     assert size and int(size[1]) > 2 * 1024**3, result.stderr
@@ -299,7 +299,7 @@ def test_a_file_of_gigabytes_is_refused_by_its_size_without_reading_it(tmp_path:
 
 
 def test_code_is_measured_as_kubectl_apply_escapes_it(tmp_path: Path) -> None:
-    files = {**CODE, "src/table.py": "T = '" + "<" * 50_000 + "'\n"}  # 50 KB on disk, 300 KB as kubectl's JSON
+    files = {**CODE, "src/table.py": "T = '" + "<" * 200_000 + "'\n"}  # 200 KB on disk, 1.2 MB as kubectl's JSON
     project = render(k8s_answers(), tmp_path).project_dir
     for name, text in files.items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
@@ -308,7 +308,7 @@ def test_code_is_measured_as_kubectl_apply_escapes_it(tmp_path: Path) -> None:
     with pytest.raises(k8s_code.ConfigMapTooLarge) as refused:
         k8s.refresh_configmap(project, k8s_answers())
 
-    assert "the biggest: src/table.py (50007 bytes)" in str(refused.value)
+    assert "the biggest: src/table.py (200007 bytes)" in str(refused.value)
 
 
 def test_the_readme_says_the_pods_get_the_code_and_not_the_data(tmp_path: Path) -> None:

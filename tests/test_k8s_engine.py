@@ -90,6 +90,18 @@ def finish(runner: subprocess.Popen[str], timeout: float = 120) -> tuple[int, st
     return runner.returncode, output
 
 
+def test_code_over_the_256_kib_of_a_client_side_apply_is_applied_and_runs(tmp_path: Path) -> None:
+    # The runtime alone came close to what a client-side apply's annotation holds; a module of 300 KB beside
+    # the script is over it, and the double refuses a client-side apply as the API server does.
+    project = k8s_project(tmp_path, "pytorchjob")
+    (project / "vocabulary.py").write_text("WORDS = '" + "w" * 300_000 + "'\n")
+    kubectl = Kubectl(tmp_path / "kubectl", "succeed")
+    code, output = finish(start_runner(project, env=kubectl.env))
+    assert code == 0, output
+    assert "vocabulary.py" in (kubectl.state / "applied-ConfigMap.yaml").read_text()
+    assert "pytorchjob: job demo Succeeded" in output
+
+
 @pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
 def test_run_applies_follows_and_finishes(tmp_path: Path, engine: str) -> None:
     project = k8s_project(tmp_path, engine)
@@ -97,7 +109,7 @@ def test_run_applies_follows_and_finishes(tmp_path: Path, engine: str) -> None:
     code, output = finish(start_runner(project, env=kubectl.env))
     assert code == 0, output
     (apply,) = kubectl.called("apply")
-    assert apply == ["apply", "-f", k8s.CONFIGMAP_FILE, "-f", f"k8s/{engine}.yaml"]
+    assert apply == ["apply", "--server-side", "-f", k8s.CONFIGMAP_FILE, "-f", f"k8s/{engine}.yaml"]
     assert (kubectl.state / "applied-ConfigMap.yaml").read_text() == (project / k8s.CONFIGMAP_FILE).read_text()
     kind = {"ascendjob": "AscendJob", "pytorchjob": "PyTorchJob"}[engine]
     assert (kubectl.state / f"applied-{kind}.yaml").read_text() == (project / f"k8s/{engine}.yaml").read_text()
@@ -177,7 +189,7 @@ def test_a_job_of_the_same_name_still_running_is_refused_and_left_alone(tmp_path
     project = k8s_project(tmp_path, "pytorchjob")
     kubectl = Kubectl(tmp_path / "kubectl", "run")
     subprocess.run(
-        ["kubectl", "apply", "-f", k8s.CONFIGMAP_FILE, "-f", "k8s/pytorchjob.yaml"],
+        ["kubectl", "apply", "--server-side", "-f", k8s.CONFIGMAP_FILE, "-f", "k8s/pytorchjob.yaml"],
         cwd=project,
         env=kubectl.env,
         check=True,
@@ -207,7 +219,7 @@ def test_without_kubectl_the_commands_are_printed(tmp_path: Path, setup: str) ->
     code, output = finish(start_runner(project, env=env))
     assert code == 0, output
     assert "nothing was submitted" in output
-    assert "  kubectl apply -f k8s/project.yaml -f k8s/ascendjob.yaml\n" in output
+    assert "  kubectl apply --server-side -f k8s/project.yaml -f k8s/ascendjob.yaml\n" in output
     assert "kubectl get pods -n ml -l npu-wizard/job=demo --watch" in output
     assert "kubectl delete --ignore-not-found --wait=true -f k8s/ascendjob.yaml -f k8s/project.yaml" in output
     if kubectl is not None:
@@ -220,7 +232,7 @@ def test_dry_run_prints_the_manifest_and_submits_nothing(tmp_path: Path) -> None
     kubectl = Kubectl(tmp_path / "kubectl", "succeed")
     code, output = finish(start_runner(project, "--dry-run", env=kubectl.env))
     assert code == 0, output
-    assert "kubectl apply -f k8s/project.yaml -f k8s/pytorchjob.yaml" in output
+    assert "kubectl apply --server-side -f k8s/project.yaml -f k8s/pytorchjob.yaml" in output
     assert (project / "k8s" / "pytorchjob.yaml").read_text() in output
     assert "#   train.py: " in output
     assert kubectl.calls() == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,35 @@ def test_a_dry_run_prints_the_sbatch_command_and_script_and_starts_nothing(tmp_p
     assert (project / "slurm" / "job.sbatch").read_text() in text
     assert "NPU_WIZARD_STATUS_ADDR=" in text and "PYTHON=/" in text
     assert not (project / "runs").exists()
+
+
+def test_scancel_signal_usr1_saves_every_rank_and_the_requeued_job_resumes_there(
+    tmp_path: Path, cluster: SlurmCluster
+) -> None:
+    # 1024 samples / (16 x 4 ranks) = 16 steps an epoch: 16 epochs, 256 steps
+    project = render_slurm(tmp_path, **{"training.epochs": 16, "training.checkpoint_every": 0})
+    env = runner_env(cluster, project)
+    runner = start_runner(project, "--interval", "2", env=env)
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
+        job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+        # what Slurm sends before the time limit (#SBATCH --signal=B:USR1@120), now: to the batch script only
+        subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, check=True, timeout=30)
+        output, _ = runner.communicate(timeout=START_S + 300)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    found = events_of(run_dir)
+    preempted = {rank: kinds(found[rank], "preempted") for rank in range(4)}
+    assert all(len(said) == 1 for said in preempted.values()), preempted
+    (step,) = {said[0]["step"] for said in preempted.values()}  # every rank saved at the same step
+    assert 0 < step < 256
+    for rank in range(4):
+        starts = kinds(found[rank], "started")
+        assert [start["resumed_step"] for start in starts] == [0, step]  # the requeued job resumed there
+        assert kinds(found[rank], "finished")[-1]["step"] == 256
+    assert summary_of(run_dir)["outcome"] == "finished"
+    # (the requeued job's batch output replaced the first one's; the ranks' logs are appended to)
+    assert f"preempted at step {step}, checkpoint saved" in (run_dir / "logs" / "rank-0.log").read_text()
+    wait_for(lambda: not cluster.queue(), 60, "squeue to be empty")

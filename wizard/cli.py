@@ -83,7 +83,8 @@ def build_run_parser() -> argparse.ArgumentParser:
         description="Start a rendered project's launch scripts and watch every rank (a live view on a terminal); "
         "on a failure, stop the whole job and name the rank that failed first.",
         epilog="One run of each node of a project at a time; refused while an update of it is at work or half done. "
-        "Exit codes: 0 the job finished, 1 bad project or options (or a run of it alive), 3 the job failed or hung "
+        "Exit codes: 0 the job finished (whatever --restarts it took), 1 bad project or options (or a run of it "
+        "alive), 3 the job failed or hung "
         "(root cause printed), 130 interrupted, 143 SIGTERM, 129 SIGHUP (every process of the job stopped).",
     )
     parser.add_argument("project", help="the rendered project folder")
@@ -100,8 +101,27 @@ def build_run_parser() -> argparse.ArgumentParser:
         type=_whole_number(0),
         default=0,
         metavar="N",
-        help="let torchrun/torch-npu-run restart failed workers N times, resuming from the last checkpoint "
-        "(other launchers have no restart mechanism)",
+        help="let torchrun/torch-npu-run restart failed workers N times on the nodes still there, resuming from "
+        "the last checkpoint (other launchers have no restart mechanism); see --restarts for the whole job's",
+    )
+    parser.add_argument(
+        "--restarts",
+        type=_whole_number(0),
+        metavar="N",
+        help="after a failure a restart can fix (a rank's error after the first step, a vanished rank, a lost node, "
+        "a hang), stop every node, check the failed one, and start the whole job again from the newest checkpoint "
+        "every rank can load, up to N times, with any launcher and engine (default: the answers' run.restarts, "
+        "else 0). It acts when --max-restarts' own worker restarts are used up or cannot help (a node lost): "
+        "each attempt is listed in the summary. Not retried: bad answers, a preflight or launch failure, a script "
+        "failing before its first step, a checkpoint that does not fit",
+    )
+    parser.add_argument(
+        "--save-grace",
+        type=_whole_number(0),
+        default=None,
+        metavar="S",
+        help="on Ctrl-C or SIGTERM, every rank is sent SIGTERM and saves a checkpoint at its next logged step; "
+        "what is still running S seconds later is killed (default 60; 0: kill at once, as on a failure)",
     )
     parser.add_argument(
         "--abort-on-hang",
@@ -363,7 +383,9 @@ def _run(args: argparse.Namespace) -> int:
         abort_on_hang=args.abort_on_hang,
         start_timeout=args.start_timeout,
         max_restarts=args.max_restarts,
+        restarts=args.restarts,
         status_port=args.status_port,
+        **({} if args.save_grace is None else {"save_grace": float(args.save_grace)}),
         train_args=train_args,
     )
     run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), report=args.report)

@@ -25,6 +25,15 @@ gives its workers (its parallel store itself is not modelled).
 `npu.set_compile_mode`, `npu.synchronize`, `npu.Event` (timing from the host clock) and
 `npu.amp.GradScaler`, each recording its call.
 In-process tests can `load_package(version)` instead.
+
+Where torch is importable, importing the double registers an "hccl" process
+group backend that runs on gloo (the CPU), so `init_process_group("hccl")`
+works here. On the releases with ProcessGroupHCCL's flight recorder
+(`Release.hccl_recorder`), `torch_npu._C._distributed_c10d` has that
+release's dump calls; they answer in torch_npu's format (Ascend/pytorch,
+TraceUtils.h: version "2.4", pg_config, pg_status, entries with an empty
+profiling_name), built from torch's own recorder of the gloo collectives,
+which records only when TORCH_HCCL_TRACE_BUFFER_SIZE > 0, as the real one.
 """
 
 from __future__ import annotations
@@ -55,6 +64,9 @@ class Release:
     has_torch_npu_run: bool  # the console script (2.1.0.post8 / 2.3.1.post2 / 2.4.0 on)
     tiered_store_flag: bool  # torch_npu_run --enable_tiered_parallel_tcpstore (the 7.0.0 branches on)
     parallel_store_env: bool  # workers get TORCH_NPU_USE_PARALLEL_TCPSTORE=True (the 7.1.0 branches on)
+    # ProcessGroupHCCL's flight recorder dump: "" none (6.0.0 branches, and 2.3.1 / 2.4.0 / 2.5.1 of 7.0.0),
+    # "pickle" only _dump_hccl_trace (v2.1.0-7.0.0), "json" also _dump_hccl_trace_json (7.1.0 branches on)
+    hccl_recorder: str = ""
 
 
 # Checked per branch in Ascend/pytorch: torch_npu/distributed/run.py (flags) and
@@ -63,11 +75,11 @@ RELEASES: dict[str, Release] = {
     release.version: release
     for release in (
         Release("2.1.0.post10", "2.1.0", "8.0.0", "v2.1.0-6.0.0", True, False, False),
-        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False),
+        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False, "pickle"),
         Release("2.4.0.post2", "2.4.0", "8.0.0", "v2.4.0-6.0.0", True, False, False),
         Release("2.5.1", "2.5.1", "8.1.RC1", "v2.5.1-7.0.0", True, True, False),
-        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True),
-        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True),
+        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True, "json"),
+        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True, "json"),
     )
 }
 
@@ -118,6 +130,10 @@ class TorchNpuDouble:
     def npu_calls(self) -> list[dict[str, Any]]:
         """set_device / set_compile_mode calls on torch_npu.npu, in order."""
         return _read_jsonl(self.record_dir / "npu.jsonl")
+
+    def hccl_trace_calls(self) -> list[dict[str, Any]]:
+        """Each call of the HCCL flight recorder's dump (_dump_hccl_trace_json / _dump_hccl_trace), in order."""
+        return _read_jsonl(self.record_dir / "hccl_trace.jsonl")
 
     def event_calls(self) -> list[dict[str, Any]]:
         """torch_npu.npu.Event calls (made, record, elapsed_time, synchronize, query), in order."""

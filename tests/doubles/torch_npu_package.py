@@ -7,8 +7,10 @@ line per call, under $TORCH_NPU_DOUBLE_RECORD.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -205,6 +207,124 @@ npu = SimpleNamespace(
     is_bf16_supported=lambda: os.environ.get("TORCH_NPU_DOUBLE_BF16", "1") == "1",
     amp=SimpleNamespace(GradScaler=GradScaler),
 )
+
+
+HCCL_BUFFER = "TORCH_HCCL_TRACE_BUFFER_SIZE"
+
+
+def _hccl_buffer_size() -> int:
+    try:
+        return max(0, int(os.environ.get(HCCL_BUFFER, "0")))
+    except ValueError:
+        return 0
+
+
+def _register_hccl_on_gloo() -> None:
+    """The "hccl" backend, as torch_npu registers it, made of a gloo process group on the CPU."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or "hccl" in dist.Backend.backend_list:
+        return
+    # the real recorder is sized when the process group is made: torch's, which the double reads, too
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(_hccl_buffer_size()))
+
+    def new_group(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    dist.Backend.register_backend("hccl", new_group, devices=["cpu"])
+
+
+def _hccl_entries(with_frames: bool) -> list[dict[str, Any]]:
+    """torch's recorder entries of the gloo collectives, as torch_npu's recorder writes them."""
+    size = _hccl_buffer_size()
+    dump_json = getattr(sys.modules["torch"]._C._distributed_c10d, "_dump_fr_trace_json", None)
+    if size == 0 or dump_json is None:
+        return []
+    entries = []
+    for entry in json.loads(dump_json(True, False)).get("entries") or []:
+        done = bool(entry.get("retired"))
+        shaped = {
+            "record_id": entry.get("record_id"),
+            "pg_id": entry.get("pg_id"),
+            "process_group": tuple(entry.get("process_group") or ("", "")),
+            "collective_seq_id": entry.get("collective_seq_id"),
+            "p2p_seq_id": entry.get("p2p_seq_id", 0),
+            "op_id": entry.get("op_id"),
+            "profiling_name": "",  # torch_npu records none for a collective
+            "time_created_ns": entry.get("time_created_ns"),
+            "input_sizes": entry.get("input_sizes"),
+            "input_dtypes": entry.get("input_dtypes"),
+            "output_sizes": entry.get("output_sizes"),
+            "output_dtypes": entry.get("output_dtypes"),
+            "state": "completed" if done else "scheduled",
+            "time_discovered_started_ns": 0,
+            "time_discovered_completed_ns": time.time_ns() if done else 0,
+            "retired": done,
+            "timeout_ms": entry.get("timeout_ms", 0),
+            "is_p2p": bool(entry.get("is_p2p")),
+        }
+        if with_frames:
+            shaped["frames"] = entry.get("frames", [])
+        entries.append(shaped)
+    return entries[-size:]
+
+
+def _hccl_dump(version: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    seqs = [entry["collective_seq_id"] for entry in entries if entry["pg_id"] == 0]
+    done = [entry["collective_seq_id"] for entry in entries if entry["pg_id"] == 0 and entry["retired"]]
+    dump: dict[str, Any] = {
+        "version": version,
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0]"}},
+        "pg_status": {
+            "0": {
+                "last_enqueued_collective": str(max(seqs, default=-1)),
+                "last_started_collective": "-1",
+                "last_completed_collective": str(max(done, default=-1)),
+            }
+        },
+    }
+    if entries:  # torch_npu leaves the key out when there is none
+        dump["entries"] = entries
+    return dump
+
+
+def _dump_hccl_trace_json(includeCollectives: bool | None = None, onlyActive: bool | None = None) -> bytes:  # noqa: N803
+    """The recorder as JSON bytes (7.1.0 branches on)."""
+    _record("hccl_trace", {"call": "_dump_hccl_trace_json", "args": [includeCollectives, onlyActive]})
+    entries = _hccl_entries(with_frames=False) if includeCollectives in (None, True) else []
+    if onlyActive:
+        entries = [entry for entry in entries if not entry["retired"]]
+    return json.dumps(_hccl_dump("2.4", entries)).encode()
+
+
+def _dump_hccl_trace(
+    includeCollectives: bool | None = None,  # noqa: N803
+    includeStackTraces: bool | None = None,  # noqa: N803
+    onlyActive: bool | None = None,  # noqa: N803
+) -> bytes:
+    """The recorder pickled (every release with it); shapes are tuples, as torch's pickler writes them."""
+    _record("hccl_trace", {"call": "_dump_hccl_trace", "args": [includeCollectives, includeStackTraces, onlyActive]})
+    frames = includeStackTraces in (None, True)
+    entries = _hccl_entries(with_frames=frames) if includeCollectives in (None, True) else []
+    if onlyActive:
+        entries = [entry for entry in entries if not entry["retired"]]
+    for entry in entries:
+        entry["input_sizes"] = tuple(tuple(shape) for shape in entry["input_sizes"] or [])
+        entry["output_sizes"] = tuple(tuple(shape) for shape in entry["output_sizes"] or [])
+    dump = _hccl_dump("2.1" if RELEASE["hccl_recorder"] == "pickle" else "2.4", entries)
+    if RELEASE["hccl_recorder"] == "pickle":
+        del dump["pg_status"]  # version 2.1 has no pg_status
+    return pickle.dumps(dump, protocol=2)
+
+
+_c10d = SimpleNamespace()
+if RELEASE.get("hccl_recorder"):
+    _c10d._dump_hccl_trace = _dump_hccl_trace
+if RELEASE.get("hccl_recorder") == "json":
+    _c10d._dump_hccl_trace_json = _dump_hccl_trace_json
+_C = SimpleNamespace(_distributed_c10d=_c10d)
+if importlib.util.find_spec("torch") is not None:
+    _register_hccl_on_gloo()
 
 
 # torchrun's options in torch 2.1 (torch/distributed/run.py of 2.1.2): a release built for

@@ -155,6 +155,33 @@ def has_parallel_store_env(torch_npu_version: str) -> bool:
     return _from_release(torch_npu_version, {(2, 1, 0): 13, (2, 5, 1): 1}, (2, 6, 0))
 
 
+def has_hccl_flight_recorder(torch_npu_version: str) -> bool:
+    """Whether ProcessGroupHCCL has its flight recorder (TORCH_HCCL_TRACE_BUFFER_SIZE and the dump calls).
+
+    2.1.0.post12 (v2.1.0-7.0.0, a pickle dump only) / 2.1.0.post13 / 2.5.1.post1 / 2.6.0 and later (the
+    7.1.0 branches on, also a JSON dump); the 2.3.1 and 2.4.0 lines never, nor 2.5.1 itself (Ascend/pytorch
+    tags, torch_npu/csrc/distributed/ProcessGroupHCCL.hpp and Init.cpp).
+
+    What the releases that have it do (same in every one; TraceUtils.h, ProcessGroupHCCL.cpp/.hpp,
+    HCCLUtils.cpp, test/distributed/test_flight_recorder.py):
+    - TORCH_HCCL_TRACE_BUFFER_SIZE (default 0: off) entries in a ring, read when the first process group is made;
+    - torch_npu._C._distributed_c10d._dump_hccl_trace(includeCollectives, includeStackTraces, onlyActive): pickle;
+      _dump_hccl_trace_json(includeCollectives, onlyActive): JSON, "version" "2.4" (the pickle of 2.1.0.post12
+      says "2.1" and has no pg_status); keys version, pg_config, pg_status (JSON: values as strings), entries
+      (left out when empty): record_id, pg_id, process_group, collective_seq_id, p2p_seq_id, op_id,
+      profiling_name (empty for collectives: "profiling is not supported"), time_created_ns, input_sizes,
+      input_dtypes, output_sizes, output_dtypes, state (scheduled / started / completed; "started" only
+      with HCCL_DESYNC_DEBUG), time_discovered_*_ns, retired, timeout_ms, is_p2p;
+    - the heartbeat monitor thread runs only with TORCH_HCCL_ENABLE_MONITORING=1; it then dumps (pickle, with
+      stacks) to TORCH_HCCL_DEBUG_INFO_TEMP_FILE + global rank (default /tmp/hccl_trace_rank_), and each rank's
+      Python stacks to that + "_py_traceback", when TORCH_HCCL_DUMP_ON_TIMEOUT=1 and a collective times out (on
+      any rank: a flag in the store), when the watchdog saw no work for TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC (600),
+      or when a byte is written to the FIFO TORCH_HCCL_DEBUG_INFO_PIPE_FILE + rank + ".pipe" (made by the
+      monitor with mkfifo, only with a buffer size > 0); its loop never breaks, so it does not abort the job.
+    """
+    return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 5, 1): 1}, (2, 6, 0))
+
+
 def has_tiered_store_flag(torch_npu_version: str) -> bool:
     """Whether torch_npu_run has the tiered store flag: 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1 on."""
     return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 3, 1): 6, (2, 4, 0): 4}, (2, 5, 1))

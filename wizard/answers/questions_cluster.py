@@ -89,6 +89,19 @@ SETTINGS: tuple[Question, ...] = (
         help="sbatch --time as HH:MM:SS, or whole minutes as Slurm reads 240: Slurm ends the job when it runs longer.",
     ),
     Question(
+        name="cluster.signal_before",
+        prompt="Save this many seconds before the time limit",
+        kind="int",
+        default=120,
+        minimum=0,
+        maximum=65535,
+        when=_on("slurm"),
+        step="cluster",
+        help="sbatch --signal=B:USR1@N: Slurm warns the job N seconds before its time limit; every rank "
+        "then saves a checkpoint at its next logged step and the job is requeued (--requeue) to resume "
+        "from it. Allow a logged window and a save. 0: no warning, no requeue.",
+    ),
+    Question(
         name="cluster.gres",
         prompt="GRES per node (optional)",
         kind="gres",

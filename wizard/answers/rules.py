@@ -178,6 +178,23 @@ def timeouts_fit_series(v: Values) -> Iterator[Problem]:
         )
 
 
+def signal_before_time_limit(v: Values) -> Iterator[Problem]:
+    """Slurm's warning before the time limit must come after the job starts."""
+    if v["cluster.engine"] != "slurm" or not v.get("cluster.signal_before"):
+        return
+    parts = [int(part) for part in re.split(r"[-:]", v["cluster.time"])]
+    days = parts[0] if "-" in v["cluster.time"] else 0
+    hours, minutes, seconds = parts[-3:]
+    limit = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if v["cluster.signal_before"] >= limit:
+        yield _error(
+            "cluster.signal_before",
+            v["cluster.signal_before"],
+            f"not below the time limit cluster.time ({v['cluster.time']}, {limit} s): the warning would come "
+            "before the job starts; give fewer seconds, or a longer time limit",
+        )
+
+
 def launcher_available(v: Values) -> Iterator[Problem]:
     """torch-npu-run needs a torch_npu release that ships it."""
     version = v["environment.torch_npu_version"]
@@ -333,6 +350,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("network.master_port", "network.hccl_base_port", "network.hccl_port_count"), ports_apart),
     (("hardware", "network.connect_timeout", "network.exec_timeout"), timeouts_fit_series),
     (("launcher", "environment.torch_npu_version"), launcher_available),
+    (("cluster.engine", "cluster.time", "cluster.signal_before"), signal_before_time_limit),
     (("launcher", "training.script"), script_launcher),
     (("training.tensorboard", "training.script"), tensorboard_script),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),

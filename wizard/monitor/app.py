@@ -183,16 +183,21 @@ class MonitorApp(App[str | None]):
     def _alert(self, state: JobState, now: float) -> str:
         summary = self.source.summary or {}
         failure = summary.get("failure")
+        hang = (summary.get("hang") or {}).get("text")
+        hang = f"\n[b red]{_shown(hang)}[/]" if hang else ""
         if failure:
             hint = f"\nhint: {_shown(failure['hint'])}" if failure.get("hint") else ""
             return (
-                f"[b red]root cause: {where(failure['rank'], failure['node'])}: {_shown(failure['summary'])}[/]{hint}"
+                f"[b red]root cause: {where(failure['rank'], failure['node'])}: {_shown(failure['summary'])}[/]"
+                f"{hint}{hang}"
             )
+        if hang:
+            return hang.lstrip("\n")
         unjudged = summary.get("stragglers_not_judged")
         unjudged = f"stragglers not judged: {_shown(unjudged)}" if unjudged else ""
         if self.source.outcome == "finished":
             return "\n".join(filter(None, ("[b green]the job finished: press q for the summary[/]", unjudged)))
-        report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now))))
+        report = "\n".join(filter(None, (state.late_report(now), state.hang_report(now), _verdict_text(self.source))))
         report = report if self.source.outcome is None else ""
         notices = state.notices.all()[-ALERT_NOTICES:]
         said = "\n".join(f"warning from {_shown(notice.line())}" for notice in notices)
@@ -311,6 +316,11 @@ def _shown(text: object) -> str:
     """
     shown = printable(str(text)).replace("[", "\\[")
     return f"{shown} " if shown.endswith("\\") else shown
+
+
+def _verdict_text(source: object) -> str:
+    """Where each rank is, as judged when the runner last collected the ranks' stacks (Job.hang_verdict)."""
+    return str(getattr(getattr(source, "hang_verdict", None), "text", "") or "")
 
 
 def _slow_ranks(state: JobState) -> dict[int, float]:

@@ -22,6 +22,7 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     """Start the job, print a progress line per interval and the summary; return the ended job."""
     # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
     out = PrintableOut(out or sys.stdout)
+    job.say = lambda line: print(line, file=out, flush=True)
     print(f"run folder: {job.run_dir}", file=out)
     print(
         f"starting node{'s' if len(job.nodes) > 1 else ''} {', '.join(map(str, job.nodes))} of {job.answers['nodes']}",
@@ -32,6 +33,7 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     next_line = job.started_at + job.interval
     reported_hangs: set[int] = set()
     reported_late = False
+    reported_verdict: object | None = None
     try:
         with stop_signals_raise():
             job.start()
@@ -42,6 +44,10 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
                     if rank not in reported_hangs:
                         print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
                         reported_hangs.add(rank)
+                verdict = getattr(job, "hang_verdict", None)  # the runner judged the ranks' stacks (hang/)
+                if verdict is not None and verdict is not reported_verdict:
+                    print(f"WHERE EACH RANK IS: {verdict.text}", file=out, flush=True)
+                    reported_verdict = verdict
                 late = "" if reported_late else job.state.late_report(now)
                 if late:
                     print(f"START-UP DEADLINE: {late}", file=out, flush=True)

@@ -61,7 +61,8 @@ class RankView:
     last_seen: float | None = None
     progress_at: float | None = None
     ended_at: float | None = None
-    outcome: str | None = None  # finished, failed (an error event) or lost (the process vanished)
+    outcome: str | None = None  # finished, failed (an error event), lost (the process vanished) or preempted
+    stop_signal: str | None = None  # the signal a preempted rank saved on
     error: dict | None = None
     checkpoint: tuple[int, str, float] | None = None  # the newest this rank wrote: step, path, time
     printed_at: float | None = None  # when its log last grew (a user's script: runtime.userscript's heartbeats)

@@ -38,6 +38,7 @@ class RunningJob(JobSource, Protocol):
     nodes: list[int]
     notes: list[str]  # said before the start
     engine_lines: list[str]  # what the engine said since the view last emptied the list
+    say: Callable[[str], None]  # a line for the user at once, while stopping (the plain view prints it)
     ended_at: float | None
 
     @property

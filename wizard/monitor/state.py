@@ -25,6 +25,7 @@ from wizard.monitor.stragglers import StragglerDetector
 from wizard.monitor.values import is_step, is_time, number
 
 STARTING, RUNNING, STALLED, HUNG, FINISHED, FAILED = "starting", "running", "stalled", "hung", "finished", "failed"
+PREEMPTED = "preempted"  # saved a checkpoint on a stop signal and exited (runtime/preemption.py)
 DEFAULT_HANG_AFTER = 30.0
 RATE_WINDOW = 5  # step events used for the step rate behind the ETA
 MESSAGE_SHOWN = 2000  # characters of a rank's error message kept for the report (its log has the rest)
@@ -143,6 +144,12 @@ class JobState:
         view.exit_code = event.get("exit_code", view.exit_code)
         self.stragglers.rank_ended(view.rank)
 
+    def _on_preempted(self, view: RankView, event: dict, at: float) -> None:
+        view.outcome, view.ended_at = PREEMPTED, event["time"]
+        view.step = _count(event.get("step"), view.step)
+        view.stop_signal = str(event.get("signal") or "") or None
+        self.stragglers.rank_ended(view.rank)
+
     def _on_error(self, view: RankView, event: dict, at: float) -> None:
         # kept bounded: an event file may hold a message of any size
         error = {key: event.get(key) for key in ("type", "message", "traceback")}
@@ -192,8 +199,8 @@ class JobState:
     def state(self, rank: int, now: float | None = None) -> str:
         """starting, running, stalled, hung, finished or failed."""
         view = self.view(rank)
-        if view.outcome == FINISHED:
-            return FINISHED
+        if view.outcome in (FINISHED, PREEMPTED):
+            return view.outcome
         if view.outcome in (FAILED, LOST):
             return FAILED
         if not view.starts:
@@ -307,6 +314,14 @@ class JobState:
     def finished(self) -> bool:
         """True when every rank finished."""
         return all(view.outcome == FINISHED for view in self.ranks.values())
+
+    def preempted(self) -> tuple[int, str | None] | None:
+        """(step, signal) where every rank saved at that step on a stop signal and exited; else None."""
+        views = list(self.ranks.values())
+        if len(views) < self.world_size or not all(view.outcome == PREEMPTED for view in views):
+            return None
+        steps = {view.step for view in views}
+        return (steps.pop(), views[0].stop_signal) if len(steps) == 1 else None
 
     def throughput(self) -> float:
         """Samples per second of the ranks still training, summed."""

@@ -15,6 +15,11 @@ A rank's publisher reconnects when a send blocks (the runner paused, a busy
 host): a connection that ends without `bye` yields a `lost` event for its rank
 only when no connection for the same rank and pid comes back within
 `loss_grace` seconds; the supervisor still checks the pid where it can see it.
+
+The stream also carries the runner's asks the other way: `ask(request)` has
+the serving thread write the request as one JSON line down every authenticated
+connection of the ranks asked (runtime/status.py answers it); the answers come
+back as events like any other (wizard/monitor/answers.py joins them).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.status import BYE, LOST, TOKEN_FIELD
+from runtime.status import ASK_FIELD, BYE, LOST, TOKEN_FIELD
 
 RECEIVED = "received"
 MAX_LINE_BYTES = 256 * 1024  # an error event with its traceback fits many times over
@@ -65,6 +70,7 @@ class StreamCounts:
     turned_away: int = 0  # closed at once: too many connections pending, or descriptors running out
     reconnected: int = 0  # a rank's connection came back (after a paused runner, say)
     peer_errors: int = 0  # a connection whose input raised, closed
+    asks_unsent: int = 0  # an ask a rank's connection could not take at once (its buffer full)
 
 
 @dataclass
@@ -102,6 +108,7 @@ class StatusServer:
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self._asks: queue.SimpleQueue[tuple[bytes, frozenset[int] | None]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="status-server", daemon=True)
         self._thread.start()
@@ -125,6 +132,21 @@ class StatusServer:
                 events.append(self._events.get_nowait())
             except queue.Empty:
                 return events
+
+    def ask(self, request: dict, ranks: set[int] | None = None) -> None:
+        """Send `request` ({"ask": name, "id": ..., ...}) to every connected rank, or to `ranks`.
+
+        The serving thread writes it within one serving round (0.2 s); a rank
+        not connected now is not asked, and its answer is simply missing.
+        """
+        if not isinstance(request.get(ASK_FIELD), str):
+            raise ValueError(f"an ask needs a string {ASK_FIELD!r}: {request!r}")
+        line = (json.dumps(request) + "\n").encode()
+        self._asks.put((line, None if ranks is None else frozenset(ranks)))
+
+    def connected_ranks(self) -> set[int]:
+        """The ranks with a connection open now."""
+        return {rank for rank, _pid in list(self._live)}
 
     def settle_losses(self) -> None:
         """Report now every rank whose connection dropped and has not come back.
@@ -172,6 +194,7 @@ class StatusServer:
                         self.counts.peer_errors += 1
                         self._close_peer(key.fileobj, key.data)  # type: ignore[arg-type]
                 self._expire(self.clock())
+                self._send_asks()
                 with self._losses_lock:
                     self._rounds += 1
                     self._losses_lock.notify_all()
@@ -203,6 +226,26 @@ class StatusServer:
             self._pending[connection] = peer
             self._open += 1
             self.counts.accepted += 1
+
+    def _send_asks(self) -> None:
+        """Write each queued ask down the connections of the ranks it is for."""
+        while True:
+            try:
+                line, ranks = self._asks.get_nowait()
+            except queue.Empty:
+                return
+            for key in list(self._selector.get_map().values()):
+                peer = key.data
+                if peer is None or not peer.authenticated or peer.rank is None:
+                    continue
+                if ranks is not None and peer.rank not in ranks:
+                    continue
+                try:
+                    sent = key.fileobj.send(line)  # type: ignore[union-attr]
+                except OSError:  # its end is gone: reading it will say so
+                    sent = 0
+                if sent != len(line):  # a torn ask would garble the next: rare, since the rank only reads here
+                    self.counts.asks_unsent += 1
 
     def _expire(self, now: float) -> None:
         """Close connections too slow to authenticate; report ranks whose connection did not come back."""

@@ -44,7 +44,42 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
         "stragglers_not_judged": _text(summary.get("stragglers_not_judged")),
         "never_reported": [rank for rank in _list(summary.get("never_reported")) if is_step(rank)],
         "inferred": summary.get("inferred") is True,
+        "hang": _checked_hang(summary.get("hang")),
     }
+
+
+def _checked_hang(hang: object) -> dict[str, Any] | None:
+    """The hang verdict (wizard/monitor/hang_verdict.py): its text, groups and files, each of its kind."""
+    if not isinstance(hang, dict) or not _text(hang.get("text")):
+        return None
+    groups = [g for g in _list(hang.get("groups")) if isinstance(g, dict)]
+    return {
+        "text": _text(hang.get("text")),
+        "time": _time(hang.get("time")),
+        "folder": _text(hang.get("folder")),
+        "recorder": _text(hang.get("recorder")),
+        "odd_ones_out": [r for r in _list(hang.get("odd_ones_out")) if is_step(r)],
+        "did_not_answer": [r for r in _list(hang.get("did_not_answer")) if is_step(r)],
+        "problems": [str(_text(line)) for line in _list(hang.get("problems")) if _text(line)],
+        "groups": [
+            {
+                "ranks": [r for r in _list(g.get("ranks")) if is_step(r)],
+                "kind": str(_text(g.get("kind"))),
+                "words": _text(g.get("words")) or "",
+                "state": _text(g.get("state")),
+                "last_collective": _whole(g.get("last_collective")),
+                "collective": _plain(g.get("collective"), ("op", "group", "backend"), ("seq", "bytes")),
+                "place": _plain(g.get("place"), ("file", "function", "code"), ("line",)),
+            }
+            for g in groups
+        ],
+    }
+
+
+def _plain(value: object, texts: tuple[str, ...], wholes: tuple[str, ...]) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    return {**{key: _text(value.get(key)) for key in texts}, **{key: _whole(value.get(key)) for key in wholes}}
 
 
 def _checked_rank(info: dict[str, Any]) -> dict[str, Any]:

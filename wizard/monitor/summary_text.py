@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from wizard.monitor.attempt_text import attempt_lines
 from wizard.monitor.hosts_text import host_lines
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.run_files import RunFileError, log_lines, read_tail
@@ -218,8 +219,10 @@ def summarize(
     rates = [r["samples_per_s"] for r in per_rank.values() if r["samples_per_s"] is not None]
     final = state.ranks.get(0)
     saved = state.last_checkpoint()
+    preempted = state.preempted()
     return {
         "outcome": outcome,
+        "preempted": None if preempted is None else {"step": preempted[0], "signal": preempted[1]},
         "world_size": state.world_size,
         "started_at": started_at,
         "ended_at": ended_at,
@@ -251,6 +254,15 @@ def _failure_dict(failure: Failure, run_dir: Path | None) -> dict[str, Any]:
     }
 
 
+def preempted_line(preempted: dict[str, Any]) -> str:
+    """The one line for a job whose ranks all saved on a stop signal and exited."""
+    signal_name = f" ({preempted['signal']})" if preempted.get("signal") else ""
+    return (
+        f"preempted at step {preempted.get('step')}{signal_name}, checkpoint saved: "
+        "npu-wizard run again resumes from it"
+    )
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The summary as the lines printed at the end of a run."""
     loss = summary.get("final_loss")
@@ -263,6 +275,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
         f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
     ]
+    preempted = summary.get("preempted")
+    if preempted:
+        lines.append(preempted_line(preempted))
     saved = summary.get("checkpoint")
     if saved:
         lines.append(f"last checkpoint: step {saved['step']}, {saved['path']} (rank {saved['rank']})")
@@ -293,10 +308,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     elif stragglers:
         lines.append("stragglers (compute time: waiting for data + forward, against the other ranks' median):")
         lines += [f"  {describe(entry, until=summary.get('ended_at'))}" for entry in stragglers]
+    lines += attempt_lines(summary)
     lines += host_lines(summary)
     silent = summary.get("never_reported")
     if silent:
         lines.append(f"no status ever arrived from rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}")
+    hang = summary.get("hang")
+    if hang and hang.get("text"):
+        lines.append(f"{hang['text']}\n  (every rank's stack and collectives: {hang.get('folder') or 'hang/'})")
     failure = summary.get("failure")
     if failure:
         lines.append(f"failure: {where(failure['rank'], failure['node'])}: {failure['summary']}")

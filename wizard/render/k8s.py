@@ -302,7 +302,7 @@ def write_manifests(project: Path, answers: Answers) -> list[str]:
     job = job_manifest(answers)
     job_file = manifest_file(engine)
     (project / job_file).write_text(
-        dump(job, _HEADER.format(what=job["kind"], how="Apply with the ConfigMap: kubectl apply -f k8s/"))
+        dump(job, _HEADER.format(what=job["kind"], how="Apply with the ConfigMap: kubectl apply --server-side -f k8s/"))
     )
     refresh_configmap(project, answers)
     return [job_file, CONFIGMAP_FILE]

@@ -37,11 +37,12 @@ from wizard.answers.script import is_foreign
 from wizard.errors import WizardError, shown
 
 LAYOUT_KEY = "npu-wizard.paths"  # never a file's key: those end in .py, .sh, .txt or .yaml
-# `npu-wizard run` submits with client-side `kubectl apply`, which keeps the whole object, as JSON, in its
-# kubectl.kubernetes.io/last-applied-configuration annotation, and the API server refuses an object whose
-# annotations come to more than 256 KiB ("metadata.annotations: Too long"), far below a ConfigMap's own 1 MiB.
-# The files' JSON (keys, escapes and all) may take 240 KiB, leaving the rest for the name, namespace and labels.
-CONFIGMAP_LIMIT = 240 * 1024
+# `npu-wizard run` submits with `kubectl apply --server-side`: client-side apply would keep the whole object, as
+# JSON, in its kubectl.kubernetes.io/last-applied-configuration annotation, which the API server refuses over
+# 256 KiB ("metadata.annotations: Too long"); server-side apply keeps only the keys' owners (managedFields).
+# A ConfigMap's data may come to 1 MiB: the files' JSON (keys, escapes and all) may take 1000 KiB, leaving the rest
+# for the name, namespace, labels and managedFields.
+CONFIGMAP_LIMIT = 1000 * 1024
 # Go's JSON (kubectl's) escapes these where Python's does not ('<' as \u003c): at most 5 bytes more each.
 _GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
 KEY_LIMIT = 253
@@ -246,7 +247,7 @@ def configmap_keys(names: list[str]) -> dict[str, str]:
 
 
 def _check_size(data: dict[str, str], paths: dict[str, str]) -> None:
-    """ConfigMapTooLarge naming the biggest files when `data` is over what `kubectl apply` can carry."""
+    """ConfigMapTooLarge naming the biggest files when `data` is over what a ConfigMap can carry."""
     sizes = {key: _applied_size(key, text) for key, text in data.items()}
     size = sum(sizes.values())
     if size <= CONFIGMAP_LIMIT:
@@ -256,19 +257,19 @@ def _check_size(data: dict[str, str], paths: dict[str, str]) -> None:
 
 
 def _too_large(size: str, biggest: list[tuple[str, int]]) -> ConfigMapTooLarge:
-    """ConfigMapTooLarge for code of `size` bytes as kubectl apply sends it, naming the first of `biggest`
+    """ConfigMapTooLarge for code of `size` bytes as kubectl sends it, naming the first of `biggest`
     ((path, bytes), biggest first)."""
     listed = ", ".join(f"{shown(name)} ({count} bytes)" for name, count in biggest[:BIGGEST_SHOWN])
     return ConfigMapTooLarge(
-        f"the project's code comes to {size} bytes as kubectl apply sends it, over the {CONFIGMAP_LIMIT} a "
-        f"ConfigMap it applies can carry (it keeps a copy in an annotation of at most 256 KiB); the biggest: {listed}. "
+        f"the project's code comes to {size} bytes as kubectl sends it, over the {CONFIGMAP_LIMIT} a "
+        f"ConfigMap can carry (1 MiB, less room for its name and labels); the biggest: {listed}. "
         "The pods get code only (data comes from the data volume): move data out of the script's folder, or build "
         "the code into the image and drop the project volume from the manifest"
     )
 
 
 def _applied_size(key: str, text: str) -> int:
-    """The bytes of `"key": "text",` in the JSON kubectl apply keeps in its annotation (an upper bound)."""
+    """The bytes of `"key": "text",` in the JSON kubectl sends (an upper bound)."""
     encoded = json.dumps({key: text}, ensure_ascii=False).encode()
     return len(encoded) + 5 * len(_GO_ESCAPED.findall(text))
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from runtime.status import LOST
 from wizard.monitor import procs
+from wizard.monitor.answers import Answers
 from wizard.monitor.attach import REMOTE_DIR, catch_up
 from wizard.monitor.ranks import Failure
 from wizard.monitor.run_files import RegularFollower
@@ -22,6 +23,8 @@ class Intake:
         self.run_dir = run_dir
         self.server: StatusServer | None = None
         self.local_ranks: set[int] = set()  # the engine says which nodes run here, once started
+        self.answers = Answers()  # what the ranks answered to the runner's asks (stacks, ...)
+        self.stale_pids: set[int] = set()  # the ranks of an earlier attempt of the job (run --restarts)
         self._followers = [RegularFollower(run_dir), RegularFollower(run_dir / REMOTE_DIR)]
 
     def ingest(self) -> None:
@@ -31,11 +34,21 @@ class Intake:
         if self.server is None:
             return
         for event in self.server.drain():
-            if event["event"] == LOST and self._still_running_here(event):
+            if self.answers.take(event):
+                continue
+            if event["event"] == LOST and (self._still_running_here(event) or event.get("pid") in self.stale_pids):
                 continue  # its connection did not come back, but the process is alive: the hang check watches it
             self.state.ingest(event)
             if event["rank"] not in self.local_ranks:
                 self._record_remote(event)
+
+    def ask(self, name: str, **fields: object) -> str | None:
+        """Ask every connected rank `name` on the status stream; the ask's id, or None without a stream."""
+        if self.server is None:
+            return None
+        request = self.answers.open(name, **fields)
+        self.server.ask(request)
+        return str(request["id"])
 
     def settled_root_cause(self) -> Failure | None:
         """The root cause once the job is known to fail: a rank whose connection dropped counts as lost now."""

@@ -13,6 +13,8 @@ protocol wizard.monitor defines.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -23,13 +25,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.errors import TargetError, write_advice
 from wizard.monitor.attach import RUN_FILE
+from wizard.monitor.hang_verdict import hang_summary
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
+from wizard.run import hang_stacks
+from wizard.run.attempts import Attempts, keep_logs, node_health
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
 from wizard.run.engines import Engine, Launch, engine_for
@@ -38,7 +44,7 @@ from wizard.run.intake import Intake
 from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
 from wizard.run.smoke import print_smoke_report
 from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
-from wizard.stopping import STOP_SIGNALS, main_thread
+from wizard.stopping import STOP_SIGNALS, main_thread, stop_signals_raise
 
 
 class Job:
@@ -51,14 +57,7 @@ class Job:
         self.engine: Engine = engine_for(self.answers)
         self.nodes = list(self.engine.nodes_to_start(self.answers, options.node, options.all_nodes))
         self.clock = clock
-        start_deadline = options.start_timeout or self.answers["network.connect_timeout"] + START_MARGIN_S
-        self.state = JobState(
-            self.answers.world_size,
-            hang_after=options.hang_after,
-            clock=clock,
-            nodes=self.answers["nodes"],
-            start_deadline=start_deadline,
-        )
+        self.state = self._new_state()
         # the ranks present it to node 0's status stream; every node's runner must hand its ranks the same one
         self.status_token = {**os.environ, **options.env}.get(ENV_STATUS_TOKEN) or secrets.token_hex(16)
         self.run_dir = new_run_dir(self.project)
@@ -69,12 +68,20 @@ class Job:
         self.submitted = False
         self.started_at = clock()
         self.ended_at: float | None = None
-        self.outcome: str | None = None  # finished, failed, hung, interrupted
+        self.outcome: str | None = None  # finished, failed, hung, interrupted, preempted (every rank saved)
         self.stop_signal: int = signal.SIGINT  # what interrupted the job, for the exit code
+        self.stopped = False  # the user or a signal stopped the runner (not the ranks' own preemption)
+        self.say: Callable[[str], None] = lambda line: None  # a line for the user now (the plain view prints it)
         self.failure: Failure | None = None
         self.summary: dict | None = None
         self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
         self.intake = Intake(self.state, self.run_dir)
+        restarts = options.restarts if options.restarts is not None else self.answers.get("run.restarts") or 0
+        self.attempts = Attempts(restarts, clock=clock)
+        self.submitted_launch: Launch | None = None  # what the engine was given, status stream included
+        self.stacks: dict[int, dict] | None = None  # where each rank was at the last collection (RUN/hang/)
+        self.hang_verdict: object | None = None  # wizard.monitor.hang_verdict's judgement of them
+        self._hang_seen = False  # within one hang episode the stacks are collected once
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
             self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
         note = restart_note(self.answers["launcher"], options.max_restarts)
@@ -88,6 +95,21 @@ class Job:
                 else f"warning: {ENV_STATUS_TOKEN} is not set, so node 0's monitor will refuse this node's ranks: "
                 "export the token node 0's runner printed"
             )
+
+    def _new_state(self) -> JobState:
+        """An empty state for an attempt of the job."""
+        options = self.options
+        start_deadline = options.start_timeout or self.answers["network.connect_timeout"] + START_MARGIN_S
+        state = JobState(
+            self.answers.world_size,
+            hang_after=options.hang_after,
+            clock=self.clock,
+            nodes=self.answers["nodes"],
+            start_deadline=start_deadline,
+        )
+        if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
+            state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
+        return state
 
     # ---- start ---------------------------------------------------------------------
 
@@ -121,6 +143,7 @@ class Job:
         except OSError as error:  # nothing started yet: the run folder goes, empty but for what failed
             shutil.rmtree(self.run_dir, ignore_errors=True)
             raise TargetError(_cannot_write(self.run_dir / RUN_FILE, error, ", so nothing was started")) from None
+        self.submitted_launch = launch
         self.job_id = self.engine.submit(launch)
         self.submitted = True  # from here on the job's processes exist: whatever ends the runner must stop them
         try:
@@ -156,7 +179,10 @@ class Job:
         """Read what happened since the last tick; return the outcome once the job ended."""
         if self.outcome is not None:
             return self.outcome
+        if self.attempts.waiting:
+            return self._restart_when_healthy()
         self.intake.look(self.clock())
+        self.attempts.note_progress(self.state)
         description = self.engine.describe()
         self._note_launchers(description.exit_codes)
         self.engine_lines.extend(self.engine.stream())
@@ -164,16 +190,24 @@ class Job:
         codes = description.exit_codes
         for node in (node for node, code in codes.items() if code == 0):
             self.state.launcher_succeeded(node)
-        failed_node = next((node for node, code in sorted(codes.items()) if code not in (None, 0)), None)
+        if codes and all(code is not None for code in codes.values()):
+            self.intake.ingest()  # each rank's last word, before its launcher's code is judged
+            if self.state.preempted() is not None:
+                return self._end("preempted", None)
+        # a node whose ranks saved on a stop signal exits PREEMPTED_EXIT: no failure, the others follow
+        ended = (None, 0, PREEMPTED_EXIT)
+        failed_node = next((node for node, code in sorted(codes.items()) if code not in ended), None)
         if failed_node is not None:
             return self._fail(
                 self.intake.settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node])
             )
+        self._collect_at_hang()
+        self._collect_when_asked()
         cause = self.state.root_cause()
         if self.options.max_restarts == 0 and cause is not None and not self._launcher_yet_to_say(cause, codes):
             return self._fail(self.intake.settled_root_cause())
-        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
-            return self._end("hung", hang_failure(self.state, self.clock()))
+        if self._hang_ends_attempt():
+            return self._failed("hung", hang_failure(self.state, self.clock()))
         if description.state == ENDED:
             self.intake.ingest()
             if codes and all(code == 0 for code in codes.values()):
@@ -182,6 +216,45 @@ class Job:
                 self.intake.settled_root_cause() or engine_failure(self.engine.name, self.engine_reason, self.clock())
             )
         return None
+
+    # ---- where every rank is ------------------------------------------------------
+
+    def collect_stacks(
+        self, reason: str, on_progress: Callable[[int, int], None] | None = None, asked_id: str | None = None
+    ) -> Path | None:
+        """Ask every rank where it is and write RUN/hang/ (call it before stopping anything); the folder.
+
+        `reason` is "hang" or "asked" (`asked_id`: the ask's, for the one who waits). Waits at most
+        hang_stacks.ANSWER_WAIT_S for the answers; a rank that does not answer is probed (its state, SIGUSR2).
+        Returns None where the run folder could not be written (said in `unwritten`).
+        """
+        ranks = sorted(self.state.expected or range(self.answers.world_size))
+        try:
+            self.stacks = hang_stacks.collect(
+                self.run_dir, self.intake, ranks, reason, self._probe_remote, on_progress=on_progress, asked_id=asked_id
+            )
+        except OSError as error:
+            self.unwritten.append(_cannot_write(self.run_dir / hang_stacks.HANG_DIR, error))
+            return None
+        self.hang_verdict = _judge(self.stacks)
+        return self.run_dir / hang_stacks.HANG_DIR
+
+    def _collect_at_hang(self) -> None:
+        """Collect the stacks once when a hang starts (ranks silent, or none stepping)."""
+        hang = bool(self.state.hung()) or self.state.stalled()
+        if hang and not self._hang_seen:
+            self.collect_stacks("hang")
+        self._hang_seen = hang
+
+    def _collect_when_asked(self) -> None:
+        """Collect the stacks when `npu-wizard monitor RUN --stacks` left its ask in RUN/hang/."""
+        asked_id = hang_stacks.take_ask(self.run_dir)
+        if asked_id is not None:
+            self.collect_stacks("asked", asked_id=asked_id)
+
+    def _probe_remote(self, rank: int, host: str | None, pid: int) -> hang_stacks.Unanswered | None:
+        probed = self.engine.probe_rank(self.launch(), rank, host, pid)
+        return hang_stacks.read_probe(*probed) if probed is not None else None
 
     def _launcher_yet_to_say(self, cause: Failure, codes: Mapping[int, int | None]) -> bool:
         """True while a vanished rank's launcher runs and has not logged how the rank's process ended.
@@ -216,16 +289,122 @@ class Job:
         # on another host (ssh) the log is there, not in this run folder: HOST:PATH
         return launcher_failure(self.run_dir, self.engine.node_log(self.launch(), node), node, code, self.clock())
 
-    def _fail(self, failure: Failure | None) -> str:
-        return self._end("failed", failure)
+    def _fail(self, failure: Failure | None) -> str | None:
+        return self._failed("failed", failure)
+
+    def _hang_ends_attempt(self) -> bool:
+        """True at a hang that --abort-on-hang ends, or that --restarts restarts (a stalled or hung rank)."""
+        if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
+            return True
+        restarts_left = self.attempts.restarts < self.attempts.allowed
+        return restarts_left and bool(self.state.hung() or self.state.stalled())
+
+    # ---- restart (wizard/run/attempts.py) --------------------------------------------
+
+    def _failed(self, outcome: str, failure: Failure | None) -> str | None:
+        """End the job, or, where --restarts allows and a restart can fix it, stop it to start it again."""
+        refusal = self.attempts.refusal(outcome, failure, self.state)
+        if refusal is not None:
+            self.attempts.current.refused = refusal or None
+            return self._end(outcome, failure)
+        # issue 28: at a hang, every rank's stacks are collected here, before anything stops
+        self.state.stopping()
+        self._stop_processes()
+        self.intake.settled_root_cause()  # what the stopped ranks said last, into this attempt's state
+        now = self.clock()
+        wait = self.attempts.failed(failure, self.state, now)
+        attempt = self.attempts.current
+        kept = keep_logs(self.run_dir, attempt.number)
+        self.engine_lines.append(
+            f"RESTART {attempt.number} of {self.attempts.allowed}: attempt {attempt.number} failed at step "
+            f"{attempt.failed_at_step}: {attempt.cause}; every node stopped"
+            f"{f', its logs kept in {kept}' if kept else ''}; starting the whole job again in {wait:g}s "
+            "from the newest checkpoint every rank can load"
+        )
+        return None
+
+    def _restart_when_healthy(self) -> str | None:
+        """Between two attempts: once the backoff is over and the failed node is healthy, start the job again."""
+        now = self.clock()
+        attempts = self.attempts
+        if attempts.restart_at is None or now < attempts.restart_at:
+            return None
+        failed = self.attempts.current
+        node = self.state.node_of(self.failure_rank) if self.failure_rank is not None else None
+        nodes = [node] if node is not None and node in self.engine.local_nodes() else []
+        pids = [view.pid for view in self.state.ranks.values() if view.pid is not None]
+        problems = [p for n in nodes for p in node_health(self.run_dir, self.answers, n, pids)]
+        if not nodes:  # a remote node or none named: what this host can see of the job
+            problems = node_health(self.run_dir, self.answers, -1, pids)
+        if problems:
+            if attempts.deadline is not None and now >= attempts.deadline:
+                said = f"node {node}" if node is not None else "this host"
+                failure = Failure(
+                    None, node, now, "restart", f"{said} was not healthy again in time: {'; '.join(problems)}"
+                )
+                self.attempts.current.refused = f"not restarted: {failure.summary}"
+                return self._end("failed", failure)
+            return None
+        self._start_again(failed.number + 1)
+        return None
+
+    @property
+    def failure_rank(self) -> int | None:
+        """The rank whose failure ended the last attempt, when one did."""
+        cause = self.state.root_cause()
+        return cause.rank if cause is not None else None
+
+    def _start_again(self, number: int) -> None:
+        """Start attempt `number`: a fresh state and engine, the same run folder, status stream and token."""
+        old_pids = {view.pid for view in self.state.ranks.values() if view.pid is not None}
+        self.nodes = self.attempts.next_nodes(self.nodes, self.state.root_cause())
+        self.state = self._new_state()
+        self.intake.state = self.state
+        self.intake.stale_pids |= old_pids
+        self.engine = engine_for(self.answers)
+        launch = self.submitted_launch or self.launch()
+        self.attempts.started_again(self.clock())
+        self.engine_lines.append(f"attempt {number}: starting node(s) {', '.join(map(str, self.nodes))} again")
+        self.job_id = self.engine.submit(replace(launch, nodes=tuple(self.nodes)))
+        with contextlib.suppress(OSError):  # run.json names the first attempt's job otherwise: no harm
+            info = json.loads((self.run_dir / RUN_FILE).read_text())
+            write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id, "attempt": number})
 
     # ---- stop ----------------------------------------------------------------------
 
     def stop(self, outcome: str = "interrupted", signum: int = signal.SIGINT) -> str:
-        """Stop every process of the job now (the user or a signal asked); return the outcome."""
+        """Stop every process of the job (the user or a signal asked); return the outcome.
+
+        The ranks are first sent SIGTERM and given --save-grace seconds to save a
+        checkpoint at their next logged step and exit: the outcome is then
+        "preempted". Whatever still runs after that is killed.
+        """
         if self.outcome is None:
-            self.stop_signal = signum
+            self.stop_signal, self.stopped = signum, True
+            if outcome == "interrupted" and self._saved_on_stop():
+                outcome = "preempted"
         return self._end(outcome, None)
+
+    def _saved_on_stop(self) -> bool:
+        """Ask every rank to save and exit; wait up to the save grace for the job to end; True if all saved."""
+        grace = self.options.save_grace
+        if not self.submitted or grace <= 0 or not self.engine.ask_to_save():
+            return False
+        self.state.stopping()
+        self.say(
+            f"stopping: every rank was sent SIGTERM to save a checkpoint at its next logged step; "
+            f"what still runs in {grace:g} s is killed (--save-grace S; Ctrl-C again kills it now)"
+        )
+        deadline = time.monotonic() + grace
+        try:
+            with stop_signals_raise():
+                while time.monotonic() < deadline and self.engine.describe().state != ENDED:
+                    self.intake.look(self.clock())
+                    time.sleep(0.2)
+        except KeyboardInterrupt:
+            self.say("stopping: asked again: killing the job now")
+        self.intake.ingest()
+        return self.state.preempted() is not None
 
     def interrupted(self, signum: int) -> None:
         """A signal reached the runner: stop the job if it was submitted; before that there is nothing to stop."""
@@ -265,6 +444,9 @@ class Job:
         self.engine_lines.extend(self.engine.stream())
         self.outcome, self.failure, self.ended_at = outcome, failure, self.clock()
         self.intake.close()
+        if not self.attempts.waiting:
+            self.attempts.ended(outcome, failure, self.state, self.ended_at)
+        self.attempts.restart_at = None
         self.summary = summarize(
             self.state,
             started_at=self.started_at,
@@ -279,6 +461,11 @@ class Job:
         self.summary.update(self.engine.summary_fields())  # what the engine's scheduler did (restarts, exclusions)
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
+        self.summary["job_restarts"] = self.attempts.restarts
+        self.summary["attempts"] = self.attempts.records()
+        hang = hang_summary(self.run_dir)  # the ranks' stacks, where they were collected at a hang
+        if hang is not None:
+            self.summary["hang"] = hang
         try:
             write_json(self.run_dir / "summary.json", self.summary)
         except OSError as error:  # the summary is still printed; the run folder lacks it
@@ -309,7 +496,15 @@ class Job:
 
     def raise_for_outcome(self) -> None:
         """Raise RunFailed or RunInterrupted unless the job finished."""
-        error = outcome_error(self.outcome, self.report(), self.run_dir, self.stop_signal, self.submitted)
+        preempted = (self.summary or {}).get("preempted")
+        error = outcome_error(
+            self.outcome,
+            self.report(),
+            self.run_dir,
+            self.stop_signal if self.stopped else None,
+            self.submitted,
+            preempted_step=preempted["step"] if preempted else None,
+        )
         if error is not None:
             raise error
 
@@ -331,6 +526,15 @@ class Job:
             print_bandwidth_report(self.run_dir, self.answers, out)
         else:  # rank 0 reports to node 0's runner, through the status stream
             print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)
+
+
+def _judge(records: dict[int, dict]) -> object | None:
+    """wizard.monitor.hang_verdict's verdict on the collected records, once that module exists."""
+    try:
+        from wizard.monitor.hang_verdict import judge  # noqa: PLC0415 - written by another change
+    except ImportError:
+        return None
+    return judge(records)
 
 
 def _cannot_write(path: Path, error: OSError, then: str = "") -> str:

@@ -22,6 +22,8 @@ from wizard.monitor.state import DEFAULT_HANG_AFTER
 from wizard.run.engines import Launch, engine_for
 
 GRACE_SECONDS = 4.0
+# a stopped run's ranks (Ctrl-C, SIGTERM) get this long to reach their next logged step and save
+SAVE_GRACE_SECONDS = 60.0
 RESTARTING_LAUNCHERS = ("torchrun", "torch-npu-run")
 
 
@@ -36,9 +38,11 @@ class RunOptions:
     start_timeout: float | None = None  # None: HCCL_CONNECT_TIMEOUT + START_MARGIN_S
     abort_on_hang: bool = False
     max_restarts: int = 0
+    restarts: int | None = None  # the whole job's (wizard/run/attempts.py); None: the answers' run.restarts
     heartbeat: float = 2.0
     status_port: int | None = None
     grace: float = GRACE_SECONDS
+    save_grace: float = SAVE_GRACE_SECONDS
     train_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
@@ -95,6 +99,8 @@ def launch_for(project: Path, answers: Answers, nodes: Sequence[int], run_dir: P
         **options.env,
         "NPU_WIZARD_RUN_DIR": str(run_dir),
         "NPU_WIZARD_MAX_RESTARTS": str(options.max_restarts),
+        # how long launch/run-node.sh lets its ranks save after a stop signal before it kills them
+        "NPU_WIZARD_SAVE_GRACE": str(round(options.save_grace)),
     }
     env.setdefault(ENV_HEARTBEAT, os.environ.get(ENV_HEARTBEAT, str(options.heartbeat)))
     return Launch(project, answers, tuple(nodes), run_dir, env, tuple(options.train_args), options.grace)

@@ -6,6 +6,7 @@ import re
 import signal
 from pathlib import Path
 
+from runtime.preemption import PREEMPTED_EXIT
 from wizard.errors import WizardError
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
@@ -17,6 +18,20 @@ class RunFailed(WizardError):
     """The training job failed; the message names the root cause."""
 
     exit_code = 3
+
+
+class RunPreempted(WizardError):
+    """Every rank saved a checkpoint on a stop signal and exited; `npu-wizard run` again resumes from it.
+
+    The exit code: 128 + the signal where the runner itself was stopped (as an
+    interruption), else runtime.preemption's PREEMPTED_EXIT (75).
+    """
+
+    exit_code = PREEMPTED_EXIT
+
+    def __init__(self, message: str, signum: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = PREEMPTED_EXIT if signum is None else 128 + signum
 
 
 class RunInterrupted(WizardError):
@@ -103,13 +118,30 @@ def failure_words(failure: Failure | None, run_dir: Path, engine: str, engine_re
 
 
 def outcome_error(
-    outcome: str | None, report: str, run_dir: Path, stop_signal: int, submitted: bool
+    outcome: str | None,
+    report: str,
+    run_dir: Path,
+    stop_signal: int | None,
+    submitted: bool,
+    *,
+    preempted_step: int | None = None,
 ) -> WizardError | None:
-    """RunFailed or RunInterrupted for a job that did not finish; None where it did."""
+    """RunFailed, RunPreempted or RunInterrupted for a job that did not finish; None where it did.
+
+    `stop_signal`: what stopped the runner (None: nothing did).
+    """
     if outcome in ("failed", "hung"):
         # the root cause quotes the rank's message and log: their control characters are shown escaped
         return RunFailed(printable(f"the training run failed; {report}\nevents, logs and summary in {run_dir}"))
+    if outcome == "preempted":
+        how = "preempted" if stop_signal is None else _stopped_how(stop_signal)
+        return RunPreempted(
+            f"{how}: every rank saved a checkpoint at step {preempted_step} and exited (preempted at step "
+            f"{preempted_step}, checkpoint saved); npu-wizard run again resumes from it; logs in {run_dir}",
+            stop_signal,
+        )
     if outcome == "interrupted":
+        stop_signal = signal.SIGINT if stop_signal is None else stop_signal
         name = signal.Signals(stop_signal).name
         how = "interrupted" if stop_signal == signal.SIGINT else f"stopped by {name}"
         message = f"{how}: every process of the job was stopped; logs in {run_dir}"
@@ -117,3 +149,8 @@ def outcome_error(
             message = f"{how} before the job started: nothing of it is running"
         return RunInterrupted(message, stop_signal)
     return None
+
+
+def _stopped_how(stop_signal: int) -> str:
+    """The words for what stopped the runner: interrupted (Ctrl-C), else stopped by SIGTERM and so on."""
+    return "interrupted" if stop_signal == signal.SIGINT else f"stopped by {signal.Signals(stop_signal).name}"

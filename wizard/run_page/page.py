@@ -13,14 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from wizard.monitor.ranks import Failure, where
-from wizard.monitor.summary_text import duration, failure_report
+from wizard.monitor.summary_text import duration, failure_report, preempted_line
+from wizard.run_page.hang_section import hang_section
 from wizard.run_page.inferred import effective_summary
 from wizard.run_page.plots import Plot
 from wizard.run_page.record import RunRecord
 
 EVERY_PROCESS = 64  # up to this many ranks the processes table has a row each; beyond, a row per node
 SHOWN_ROWS = 100  # rows of a long table (checkpoints, restarts) shown, the newest
-OUTCOMES = {"finished", "failed", "hung", "interrupted", "abandoned", "unknown", "running"}  # each has a colour
+# each has a colour
+OUTCOMES = {"finished", "failed", "hung", "interrupted", "preempted", "abandoned", "unknown", "running"}
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1060px; color: #1f2328; background: #f6f8fa; }
@@ -28,7 +30,7 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28
 .meta { color: #57606a; font-size: 13px; }
 .outcome { display: inline-block; padding: 2px 10px; border-radius: 10px; color: white; font-weight: 600; }
 .finished { background: #1a7f37; } .failed, .hung { background: #c62828; }
-.interrupted, .abandoned, .unknown, .running { background: #9a6700; }
+.interrupted, .preempted, .abandoned, .unknown, .running { background: #9a6700; }
 .box { background: white; border: 1px solid #d0d7de; border-radius: 6px; padding: 12px 16px; margin: 12px 0; }
 .failure { border-color: #c62828; border-left-width: 6px; }
 figure { background: white; border: 1px solid #d0d7de; border-radius: 6px; margin: 14px 0; padding: 8px; }
@@ -57,6 +59,7 @@ def render_page(record: RunRecord, plots: list[Plot], summary: dict[str, Any] | 
         f'<p class="meta">run folder {escape(str(record.run_dir))} &middot; written {escape(_clock(time.time()))}</p>',
         _overview(record, summary, outcome),
         _failure(record, summary),
+        hang_section(record, summary),
         "<h2>Training</h2>",
         *(_figure(plot) for plot in plots),
         _stragglers(summary),
@@ -125,6 +128,11 @@ def _failure(record: RunRecord, summary: dict[str, Any]) -> str:
             return (
                 '<div class="box failure" id="failure"><h2>Interrupted</h2><p>the job was stopped (Ctrl-C or a '
                 "signal) before it finished; every process of it was stopped.</p></div>"
+            )
+        if summary.get("outcome") == "preempted" and isinstance(summary.get("preempted"), dict):
+            return (
+                '<div class="box failure" id="failure"><h2>Preempted</h2><p>'
+                f"{escape(preempted_line(summary['preempted']))}.</p></div>"
             )
         return ""
     said = summary["failure"]

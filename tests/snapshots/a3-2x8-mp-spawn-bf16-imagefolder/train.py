@@ -5,6 +5,7 @@ device, the process group, events and checkpoints come from runtime/.
 """
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -20,8 +21,10 @@ from runtime import (
     device,
     distributed,
     events,
+    preemption,
     schedule,
     smoke,
+    stacks,
     timing,
 )
 from runtime.errors import SetupError
@@ -138,7 +141,8 @@ class Trainer:
         self.optimizer.step()
         return loss.detach()
 
-    def _run_epoch(self, epoch: int) -> None:
+    def _run_epoch(self, epoch: int) -> bool:
+        """Train one epoch from where it stands; False when a stop signal ended it early (saved)."""
         self.epoch = epoch
         self.train_data.set_epoch(epoch)
         window_start, window_steps = time.perf_counter(), 0
@@ -157,8 +161,20 @@ class Trainer:
                 window_start, window_steps = time.perf_counter(), 0
             if CHECKPOINT_EVERY and self.step % CHECKPOINT_EVERY == 0:
                 self._save_checkpoint()
+            if self.step % LOG_EVERY == 0 and self._stop_agreed():
+                return False
         self.epoch, self.batches_done = epoch + 1, 0
         self._save_checkpoint()
+        return not self._stop_agreed()
+
+    def _stop_agreed(self) -> bool:
+        # SIGUSR1 or SIGTERM reached some rank: one small all_reduce per logged window tells
+        # every rank, so all stop at this step; the checkpoint is written before any exits
+        if preemption.agree(self.device) is None:
+            return False
+        self._save_checkpoint()
+        preemption.barrier()
+        return True
 
     def _log(self, loss: torch.Tensor, steps: int, seconds: float) -> None:
         # the one host-device synchronisation, every LOG_EVERY steps
@@ -199,10 +215,9 @@ class Trainer:
         self.recorder.checkpoint(step=self.step, path=path)
         print(f"step {self.step}: checkpoint {path}", flush=True)
 
-    def train(self, max_epochs: int) -> None:
-        """Run the epochs left (all of them, unless resumed from a checkpoint)."""
-        for epoch in range(self.epoch, max_epochs):
-            self._run_epoch(epoch)
+    def train(self, max_epochs: int) -> bool:
+        """Run the epochs left (all of them, unless resumed); False when a stop signal ended them early."""
+        return all(self._run_epoch(epoch) for epoch in range(self.epoch, max_epochs))
 
 
 def learning_rate(world_size: int, steps_per_epoch: int) -> schedule.LinearWarmup:
@@ -262,7 +277,12 @@ def build_model(spec: data.DataSpec) -> nn.Module:
 
 
 def main(local_rank: int | None, args: argparse.Namespace) -> None:
-    """One rank from start to end; a failure is recorded as an error event, then raised."""
+    """One rank from start to end; a failure is recorded as an error event, then raised.
+
+    SIGUSR1 or SIGTERM (a scheduler's preemption, npu-wizard run's stop) makes every
+    rank save at the same step and exit with preemption.PREEMPTED_EXIT.
+    """
+    preemption.install()
     rank = distributed.rank_info(
         args.launcher,
         local_rank=local_rank,
@@ -273,6 +293,8 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
     run_dir = events.resolve_run_dir(args.run_dir, PROJECT_DIR)
     events.tee_output(run_dir, rank.rank)
     recorder = events.EventWriter(run_dir, rank.rank)
+    completed = True
+    stacks.install(run_dir, rank.rank)  # at a hang the runner asks where this rank is
     with recorder.recording():
         target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
         try:
@@ -321,12 +343,23 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                     f"nothing to train: the checkpoint at step {trainer.step} already completes "
                     f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
                 )
-            trainer.train(args.epochs)
-            recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
-            if rank.is_main:
-                print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
+            completed = trainer.train(args.epochs)
+            if completed:
+                recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
+                if rank.is_main:
+                    print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
+            else:
+                recorder.preempted(step=trainer.step, signal=preemption.requested())
+                if rank.is_main:
+                    print(
+                        f"preempted at step {trainer.step}, checkpoint saved in {folder}: "
+                        "run again to resume from it",
+                        flush=True,
+                    )
         finally:
             distributed.destroy_process_group()
+    if not completed:
+        sys.exit(preemption.PREEMPTED_EXIT)
 
 
 def parse_args() -> argparse.Namespace:
@@ -360,7 +393,16 @@ def parse_args() -> argparse.Namespace:
 if __name__ == "__main__":
     args = parse_args()
     if args.launcher == "mp-spawn":
-        # train.py is its own launcher here: each worker gets its local rank first
-        mp.spawn(main, args=(args,), nprocs=args.nproc_per_node)
+        # train.py is its own launcher here: each worker gets its local rank first; a stop
+        # signal reaching this process is passed on to them
+        workers = mp.spawn(main, args=(args,), nprocs=args.nproc_per_node, join=False)
+        preemption.install(forward_to=lambda: [p.pid for p in workers.processes if p.pid])
+        try:
+            while not workers.join():
+                pass
+        except mp.ProcessExitedException as ended:
+            if ended.exit_code != preemption.PREEMPTED_EXIT:
+                raise
+            sys.exit(preemption.PREEMPTED_EXIT)
     else:
         main(args.local_rank, args)

@@ -111,6 +111,10 @@ class Engine(abc.ABC):
         """The engine's own lines since the last call (state changes, node starts)."""
         return []
 
+    def ask_to_save(self) -> bool:
+        """Send every rank SIGTERM, which makes it save a checkpoint and exit; False where this engine cannot."""
+        return False
+
     @abc.abstractmethod
     def cancel(self) -> None:
         """Stop every process of the job on every node; return once they are gone."""
@@ -138,3 +142,13 @@ class Engine(abc.ABC):
     def summary_fields(self) -> dict[str, Any]:
         """What this engine adds to summary.json (such as the restarts its scheduler made); {} where nothing."""
         return {}
+
+    def probe_rank(self, launch: Launch, rank: int, host: str | None, pid: int) -> tuple[str, str] | None:
+        """On `host`, another host's rank that did not answer: its /proc/PID/stat line and faulthandler's stacks.
+
+        Runs on that host, bounded in time: reads the process's state, sends it
+        SIGUSR2 where it has a handler for it, and returns (stat line, the new
+        end of logs/rank-N.stacks.txt); None where this engine cannot run a
+        command on the rank's host.
+        """
+        return None

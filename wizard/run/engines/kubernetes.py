@@ -90,8 +90,9 @@ class KubernetesEngine(Engine):
         return [k8s.CONFIGMAP_FILE, k8s.manifest_file(self.name)]
 
     def apply_command(self) -> list[str]:
-        """kubectl apply of both manifests (run in the project folder)."""
-        command = [KUBECTL, "apply"]
+        """kubectl apply of both manifests (run in the project folder), server-side: a client-side apply keeps a
+        copy of the ConfigMap in an annotation of at most 256 KiB, which the project's code may outgrow."""
+        command = [KUBECTL, "apply", "--server-side"]
         for name in self.files():
             command += ["-f", name]
         return command

@@ -99,6 +99,16 @@ class ManualEngine(Engine):
         state = ENDED if codes and all(code is not None for code in codes.values()) else RUNNING
         return Description(state, codes)
 
+    def ask_to_save(self) -> bool:
+        """SIGTERM each node's launch script, which passes it on once to its launcher or ranks: they save and exit.
+
+        Only the scripts: torchrun stops its workers on the first TERM, and a second one cuts that short.
+        """
+        if self.launch is None:
+            return False
+        procs.signal_all((node.process.pid for node in self.processes), signal.SIGTERM)
+        return True
+
     def cancel(self) -> None:
         """TERM each node's launcher (it stops its ranks), then KILL whatever of the job is left."""
         if self.launch is None:

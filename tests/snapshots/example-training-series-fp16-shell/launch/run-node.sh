@@ -14,7 +14,8 @@
 # Arguments go to train.py (e.g. --epochs 1).
 # Environment overrides: MASTER_PORT, NPU_WIZARD_RUN_DIR (default runs/latest),
 # PYTHON (default python3), CANN_SET_ENV, NPU_WIZARD_STOP_GRACE (seconds ranks
-# get between TERM and KILL, default 5).
+# get between TERM and KILL when one failed, default 5), NPU_WIZARD_SAVE_GRACE (seconds
+# they get to save a checkpoint when SIGTERM or SIGUSR1 reaches this script, default 60).
 set -euo pipefail
 HOW_TO_START="run launch/nodeK.sh"
 
@@ -76,6 +77,35 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
 echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (32 ports)"
+
+# ---- HCCL flight recorder: each rank's newest collectives, for a hang -------------
+# torch_npu keeps each rank's last TORCH_HCCL_TRACE_BUFFER_SIZE collectives (sequence
+# number, sizes, dtypes, state; a few hundred bytes each) and npu-wizard reads them when
+# the job hangs. With the monitor on, torch_npu also writes them to hccl/rank-<R> in the
+# run folder when a collective times out, when a rank's watchdog has had no collective
+# for TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC (600 s), or when something is written to
+# hccl/rank-<R>.pipe; it does not stop the job for that.
+hccl_trace_size="${TORCH_HCCL_TRACE_BUFFER_SIZE:-2000}"
+if ! [[ "$hccl_trace_size" =~ ^[0-9]{1,6}$ ]] || (( 10#$hccl_trace_size > 100000 )); then
+    echo "node $NODE_RANK: NOTE: TORCH_HCCL_TRACE_BUFFER_SIZE=$hccl_trace_size is not a whole number up to 100000: using 2000"
+    hccl_trace_size=2000
+fi
+export TORCH_HCCL_TRACE_BUFFER_SIZE="$hccl_trace_size"
+export TORCH_HCCL_ENABLE_MONITORING="${TORCH_HCCL_ENABLE_MONITORING:-1}"
+export TORCH_HCCL_DUMP_ON_TIMEOUT="${TORCH_HCCL_DUMP_ON_TIMEOUT:-1}"
+mkdir -p "$NPU_WIZARD_RUN_DIR/hccl"
+export TORCH_HCCL_DEBUG_INFO_TEMP_FILE="${TORCH_HCCL_DEBUG_INFO_TEMP_FILE:-$NPU_WIZARD_RUN_DIR/hccl/rank-}"
+# torch_npu makes the pipe with mkfifo in its monitor thread, which does not survive a
+# failure: it gets one only where this node can make a FIFO.
+if [[ -z "${TORCH_HCCL_DEBUG_INFO_PIPE_FILE+set}" ]]; then
+    fifo_probe="$NPU_WIZARD_RUN_DIR/hccl/.fifo-probe-$$"
+    if mkfifo "$fifo_probe" 2>/dev/null; then
+        rm -f "$fifo_probe"
+        export TORCH_HCCL_DEBUG_INFO_PIPE_FILE="$NPU_WIZARD_RUN_DIR/hccl/rank-"
+    else
+        echo "node $NODE_RANK: NOTE: no FIFO can be made in $NPU_WIZARD_RUN_DIR/hccl: torch_npu's dump pipe is left off"
+    fi
+fi
 
 # ---- CANN ---------------------------------------------------------------------
 # set_env.sh: CANN_SET_ENV (or the answers' path) first, then where CANN installs:
@@ -144,6 +174,10 @@ fi
 # PID -> what it is, for every process this script started and has not reaped.
 declare -A CHILDREN=()
 STOP_GRACE="${NPU_WIZARD_STOP_GRACE:-5}"
+SAVE_GRACE="${NPU_WIZARD_SAVE_GRACE:-60}"
+# A rank that saved a checkpoint on SIGTERM or SIGUSR1 exits with this (runtime/preemption.py),
+# and so does this script once every rank of the node did: preempted, not failed.
+PREEMPTED_EXIT=75
 
 start_child() {
     # start_child LABEL COMMAND...: run COMMAND in the background and remember it.
@@ -154,13 +188,14 @@ start_child() {
 }
 
 stop_children() {
-    # TERM every remaining child, give them STOP_GRACE seconds, then KILL the rest.
-    local pid deadline
+    # stop_children [GRACE] [SIGNAL]: send every remaining child SIGNAL (default TERM; 0: none),
+    # give them GRACE (default STOP_GRACE) seconds, then KILL the rest.
+    local pid deadline grace="${1:-$STOP_GRACE}" sig="${2:-TERM}"
     ((${#CHILDREN[@]} > 0)) || return 0
     for pid in "${!CHILDREN[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
+        kill -"$sig" "$pid" 2>/dev/null || true
     done
-    deadline=$((SECONDS + STOP_GRACE))
+    deadline=$((SECONDS + grace))
     while ((SECONDS < deadline)); do
         for pid in "${!CHILDREN[@]}"; do
             kill -0 "$pid" 2>/dev/null || unset "CHILDREN[$pid]"
@@ -171,7 +206,7 @@ stop_children() {
     # (Checked first: bash before 4.4 calls an empty array unbound under set -u.)
     ((${#CHILDREN[@]} > 0)) || return 0
     for pid in "${!CHILDREN[@]}"; do
-        echo "node $NODE_RANK: ${CHILDREN[$pid]} did not stop within ${STOP_GRACE}s; killing it"
+        echo "node $NODE_RANK: ${CHILDREN[$pid]} did not stop within ${grace}s; killing it"
         kill -KILL "$pid" 2>/dev/null || true
         # Reap it; a bare `wait` would also wait for the tee above.
         wait "$pid" 2>/dev/null || true
@@ -179,28 +214,55 @@ stop_children() {
     CHILDREN=()
 }
 
+preempted_ranks() {
+    # Say so and return 0 when every rank of this node saved a checkpoint on a stop signal and exited.
+    local said
+    said="$("${PYTHON:-python3}" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
+        $((NODE_RANK * NPROC_PER_NODE)) "$NPROC_PER_NODE" 2>/dev/null)" || return 1
+    echo "node $NODE_RANK: $said; exiting with code $PREEMPTED_EXIT (preempted)"
+}
+
 # shellcheck disable=SC2329  # called from the traps below
 on_signal() {
-    # on_signal NAME EXIT_CODE: stop everything and leave with EXIT_CODE.
-    trap - INT TERM
-    echo "node $NODE_RANK: got SIG$1; stopping ${#CHILDREN[@]} process(es)"
-    stop_children
+    # on_signal NAME EXIT_CODE [GRACE]: stop everything and leave with EXIT_CODE, or with
+    # PREEMPTED_EXIT where every rank of the node saved a checkpoint first.
+    trap - INT TERM USR1
+    if (($# < 3)); then
+        echo "node $NODE_RANK: got SIG$1; stopping ${#CHILDREN[@]} process(es)"
+        stop_children
+    elif [[ -n "${SLURM_STEP_ID:-}" ]]; then
+        # Slurm signalled every process of the job step itself (scancel --signal=TERM): a second
+        # TERM would cut torchrun's own stopping of its workers short
+        echo "node $NODE_RANK: got SIG$1; the ranks save a checkpoint at their next logged step and exit (killed after ${3}s)"
+        stop_children "$3" 0
+    else
+        echo "node $NODE_RANK: got SIG$1; asking ${#CHILDREN[@]} process(es) to save a checkpoint and stop (SIGTERM; killed after ${3}s)"
+        stop_children "$3"
+    fi
+    preempted_ranks && exit "$PREEMPTED_EXIT"
     exit "$2"
 }
 trap 'on_signal INT 130' INT
-trap 'on_signal TERM 143' TERM
+# SIGTERM (Kubernetes, npu-wizard run, scancel) and SIGUSR1 (Slurm's --signal before the time
+# limit): the ranks save at their next logged step, given SAVE_GRACE seconds.
+trap 'on_signal TERM 143 "$SAVE_GRACE"' TERM
+trap 'on_signal USR1 138 "$SAVE_GRACE"' USR1
 trap stop_children EXIT
 
 wait_children() {
     # Wait until all children exit 0 (return 0) or one fails: then stop the others and return its code.
-    local pid code
+    # A rank that saved on a stop signal (PREEMPTED_EXIT, or a launcher whose ranks all did) is no
+    # failure: the others save at the same step; then PREEMPTED_EXIT is returned.
+    local pid code preempted=0
     while ((${#CHILDREN[@]} > 0)); do
         wait -n 2>/dev/null || true
         for pid in "${!CHILDREN[@]}"; do
             kill -0 "$pid" 2>/dev/null && continue
             code=0
             wait "$pid" 2>/dev/null || code=$?
-            if ((code != 0)); then
+            if ((code == PREEMPTED_EXIT)) || { ((code != 0)) && preempted_ranks >/dev/null; }; then
+                preempted=1
+            elif ((code != 0)); then
                 echo "node $NODE_RANK: ${CHILDREN[$pid]} failed with exit code $code; stopping the others"
                 unset "CHILDREN[$pid]"
                 stop_children
@@ -210,6 +272,10 @@ wait_children() {
             unset "CHILDREN[$pid]"
         done
     done
+    if ((preempted)); then
+        preempted_ranks || echo "node $NODE_RANK: a rank saved a checkpoint on a stop signal and exited"
+        return "$PREEMPTED_EXIT"
+    fi
 }
 
 # ---- launch -------------------------------------------------------------------

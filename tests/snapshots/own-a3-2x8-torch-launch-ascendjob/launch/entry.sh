@@ -31,7 +31,7 @@ NPROC_PER_NODE=8
 # LOCAL_WORLD_SIZE = NPUs in this pod, LOCAL_RANK = the list "0,1,...,n-1", and
 # MASTER_ADDR/MASTER_PORT = the Master pod's service and its port named ascendjob-port.
 for name in RANK WORLD_SIZE LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT; do
-    [[ -n "${!name:-}" ]] || fail "$name is not set: run this in a pod of the AscendJob (kubectl apply -f k8s/)"
+    [[ -n "${!name:-}" ]] || fail "$name is not set: run this in a pod of the AscendJob (kubectl apply --server-side -f k8s/)"
 done
 whole_number "$RANK" || fail "RANK='$RANK' is not a node rank (AscendJob sets this pod's node rank)"
 whole_number "$WORLD_SIZE" || fail "WORLD_SIZE='$WORLD_SIZE' is not a device count"

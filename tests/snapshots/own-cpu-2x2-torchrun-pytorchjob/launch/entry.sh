@@ -31,7 +31,7 @@ NPROC_PER_NODE=2
 # PET_NPROC_PER_NODE (nprocPerNode), MASTER_ADDR/MASTER_PORT (the Master pod's service);
 # RANK is the pod index and WORLD_SIZE pods x nprocPerNode: not torchrun's meanings.
 for name in PET_NNODES PET_NODE_RANK PET_NPROC_PER_NODE MASTER_ADDR MASTER_PORT; do
-    [[ -n "${!name:-}" ]] || fail "$name is not set: run this in a pod of the PyTorchJob (kubectl apply -f k8s/)"
+    [[ -n "${!name:-}" ]] || fail "$name is not set: run this in a pod of the PyTorchJob (kubectl apply --server-side -f k8s/)"
 done
 whole_number "$PET_NNODES" ||
     fail "PET_NNODES='$PET_NNODES' is not a node count (an elastic range min:max is not supported: drop elasticPolicy)"

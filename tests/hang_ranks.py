@@ -1,0 +1,105 @@
+"""Real gloo ranks that put themselves where a hang leaves them, and the records they answer with.
+
+`hang_records` starts tests/user_scripts/hang_train.py (copied as train.py) as one process per rank, each in
+the role it is given (see that script), waits until every rank has written its record (runtime.stacks
+snapshot, taken by a thread of the rank once its main thread is where its role puts it), SIGSTOPs the ranks
+named in `stop` and writes for each the record a runner writes for a rank that did not answer (its state as
+/proc says), then kills the job. What is left is a hang/ folder as the runner leaves it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.runs import free_port, wait_for
+
+SCRIPT = Path(__file__).parent / "user_scripts" / "hang_train.py"
+REPO = Path(__file__).parents[1]
+
+
+def line_of(marker: str) -> int:
+    """The line of train.py that holds `marker` (a comment of hang_train.py)."""
+    lines = SCRIPT.read_text().splitlines()
+    return next(number for number, text in enumerate(lines, 1) if marker in text)
+
+
+def process_state(pid: int) -> str:
+    """The process state as /proc/PID/status says it: `T (stopped)`."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("State:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def hang_records(
+    folder: Path,
+    roles: list[str],
+    *,
+    no_recorder: frozenset[int] = frozenset(),
+    after: tuple[int, ...] = (),
+    stop: frozenset[int] = frozenset(),
+    timeout: float = 180,
+) -> Path:
+    """Run one rank per role until each answered; return `folder`/hang with their records and collected.json."""
+    hang = folder / "hang"
+    hang.mkdir(parents=True)
+    shutil.copy(SCRIPT, folder / "train.py")
+    port = free_port()
+    ranks = []
+    for rank, role in enumerate(roles):
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "TORCH_FR_BUFFER_SIZE": "0" if rank in no_recorder else "2000",
+            "AFTER": ",".join(map(str, after)) if role == "reduce_big" else "",
+        }
+        command = [sys.executable, "train.py", str(rank), str(len(roles)), role, str(hang)]
+        ranks.append(
+            subprocess.Popen(
+                command, cwd=folder, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        )
+    try:
+
+        def answered() -> bool:
+            for rank, process in enumerate(ranks):
+                if process.poll() is not None and not (hang / f"rank-{rank}.json").exists():
+                    output = process.communicate()[0].decode(errors="replace")
+                    raise AssertionError(f"rank {rank} ended ({process.returncode}) before it answered:\n{output}")
+            return all((hang / f"rank-{rank}.json").exists() for rank in range(len(roles)))
+
+        wait_for(answered, timeout, "every rank's record")
+        for rank in stop:
+            os.kill(ranks[rank].pid, signal.SIGSTOP)
+            wait_for(lambda rank=rank: process_state(ranks[rank].pid).startswith("T"), 30, f"rank {rank} to stop")
+            record = {
+                "rank": rank,
+                "answered": False,
+                "host": socket.gethostname(),
+                "pid": ranks[rank].pid,
+                "state": process_state(ranks[rank].pid),
+                "why": "no answer within 5s",
+                "faulthandler": None,
+            }
+            (hang / f"rank-{rank}.json").write_text(json.dumps(record))
+            (hang / f"rank-{rank}.txt").unlink()
+        collected = {"time": time.time(), "reason": "hang", "ranks": list(range(len(roles)))}
+        (hang / "collected.json").write_text(json.dumps(collected))
+    finally:
+        for process in ranks:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.communicate()
+    return hang

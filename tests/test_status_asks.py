@@ -1,0 +1,112 @@
+"""The status stream carries the runner's asks to the ranks and their answers back (issue 28).
+
+The runner writes {"ask": NAME, "id": ...} down a rank's authenticated
+connection; the rank's publisher hands it to the handler the runtime registered
+for NAME and publishes the answer, in parts when it is longer than a line of
+the stream may be; the runner's Intake joins the parts and keeps the answers
+apart from the events the job's state folds in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime import status
+from runtime.status import ANSWER_PART_CHARS, StatusPublisher, on_ask
+from tests.runs import wait_for
+from wizard.monitor.state import JobState
+from wizard.monitor.status_server import MAX_LINE_BYTES, StatusServer
+from wizard.run.intake import Intake
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Iterator[tuple[Intake, list[StatusPublisher]]]:
+    """A status server in an Intake and two ranks' publishers connected to it."""
+    intake = Intake(JobState(2), tmp_path)
+    intake.server = StatusServer("127.0.0.1", 0, TOKEN)
+    publishers = [StatusPublisher(("127.0.0.1", intake.server.bound_port), rank, TOKEN) for rank in (0, 1)]
+    for publisher in publishers:
+        publisher.publish({"event": "heartbeat", "time": 1.0, "rank": publisher.rank, "pid": os.getpid()})
+    wait_for(lambda: intake.server.connected_ranks() == {0, 1}, 60, "both ranks to connect")
+    yield intake, publishers
+    for publisher in publishers:
+        publisher.close()
+    intake.close()
+    status._handlers.clear()
+
+
+def answers(intake: Intake, ask_id: str, count: int) -> dict[int, dict]:
+    """What the ranks answered to `ask_id`, once `count` of them did."""
+
+    def arrived() -> dict[int, dict] | None:
+        intake.ingest()
+        got = intake.answers.received(ask_id)
+        return got if len(got) >= count else None
+
+    return wait_for(arrived, 60, f"{count} answers to {ask_id}")
+
+
+def test_every_rank_answers_an_ask_with_what_its_handler_returns(stream: tuple[Intake, list]) -> None:
+    intake, _ = stream
+    on_ask("echo", lambda ask: {"said": ask["word"], "who": ask["rank"]})
+    ask_id = intake.ask("echo", word="hello")
+    got = answers(intake, ask_id, 2)
+    assert {rank: (a["said"], a["who"], a["event"], a["id"]) for rank, a in got.items()} == {
+        0: ("hello", 0, "echo", ask_id),
+        1: ("hello", 1, "echo", ask_id),
+    }
+    # answers are not events of the job: the state never saw them
+    assert all("echo" not in view.newest for view in intake.state.ranks.values())
+
+
+def test_an_answer_longer_than_a_line_of_the_stream_arrives_whole_in_parts(stream: tuple[Intake, list]) -> None:
+    intake, _ = stream
+    big = "\u00e9\n" * (MAX_LINE_BYTES // 2)  # 6 bytes a character once written as JSON: parts are a must
+    on_ask("big", lambda ask: {"text": big})
+    ask_id = intake.ask("big")
+    got = answers(intake, ask_id, 2)
+    assert [got[rank]["text"] == big for rank in (0, 1)] == [True, True]
+    assert len(big) > ANSWER_PART_CHARS
+    assert intake.server.counts.dropped_lines == 0
+
+
+def test_an_ask_no_handler_takes_is_answered_with_an_error_not_silence(stream: tuple[Intake, list]) -> None:
+    intake, _ = stream
+    ask_id = intake.ask("profile", steps=3)
+    got = answers(intake, ask_id, 2)
+    assert got[0]["error"] == "this rank answers no 'profile'"
+
+
+def test_a_handler_that_raises_is_reported_and_the_rank_goes_on(stream: tuple[Intake, list]) -> None:
+    intake, publishers = stream
+
+    def broken(ask: dict) -> dict:
+        raise RuntimeError("no recorder here")
+
+    on_ask("stacks", broken)
+    ask_id = intake.ask("stacks")
+    assert answers(intake, ask_id, 2)[1]["error"] == "RuntimeError: no recorder here"
+    on_ask("stacks", lambda ask: {"fine": True})
+    assert answers(intake, intake.ask("stacks"), 2)[1]["fine"] is True
+
+
+def test_only_the_ranks_asked_answer(stream: tuple[Intake, list]) -> None:
+    intake, _ = stream
+    on_ask("echo", lambda ask: {"ok": 1})
+    request = intake.answers.open("echo")
+    intake.server.ask(request, ranks={1})
+    assert set(answers(intake, request["id"], 1)) == {1}
+    intake.ingest()
+    assert set(intake.answers.received(request["id"])) == {1}
+
+
+def test_an_ask_without_a_name_is_refused_at_once(stream: tuple[Intake, list]) -> None:
+    intake, _ = stream
+    with pytest.raises(ValueError, match="an ask needs a string 'ask'"):
+        intake.server.ask({"id": "x"})

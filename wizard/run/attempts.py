@@ -1,0 +1,243 @@
+"""`run --restarts N`: which failures start the whole job again, and what each attempt cost.
+
+After a failure a restart can fix (a rank's error after the job's first step,
+a rank that vanished, a node's launcher that died, a hang), the runner
+(wizard.run.job) stops every node as it does at any failure, waits a short
+backoff, checks that the failed node is healthy again (`node_health`), and
+starts the whole job again; the generated train.py resumes from the newest
+checkpoint every rank can load. Each attempt is a section of the same run
+folder: the events files go on (a rank's `started` event opens its new
+attempt), each attempt's logs are kept under logs/attempt-N/, and
+summary.json lists the attempts with their cause, the step each failed at,
+the step the next resumed from and the time from the failure to its first step.
+
+A failure a restart cannot fix ends the job at once, said once (`refusal`).
+`Attempts.next_nodes` is where the nodes (and, later, the hosts) of the next
+attempt are decided: today the same ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from wizard.answers.model import Answers
+from wizard.monitor import procs
+from wizard.monitor.ranks import Failure
+from wizard.monitor.state import JobState
+from wizard.run.engines.common import run_command
+
+BACKOFF_S = 1.0  # before the first restart; doubled for each one after, at most BACKOFF_MAX_S
+BACKOFF_MAX_S = 30.0
+HEALTH_DEADLINE_S = 60.0  # for the failed node to be healthy again after the backoff
+CHECKPOINT_WORDS = ("does not fit this model", "CheckpointReadError", "ForeignCheckpointError")
+
+
+@dataclass
+class Attempt:
+    """One start of the whole job, and how it ended when it failed."""
+
+    number: int  # 1 for the first start
+    started_at: float
+    cause: str | None = None  # the failure's headline
+    kind: str | None = None  # error, vanished, launcher, hung, ...
+    failed_at: float | None = None
+    failed_at_step: int | None = None  # the newest step any rank had reached
+    resumed_from_step: int | None = None  # of the attempt after this one
+    recovered_at: float | None = None  # the next attempt's first step
+    outcome: str | None = None  # failed, hung, finished, interrupted (None while it runs)
+    refused: str | None = None  # why the job was not started again after it
+
+    def record(self) -> dict:
+        """This attempt as summary.json lists it."""
+        lost = None
+        if self.failed_at_step is not None and self.resumed_from_step is not None:
+            lost = max(0, self.failed_at_step - self.resumed_from_step)
+        recovery = None
+        if self.failed_at is not None and self.recovered_at is not None:
+            recovery = round(max(0.0, self.recovered_at - self.failed_at), 3)
+        return {
+            "attempt": self.number,
+            "outcome": self.outcome,
+            "cause": self.cause,
+            "kind": self.kind,
+            "failed_at_step": self.failed_at_step,
+            "resumed_from_step": self.resumed_from_step,
+            "steps_lost": lost,
+            "failure_to_first_step_s": recovery,
+            "refused": self.refused,
+        }
+
+
+class Attempts:
+    """The job's attempts so far and how many restarts are left; decides whether a failure restarts the job."""
+
+    def __init__(self, allowed: int, *, clock: Callable[[], float] = time.time, backoff: float = BACKOFF_S) -> None:
+        self.allowed = allowed
+        self.clock = clock
+        self.backoff_s = backoff
+        self.attempts = [Attempt(1, clock())]
+        self.restart_at: float | None = None  # while waiting between two attempts: when to try to start again
+        self.deadline: float | None = None
+        self.unhealthy_said = False
+
+    @property
+    def current(self) -> Attempt:
+        """The attempt running now (or the one that just failed, while waiting)."""
+        return self.attempts[-1]
+
+    @property
+    def restarts(self) -> int:
+        """How many times the whole job was started again."""
+        return len(self.attempts) - 1
+
+    @property
+    def waiting(self) -> bool:
+        """True between a failed attempt and the start of the next."""
+        return self.restart_at is not None
+
+    def refusal(self, outcome: str, failure: Failure | None, state: JobState) -> str | None:
+        """Why this failure does not start the job again; None when it does."""
+        if self.allowed == 0:
+            return ""  # no restarts asked: nothing to say
+        why = _cannot_fix(outcome, failure, state)
+        if why is not None:
+            return f"not restarted: {why}"
+        if self.restarts >= self.allowed:
+            return f"not restarted: the {self.allowed} restart(s) of --restarts {self.allowed} are used up"
+        return None
+
+    def ended(self, outcome: str, failure: Failure | None, state: JobState, now: float) -> None:
+        """Record how the current attempt ended."""
+        attempt = self.current
+        attempt.outcome = outcome
+        if outcome == "finished":
+            return
+        attempt.cause = failure.headline() if failure is not None else attempt.cause
+        attempt.kind = failure.kind if failure is not None else attempt.kind
+        attempt.failed_at = failure.time if failure is not None and failure.time else now
+        attempt.failed_at_step = state.newest_step()
+
+    def failed(self, failure: Failure | None, state: JobState, now: float) -> float:
+        """Record how the current attempt failed; return the seconds to wait before the next."""
+        self.ended("hung" if failure is not None and failure.kind == "hung" else "failed", failure, state, now)
+        attempt = self.current
+        attempt.cause = attempt.cause or "the job failed"
+        wait = min(BACKOFF_MAX_S, self.backoff_s * 2 ** (len(self.attempts) - 1))
+        self.restart_at = now + wait
+        self.deadline = self.restart_at + HEALTH_DEADLINE_S
+        self.unhealthy_said = False
+        return wait
+
+    def started_again(self, now: float) -> Attempt:
+        """The next attempt starts now."""
+        self.restart_at = self.deadline = None
+        self.attempts.append(Attempt(len(self.attempts) + 1, now))
+        return self.current
+
+    def next_nodes(self, nodes: Sequence[int], failure: Failure | None) -> list[int]:
+        """The nodes the next attempt starts: the same ones (a spare host taking a failed node's place goes here)."""
+        return list(nodes)
+
+    def note_progress(self, state: JobState) -> None:
+        """Once the restarted job's ranks report their first step, record where they resumed and when."""
+        if len(self.attempts) < 2:
+            return
+        before = self.attempts[-2]
+        if before.recovered_at is not None:
+            return
+        stepped = [view for view in state.ranks.values() if view.first_step_at is not None]
+        if not stepped:
+            return
+        before.recovered_at = min(view.first_step_at for view in stepped if view.first_step_at is not None)
+        said = [view.resumed_step for view in state.ranks.values() if view.starts and view.resumed_step]
+        # a user's own script does not say where it resumed: its first reported step after the restart tells
+        before.resumed_from_step = max(said) if said else max(0, min(view.step for view in stepped) - 1)
+
+    def records(self) -> list[dict]:
+        """Every attempt, as summary.json lists them."""
+        return [attempt.record() for attempt in self.attempts]
+
+
+def _cannot_fix(outcome: str, failure: Failure | None, state: JobState) -> str | None:
+    """Why a restart cannot fix this failure (None when it may)."""
+    if failure is None:
+        return None
+    if failure.kind == "runner":
+        return "npu-wizard run itself failed"
+    stepped = any(view.steps_reported for view in state.ranks.values())
+    if failure.kind == "error":
+        if any(words in failure.summary for words in CHECKPOINT_WORDS):
+            return "the checkpoint does not fit the model (or cannot be read): a restart would load it again"
+        if not stepped:
+            return (
+                "the script failed before the job's first step (at import, setting up or in its first step): "
+                "a restart would fail the same way; fix the script and run again"
+            )
+    if failure.kind in ("launcher", "engine") and not any(view.starts for view in state.ranks.values()):
+        return "the launch failed before any rank started (the launch script, a preflight check, the launcher)"
+    if outcome == "hung" and not stepped and not any(view.starts for view in state.ranks.values()):
+        return "no rank started by the start-up deadline: check the addresses and ports (npu-wizard doctor)"
+    return None
+
+
+def node_health(run_dir: Path, answers: Answers, node: int, pids: Iterable[int]) -> list[str]:
+    """What still keeps `node` (run on this host) from starting again: processes, ports, NPU devices."""
+    problems = []
+    left = procs.job_processes(run_dir)
+    if left:
+        problems.append(f"{len(left)} process(es) of the job still alive ({', '.join(map(str, left[:8]))})")
+    if node == 0:
+        port = answers["network.master_port"]
+        if not _bindable(answers["network.master_addr"], port):
+            problems.append(f"the master port {port} is still taken")
+    holders = npu_holders(set(pids))
+    if holders:
+        problems.append(f"npu-smi shows process(es) {', '.join(map(str, holders))} of this job on its devices")
+    return problems
+
+
+def npu_holders(pids: set[int]) -> list[int]:
+    """The pids among `pids` that `npu-smi info` lists on a device (none where there is no npu-smi)."""
+    if not pids or shutil.which("npu-smi") is None:
+        return []
+    shown = run_command(["npu-smi", "info"], timeout=20.0)
+    found = set()
+    for line in shown.stdout.splitlines():
+        for word in line.replace("|", " ").split():
+            if word.isdigit() and int(word) in pids:
+                found.add(int(word))
+    return sorted(found)
+
+
+def _bindable(host: str, port: int) -> bool:
+    """True when a listener could bind `host`:`port` now (as the restarted launcher's will)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return True  # not an address of this host: nothing here to check
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            return error.errno not in (98,)  # EADDRINUSE; another error (not ours to bind) is no sign of us
+    return True
+
+
+def keep_logs(run_dir: Path, number: int) -> Path | None:
+    """Move the failed attempt's logs into logs/attempt-N/, so that the next attempt's start afresh."""
+    logs = run_dir / "logs"
+    if not logs.is_dir():
+        return None
+    kept = logs / f"attempt-{number}"
+    kept.mkdir(exist_ok=True)
+    for path in logs.iterdir():
+        if path.is_file():
+            path.rename(kept / path.name)
+    return kept
