@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wizard.answers.model import Answers
-from wizard.run.engines.base import Engine, Launch
+from wizard.run.engines.base import Engine, EngineError, Launch
 from wizard.run.engines.common import run_command
 
 USABLE_STATES = frozenset({"idle", "mixed", "mix", "allocated", "alloc", "completing", "comp", "planned", "plnd"})
@@ -64,6 +64,8 @@ class HostPlan:
     notes: list[str] = field(default_factory=list)
     failures: list[tuple[int, str | None]] = field(default_factory=list)
     """(node, its host) of each failed attempt that named a node."""
+    said: list[str] = field(default_factory=list)
+    """The changes the last `start_on` made, as lines."""
 
     @classmethod
     def for_answers(cls, answers: Answers) -> HostPlan:
@@ -92,6 +94,32 @@ class HostPlan:
             if node is not None and node not in unhealthy and twice:
                 self._replace(node, host, [], True, attempt)
         return dataclasses.replace(launch, spares=dict(self.taken), excluded=tuple(self.excluded))
+
+    def start_on(
+        self, old: Engine, new: Engine, launch: Launch, node: int | None, health: Mapping[int, list[str]], attempt: int
+    ) -> Launch:
+        """The launch `new` submits for attempt `attempt`, its new spares checked and given the checkpoints.
+
+        Raises EngineError where a spare cannot be reached, holds another project's files, or cannot be given
+        the checkpoints: the job then ends, saying so, rather than start without them.
+        """
+        before = len(self.changes)
+        planned = self.next_launch(launch, old, node, health, attempt)
+        newly = {n: spare for n, spare in planned.spares.items() if launch.spares.get(n) != spare}
+        if newly:
+            new.check(planned)  # every host of the attempt answers; the spare's folder is free or this project's
+            problems = new.seed_spares(planned, newly, donor=0)  # node 0 is never replaced: it holds the newest
+            if problems:
+                raise EngineError("a spare host could not take its node's place: " + "; ".join(problems))
+        self.said = [change.line() for change in self.changes[before:]]
+        return planned
+
+    def remote_health(self, engine: Engine, launch: Launch) -> dict[int, list[str]]:
+        """Each node of the job on another host: what keeps it from taking part again (engine.node_health)."""
+        remote = [node for node in launch.nodes if node not in engine.local_nodes()]
+        if not remote or not self.answers.get("network.spare_hosts"):
+            return {}
+        return engine.node_health(launch, remote)
 
     def can_replace(self, health: Mapping[int, list[str]]) -> bool:
         """Whether a spare is left for every unhealthy node, so the restart need not wait for them to recover."""
