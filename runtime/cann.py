@@ -9,6 +9,8 @@ tries the answer (or CANN_SET_ENV) first, then these, in this order.
 
 from __future__ import annotations
 
+import platform
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,6 +19,14 @@ from runtime.checks import FAIL, PASS, SKIP, Result
 INSTALL_INFO = Path("/etc/Ascend/ascend_cann_install.info")
 LAYOUTS = ("cann", "ascend-toolkit", "nnae")
 CANN_VARIABLES = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
+# A CANN install says its release in <home>/<arch>-linux/ascend_toolkit_install.info
+# ("version=8.0.RC2"; Huawei's install guides: "check the version field") and in
+# <home>/version.cfg ("toolkit_running_version=[7.3.0.1.231:8.0.RC2]": internal:release).
+VERSION_FILE_BYTES = 64 * 1024
+INSTALL_INFO_NAME = "ascend_toolkit_install.info"
+RUNNING_VERSION = re.compile(
+    r"^(?:toolkit|runtime)_running_version=\[(?:[^:\]]*:)?([^\]]+)\]", re.MULTILINE
+)
 
 
 def install_roots(
@@ -80,3 +90,26 @@ def check_cann(
         f"no CANN set_env.sh found (tried {places}) and {CANN_VARIABLES[1]} is unset: torch_npu will not load",
         "install CANN, or set CANN_SET_ENV to its set_env.sh (the answers' environment.cann_set_env)",
     )
+
+
+def toolkit_version(home: str, machine: str = "") -> str | None:
+    """The CANN release installed at `home` (ASCEND_HOME_PATH), from its own version files; None if none says."""
+    if not home:
+        return None
+    root = Path(home)
+    arch = f"{machine or platform.machine()}-linux"
+    for line in _read_small(root / arch / INSTALL_INFO_NAME).splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "version" and value.strip():
+            return value.strip()
+    found = RUNNING_VERSION.search(_read_small(root / "version.cfg"))
+    return found.group(1).strip() if found else None
+
+
+def _read_small(path: Path) -> str:
+    """The start of a small text file, '' when it cannot be read."""
+    try:
+        with path.open("rb") as file:
+            return file.read(VERSION_FILE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -108,9 +108,28 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:09d}.pt"
 
 
+COMPILED_PREFIX = (
+    "_orig_mod."  # torch.compile's module wrapper puts it before every key
+)
+
+
 def unwrap(model: nn.Module) -> nn.Module:
-    """The module inside a DistributedDataParallel wrapper (or the module itself)."""
-    return getattr(model, "module", model)
+    """The module inside DistributedDataParallel and torch.compile wrappers (or the module itself)."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def plain_keys(weights: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A state dict without torch.compile's wrapper prefix, so it loads compiled or not."""
+    if not any(COMPILED_PREFIX in key for key in weights):
+        return weights  # as saved, with its _metadata
+    return {
+        key.replace(COMPILED_PREFIX, "") if COMPILED_PREFIX in key else key: value
+        for key, value in weights.items()
+    }
 
 
 def save_checkpoint(
@@ -188,8 +207,14 @@ def prune_checkpoints(directory: Path, keep: int = KEEP) -> list[Path]:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint onto the CPU (tensors, numbers and dicts only)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """Load a checkpoint onto the CPU (tensors, numbers and dicts only).
+
+    Model weights saved from a compiled module lose its `_orig_mod.` prefix.
+    """
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and isinstance(state.get("model"), Mapping):
+        state["model"] = plain_keys(state["model"])
+    return state
 
 
 def resume_point(

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping
 from importlib import metadata
 
+from runtime import cann as cann_install
+
 PREFIXES = ("HCCL_", "ASCEND_", "NPU_WIZARD_")
 HIDDEN = re.compile(r"token|key|secret|passw(?:or)?d|credential", re.IGNORECASE)
 REDACTED = "<removed: secret>"
@@ -36,13 +38,17 @@ def _version(distribution: str) -> str | None:
 
 
 def versions(env: Mapping[str, str] = os.environ) -> dict[str, str | None]:
-    """python, torch, torch_npu (None: not installed) and the CANN the rank's environment set up (None: none)."""
+    """python, torch, torch_npu (None: not installed), the CANN the rank's environment set up and its release.
+
+    `cann` is the install's folder, `cann_version` its release as its own version files say (None: none).
+    """
     cann = next((env[name] for name in CANN_VARIABLES if env.get(name)), None)
     return {
         "python": platform.python_version(),
         "torch": _version("torch"),
         "torch_npu": _version("torch_npu"),
         "cann": cann,
+        "cann_version": cann_install.toolkit_version(cann) if cann else None,
     }
 
 

@@ -13,6 +13,8 @@ Under npu-wizard (the launch scripts start the script through
 runtime.userscript) each call feeds the rank's events as the generated
 train.py does: the step, the loss, samples per second and, with
 `total_steps`, the ETA. Outside npu-wizard every call returns at once.
+The step calls also drive `npu-wizard run --profile` (runtime/profile_window.py):
+a script that calls report.step is profiled with no other change.
 
 A step event is written about once per NPU_WIZARD_REPORT_S seconds (default
 1), with the newest loss, the window's throughput and its mean data and
@@ -41,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime import events, preemption
+from runtime import events, preemption, profile_window
 
 ENV_REPORT_S = "NPU_WIZARD_REPORT_S"
 DEFAULT_REPORT_S = 1.0
@@ -209,6 +211,8 @@ def step(
     except Exception as error:  # noqa: BLE001 - the hook never raises into the training loop
         _dropped("step call", step, error)
         _window = None  # a fresh window from the next call: nothing half added is kept
+        return
+    profile_window.step(whole)  # a window of --profile, when one is asked for
 
 
 def checkpoint(step: int, path: str | os.PathLike[str]) -> None:

@@ -169,8 +169,12 @@ def thread_stacks() -> list[dict[str, Any]]:
 
 
 def _frame(frame: traceback.FrameSummary) -> dict[str, Any]:
+    name = frame.filename
+    # runpy runs a user's script by the path it was given: relative to the rank's folder
+    if not name.startswith("<") and not os.path.isabs(name):
+        name = os.path.join(os.getcwd(), name)
     return {
-        "file": frame.filename,
+        "file": name,
         "line": frame.lineno,
         "function": frame.name,
         "code": (frame.line or "")[:MAX_CODE_CHARS],
@@ -182,8 +186,8 @@ def recorder_entries() -> tuple[dict[str, Any], str | None]:
     torch = sys.modules.get("torch")
     if torch is None:
         return {"source": None, "why": "torch is not imported"}, None
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()):
+    dist = getattr(torch, "distributed", None)  # absent while torch is still being imported
+    if dist is None or not (dist.is_available() and dist.is_initialized()):
         return {"source": None, "why": "no process group"}, None
     backend = str(dist.get_backend())
     if backend == "hccl":
@@ -228,7 +232,7 @@ def hccl_recorder_entries(
         if dump_json is not None:
             dump = json.loads(dump_json(True, False))
         else:
-            dump = _plain_unpickle(dump_pickle(True, False, False))
+            dump = plain_unpickle(dump_pickle(True, False, False))
     except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
         why = f"torch_npu's flight recorder failed: {error}"
         return {"source": None, "why": why}, None
@@ -239,6 +243,34 @@ def hccl_recorder_entries(
     return read_dump(dump, backend="hccl", source="torch_npu"), text[-MAX_DUMP_BYTES:]
 
 
+def ask_hccl_dump(rank: int, env: Mapping[str, str] = os.environ) -> str:
+    """Ask torch_npu to dump rank `rank`'s recorder to its file, through its pipe; say what was done.
+
+    For a rank that cannot answer itself (it holds the GIL): torch_npu's monitor
+    thread reads TORCH_HCCL_DEBUG_INFO_PIPE_FILE + rank + ".pipe" and, on any
+    byte, writes TORCH_HCCL_DEBUG_INFO_TEMP_FILE + rank. Never blocks: a pipe
+    nobody reads is said to be so.
+    """
+    prefix = env.get("TORCH_HCCL_DEBUG_INFO_PIPE_FILE", "")
+    if not prefix:
+        return "TORCH_HCCL_DEBUG_INFO_PIPE_FILE is unset: torch_npu has no dump pipe"
+    pipe = f"{prefix}{rank}.pipe"
+    try:
+        handle = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return f"{pipe} does not exist (torch_npu's monitor did not start)"
+    except OSError as error:  # ENXIO: a FIFO no process has open for reading
+        return f"{pipe} cannot be written: {error.strerror or error}"
+    try:
+        os.write(handle, b"1\n")
+    except OSError as error:
+        return f"{pipe} cannot be written: {error.strerror or error}"
+    finally:
+        os.close(handle)
+    written = env.get("TORCH_HCCL_DEBUG_INFO_TEMP_FILE", "/tmp/hccl_trace_rank_")
+    return f"asked through {pipe}: torch_npu writes {written}{rank}"
+
+
 class _PlainData(pickle.Unpickler):
     """An unpickler of plain data only: the recorder's dicts, lists, strings and numbers."""
 
@@ -246,7 +278,8 @@ class _PlainData(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unexpected {module}.{name} in the dump")
 
 
-def _plain_unpickle(data: bytes) -> Any:
+def plain_unpickle(data: bytes) -> Any:
+    """A pickled recorder dump as plain data; raise pickle.UnpicklingError where it names any code."""
     return _PlainData(io.BytesIO(data)).load()
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from runtime import events, preemption, report, stacks
+from runtime import events, preemption, profile_window, report, stacks
 
 USAGE = "usage: python -m runtime.userscript SCRIPT [ARGS...]"
 # torch.distributed.launch puts this before the module's own arguments: it belongs to the script
@@ -282,7 +282,7 @@ def record_os_exit(recorder: events.EventWriter, script: str) -> None:
             and -C_INT <= status < C_INT
         ):
             try:
-                report.flush()
+                _end_reports()
                 code = process_status(status)
                 if code == 0:
                     recorder.finished(exit_code=0)
@@ -295,6 +295,12 @@ def record_os_exit(recorder: events.EventWriter, script: str) -> None:
         real_exit(status)
 
     os._exit = exit_now
+
+
+def _end_reports() -> None:
+    """Write the step event not written yet, and the trace of a profile window still recording."""
+    report.flush()
+    profile_window.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -323,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_script(script, args)
     except SystemExit as stop:
-        report.flush()
+        _end_reports()
         code = exit_code(stop)
         if isinstance(stop.code, int) and code != stop.code:
             recorder.warning(
@@ -342,18 +348,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         recorder.close()
         raise
     except KeyboardInterrupt as interrupt:
-        report.flush()
+        _end_reports()
         recorder.error(script_frames(interrupt, script), exit_code=INTERRUPTED)
         recorder.close()
         raise
     except BaseException as error:  # noqa: BLE001 - recorded, shown as Python would, and exits 1
-        report.flush()
+        _end_reports()
         error = script_frames(error, script)
         recorder.error(error, exit_code=1)
         recorder.close()
         sys.excepthook(type(error), error, error.__traceback__)
         return 1
-    report.flush()
+    _end_reports()
     recorder.finished(exit_code=0)
     recorder.close()
     return 0

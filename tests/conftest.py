@@ -14,6 +14,7 @@ import pytest
 
 if TYPE_CHECKING:
     from tests.runs import RunEnded
+    from wizard.monitor.hang_records import HangFolder
 
 # A suite started in the background by a non-interactive shell (CI, nohup ... &) inherits
 # SIGINT ignored, and so would every process it starts: bash cannot trap a signal ignored
@@ -89,3 +90,34 @@ def interrupted_2x2_run(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
 
     project = render_cpu(tmp_path_factory.mktemp("interrupted-2x2"), "torchrun", nodes=2, samples=65536, epochs=2)
     return interrupt_once_training(project, "--interval", "1", "--report")
+
+
+# ---- real gloo ranks left where a hang leaves them (tests/hang_ranks.py), their records read back ------------
+# Mark their readers @pytest.mark.xdist_group("interrupted-2x2-run") (test_hang_report also reads that run).
+
+
+@pytest.fixture(scope="session")
+def hang_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HangFolder]:
+    """The three jobs of tests/hang_ranks.py's HANG_JOBS, run at once, each one's hang/ folder read back."""
+    from tests.hang_ranks import run_hang_jobs
+
+    return run_hang_jobs(tmp_path_factory.mktemp("hang-jobs"))
+
+
+@pytest.fixture(scope="session")
+def late_and_stopped(hang_jobs: dict[str, HangFolder]) -> HangFolder:
+    """Ranks 0, 1 in all_reduce #4; rank 2 late in load_batch; rank 3 in all_reduce #4, then SIGSTOPped."""
+    return hang_jobs["late_and_stopped"]
+
+
+@pytest.fixture(scope="session")
+def mismatched(hang_jobs: dict[str, HangFolder]) -> HangFolder:
+    """Ranks 0, 1 all_reduce 1000 floats at #4; rank 2 a barrier; rank 3 all_reduce 2000 floats, entered last."""
+    return hang_jobs["mismatched"]
+
+
+@pytest.fixture(scope="session")
+def loading(hang_jobs: dict[str, HangFolder]) -> HangFolder:
+    """Ranks 0, 1 wait in load_batch; ranks 2, 3, without a flight recorder, in the all_reduce after it; rank 4
+    is stuck in load_batch holding the GIL (it cannot answer: its record holds its faulthandler dump)."""
+    return hang_jobs["loading"]

@@ -4,7 +4,8 @@
 the role it is given (see that script), waits until every rank has written its record (runtime.stacks
 snapshot, taken by a thread of the rank once its main thread is where its role puts it), SIGSTOPs the ranks
 named in `stop` and writes for each the record a runner writes for a rank that did not answer (its state as
-/proc says), then kills the job. What is left is a hang/ folder as the runner leaves it.
+/proc says); for a `gil` rank, which cannot answer, that record holds the stack its faulthandler dumps on
+SIGUSR2. Then it kills the job. What is left is a hang/ folder as the runner leaves it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,35 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from tests.runs import free_port, wait_for
+from wizard.monitor.hang_records import HangFolder, read_hang_folder
 
 SCRIPT = Path(__file__).parent / "user_scripts" / "hang_train.py"
 REPO = Path(__file__).parents[1]
+# the jobs the verdict tests judge (tests/conftest.py): each one's roles, and what else hang_records is told
+HANG_JOBS: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "late_and_stopped": (["reduce", "reduce", "late", "reduce"], {"stop": frozenset({3})}),
+    "mismatched": (["reduce", "reduce", "barrier", "reduce_big"], {"after": (0, 1, 2)}),
+    "loading": (["load", "load", "reduce", "reduce", "gil"], {"no_recorder": frozenset({2, 3})}),
+}
+
+
+def run_hang_jobs(base: Path) -> dict[str, HangFolder]:
+    """Every job of HANG_JOBS at once (most of their time is waiting), each in base/NAME; their folders read back."""
+
+    def run(name: str) -> HangFolder:
+        roles, options = HANG_JOBS[name]
+        hang_records(base / name, roles, **options)
+        found = read_hang_folder(base / name)
+        assert found is not None and found.problems == [], name
+        return found
+
+    with ThreadPoolExecutor(len(HANG_JOBS)) as pool:
+        return dict(zip(HANG_JOBS, pool.map(run, HANG_JOBS), strict=True))
 
 
 def line_of(marker: str) -> int:
@@ -76,9 +100,24 @@ def hang_records(
                 if process.poll() is not None and not (hang / f"rank-{rank}.json").exists():
                     output = process.communicate()[0].decode(errors="replace")
                     raise AssertionError(f"rank {rank} ended ({process.returncode}) before it answered:\n{output}")
-            return all((hang / f"rank-{rank}.json").exists() for rank in range(len(roles)))
+            return all((hang / f"rank-{rank}.json").exists() for rank in answering)
 
+        answering = [rank for rank, role in enumerate(roles) if role != "gil"]
         wait_for(answered, timeout, "every rank's record")
+        for rank in (rank for rank, role in enumerate(roles) if role == "gil"):
+            dump = wait_for(
+                lambda rank=rank: _fault_dump(ranks[rank].pid, hang / f"rank-{rank}.faulthandler"), 60, "a dump"
+            )
+            record = {
+                "rank": rank,
+                "answered": False,
+                "host": socket.gethostname(),
+                "pid": ranks[rank].pid,
+                "state": process_state(ranks[rank].pid),
+                "why": "no answer within 5s",
+                "faulthandler": dump,
+            }
+            (hang / f"rank-{rank}.json").write_text(json.dumps(record))
         for rank in stop:
             os.kill(ranks[rank].pid, signal.SIGSTOP)
             wait_for(lambda rank=rank: process_state(ranks[rank].pid).startswith("T"), 30, f"rank {rank} to stop")
@@ -103,3 +142,13 @@ def hang_records(
                 pass
             process.communicate()
     return hang
+
+
+def _fault_dump(pid: int, path: Path) -> str | None:
+    """faulthandler's dump of a rank stuck in load_batch, once complete; else SIGUSR2 asks for one (again)."""
+    text = path.read_text() if path.exists() else ""
+    newest = text.rpartition("Current thread")[2]
+    if "in load_batch" in newest and "in <module>" in newest:
+        return text
+    os.kill(pid, signal.SIGUSR2)
+    return None

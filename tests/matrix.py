@@ -1,7 +1,7 @@
 """The answer sets the snapshot, lint and cookiecutter tests render.
 
 Together they cover every series, launcher and AMP setting, one node and
-several, every model and dataset, TensorBoard on and off; the `own-` cases run
+several, every model and dataset, TensorBoard on and off, each compile mode; the `own-` cases run
 the user's own script (training.script) under every launcher that can start it
 and every engine.
 """
@@ -107,6 +107,24 @@ CASES: dict[str, dict[str, Any]] = {
         "amp": "bf16",
         "network.host_ips": ["10.0.0.10"],
         "training.tensorboard": True,
+    },
+    "a2-1x8-torchrun-bf16-reduce-overhead": {
+        "project_name": "a2-graph",
+        "hardware": "atlas-a2",
+        "devices_per_node": 8,
+        "launcher": "torchrun",
+        "amp": "bf16",
+        "network.host_ips": ["10.0.0.10"],
+        "training.model": "resnet18",
+        "training.compile": "reduce-overhead",
+    },
+    "cpu-1x2-torchrun-off-compile": {
+        "project_name": "cpu-compiled",
+        "device": "cpu",
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "off",
+        "training.compile": "default",
     },
     "cpu-1x2-shell-fp16": {
         "project_name": "cpu-shell",

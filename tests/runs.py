@@ -292,7 +292,8 @@ def interrupt_once_training(project: Path, *args: str, start_s: float = 180) -> 
         wait_for(lambda: started_pid(run_dir, 0), start_s, "rank 0 to train")
         alive_before = leftover_processes(project)
         runner.send_signal(signal.SIGINT)
-        output, _ = runner.communicate(timeout=60)
+        # the ranks first get up to the save grace (60 s) to save a checkpoint at their next logged step
+        output, _ = runner.communicate(timeout=150)
         left = leftover_processes(project)
     finally:
         clean_up(project, runner)

@@ -135,6 +135,13 @@ ERRORS = [
     ("slurm gres", {"cluster.engine": "slurm", "cluster.gres": "gpu 8"}, "cluster.gres", "gpu:910b:8"),
     ("slurm cpus", {"cluster.engine": "slurm", "cluster.cpus_per_task": 0}, "cluster.cpus_per_task", "at least 1"),
     (
+        "slurm signal past the time limit",
+        {"cluster.engine": "slurm", "cluster.time": "00:02:00", "cluster.signal_before": 120},
+        "cluster.signal_before",
+        "not below the time limit cluster.time (00:02:00, 120 s)",
+    ),
+    ("slurm signal negative", {"cluster.engine": "slurm", "cluster.signal_before": -1}, "cluster.signal_before", "0"),
+    (
         "ssh hosts count",
         {"nodes": 2, "network.host_ips": ["10.0.0.1", "10.0.0.2"], "cluster.engine": "ssh", "cluster.ssh_hosts": ["a"]},
         "cluster.ssh_hosts",

@@ -60,6 +60,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["baseline: unbounded history", "bounded history (256 points)", "bounded phase: none lost"],
     ),
     "report_scale.py": (["--smoke"], ["report wall", "peak RSS", "32 ranks under 10 s and 200 MiB:"]),
+    "profile_overhead.py": (
+        ["--smoke"],
+        ["trace per window:", "steps after the window: off", "the step that writes the trace", "outside the window:"],
+    ),
     "straggler_timing_cost.py": (
         ["--smoke"],
         ["timer's own calls per step (CPU time)", "the < 1% goal", "A/B, CPU time, median of pairs", "A/B, wall time"],
@@ -70,6 +74,14 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
     "ssh_copy_history.py": (
         ["--smoke"],
         ["before (whole folder, .git included", "after (what a rank needs", "after / before: "],
+    ),
+    "restart_time.py": (
+        ["--smoke"],
+        [
+            "npu-wizard run --restarts 1 (manual engine): ",
+            "by hand with torchrun (stop, find the checkpoint",
+            "--restarts / by hand: ",
+        ],
     ),
     "cluster_start.py": (
         ["--smoke"],

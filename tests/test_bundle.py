@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import secrets
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 
 from runtime.provenance import REDACTED
 from tests.runs import node_env
+from tests.test_cann_version import fake_toolkit
 from tests.test_user_script import render_own, run_to_the_end
 
 pytestmark = pytest.mark.slow
@@ -40,8 +42,10 @@ class FailedRun(NamedTuple):
 def failed_run(tmp_path_factory: pytest.TempPathFactory) -> FailedRun:
     project = render_own(tmp_path_factory.mktemp("bundle"), args=("--fail-rank", "3"))
     token = f"tok{secrets.token_hex(16)}"
+    toolkit = fake_toolkit(tmp_path_factory.mktemp("cann"), info="version=8.0.RC2\n")
     env = node_env(
         project / "runs" / "unused",
+        ASCEND_HOME_PATH=str(toolkit),  # a CANN set up in the shell: its release goes into versions.json
         NPU_WIZARD_STATUS_TOKEN=token,  # the run's token, as node 0's runner hands it to every rank
         MY_API_KEY=PLANTED,
         NPU_WIZARD_TEST_API_KEY=PLANTED,  # recorded with the rank's NPU_WIZARD_ variables: only its name may be
@@ -125,7 +129,8 @@ def test_the_bundle_opens_with_tar_and_holds_what_a_helper_needs(failed_run: Fai
     assert set(versions) == {f"rank {r}" for r in range(4)}
     assert versions["rank 3"]["torch"] in (torch.__version__, metadata.version("torch"))
     assert versions["rank 3"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert (versions["rank 3"]["torch_npu"], versions["rank 3"]["cann"]) == (None, None)
+    assert versions["rank 3"]["torch_npu"] is None
+    assert (Path(versions["rank 3"]["cann"]).name, versions["rank 3"]["cann_version"]) == ("latest", "8.0.RC2")
     environment = json.loads(members["environment.json"])
     assert environment["rank 2"]["NPU_WIZARD_RUN_DIR"] == str(failed_run.run_dir)
     assert environment["rank 2"]["NPU_WIZARD_STATUS_TOKEN"] == REDACTED
@@ -191,6 +196,27 @@ def test_a_big_log_or_events_file_is_bundled_as_its_tail_with_a_note(failed_run:
     assert kept.startswith(b"[npu-wizard bundle: only the tail of this file")
     assert kept.endswith(b"line 199999 of a chatty rank\n")
     assert f"of {size} bytes (the start left out)" in members["MANIFEST.txt"].decode()
+
+
+def test_torch_npu_s_recorder_dumps_are_bundled_as_json_and_its_pipe_is_named(
+    failed_run: FailedRun, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(failed_run.run_dir, run_dir)
+    (run_dir / "hccl").mkdir()
+    # what torch_npu's monitor writes at a timeout (TraceUtils.h's pickled dump, ProcessGroupHCCL.cpp's stacks)
+    entry = {"collective_seq_id": 12, "profiling_name": "", "input_sizes": ((1000,),), "state": "scheduled"}
+    frames = [{"name": "train", "filename": f"/home/u/MY_API_KEY={PLANTED}/train.py", "line": 9}]
+    dump = {"version": "2.4", "pg_config": {}, "entries": [{**entry, "frames": frames}]}
+    (run_dir / "hccl" / "rank-3").write_bytes(pickle.dumps(dump, protocol=2))
+    (run_dir / "hccl" / "rank-3_py_traceback").write_text("pid: 4242\nthread MainThread:\n  File train.py, line 9\n")
+    os.mkfifo(run_dir / "hccl" / "rank-3.pipe")
+    members = bundle_of(run_dir, tmp_path / "b.tar.gz")
+    bundled = json.loads(members["hccl/rank-3.json"])
+    assert bundled["entries"][0]["collective_seq_id"] == 12 and bundled["entries"][0]["input_sizes"] == [[1000]]
+    assert PLANTED.encode() not in members["hccl/rank-3.json"]
+    assert members["hccl/rank-3_py_traceback"].startswith(b"pid: 4242\n")
+    assert manifest_missing(members)["hccl/rank-3.pipe"].startswith("torch_npu's pipe that asks a rank for a dump")
 
 
 def recording_double(folder: Path, name: str, says: str) -> None:

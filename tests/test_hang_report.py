@@ -8,11 +8,13 @@ writes at a hang (Job._end: hang_summary), and a straggler flag on rank 2 before
 
 from __future__ import annotations
 
+import html
 import io
 import json
+import re
 import shutil
 import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +23,9 @@ from PIL import Image
 from textual.widgets import Static
 
 from tests.browser import chromium, visit
-from tests.runs import RunEnded
-from tests.test_hang_verdict import late_and_stopped  # noqa: F401  (the fixture, shared)
+from tests.runs import RunEnded, clean_up, node_env, render_cpu, run_dirs, start_runner
 from tests.test_run_report import needs_browser
+from wizard.cli import main
 from wizard.monitor.app import MonitorApp
 from wizard.monitor.attach import RunFolder
 from wizard.monitor.hang_records import HangFolder
@@ -35,7 +37,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("interrupted-2x2-run")]
 
 
 @pytest.fixture
-def hung_folder(tmp_path: Path, interrupted_2x2_run: RunEnded, late_and_stopped: HangFolder) -> Path:  # noqa: F811
+def hung_folder(tmp_path: Path, interrupted_2x2_run: RunEnded, late_and_stopped: HangFolder) -> Path:
     """A copy of the interrupted run with the hang/ files and the summary a hang leaves."""
     run_dir = tmp_path / "run"
     shutil.copytree(interrupted_2x2_run.run_dir, run_dir, symlinks=True)
@@ -51,7 +53,11 @@ def hung_folder(tmp_path: Path, interrupted_2x2_run: RunEnded, late_and_stopped:
 
 
 def wizard(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, text=True, timeout=300)
+    """`npu-wizard ARGS` in this process (matplotlib is imported once), its output and errors caught."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_summary_json_keeps_the_verdict_and_where_the_files_are(hung_folder: Path) -> None:
@@ -156,7 +162,7 @@ class HungJob:
 
 def test_the_plain_view_prints_the_verdict_once_the_runner_collected_the_stacks(
     tmp_path: Path,
-    late_and_stopped: HangFolder,  # noqa: F811
+    late_and_stopped: HangFolder,
 ) -> None:
     job = HungJob(tmp_path, late_and_stopped)
     out = io.StringIO()
@@ -169,10 +175,40 @@ def test_the_plain_view_prints_the_verdict_once_the_runner_collected_the_stacks(
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_the_live_view_shows_the_verdict_while_the_job_runs(
     tmp_path: Path,
-    late_and_stopped: HangFolder,  # noqa: F811
+    late_and_stopped: HangFolder,
 ) -> None:
     job = HungJob(tmp_path, late_and_stopped, ticks_left=10**6)
     app = MonitorApp(job, title="hung", owns_job=False, tick_s=0)  # type: ignore[arg-type]
     async with app.run_test(size=(140, 40)):
         alert = str(app.query_one("#alert", Static).render()).replace("\n", " ")
     assert "rank 2 never entered #4: its last collective is #3" in alert
+
+
+# ---- a real hung run: npu-wizard run collects the stacks (wizard/run/hang_stacks.py) and judges them ----------
+
+
+def test_a_real_hung_run_names_the_late_rank_in_summary_json_the_output_and_the_report(tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, "torchrun", nodes=1)  # 1 x 2: the fewest processes that hang
+    train = (project / "train.py").read_text().splitlines()
+    backward = next(n for n, line in enumerate(train, 1) if line.strip() == "loss.backward()")
+    # test-only (runtime/hang_on_purpose.py): rank 1 sleeps after the forward of its step 3, never in its backward
+    env = node_env(project / "runs" / "unused", NPU_WIZARD_TEST_HANG="1:3:sleep")
+    runner = start_runner(project, "--interval", "2", "--hang-after", "8", "--abort-on-hang", env=env)
+    try:
+        output, _ = runner.communicate(timeout=300)
+    finally:
+        clean_up(project, runner)
+    (run_dir,) = run_dirs(project)
+    assert runner.returncode == 3, output
+    hang = json.loads((run_dir / "summary.json").read_text())["hang"]
+    said = re.fullmatch(
+        r"hang at \d\d:\d\d:\d\d UTC: rank 0 waits in all_reduce #(\d+) \(gloo, [\d.]+ [KM]?B float32\) "
+        rf"called from train\.py:{backward} \(loss\.backward\(\)\); rank 1 never entered #\1: its last collective "
+        r"is #(\d+) and it is at train\.py:\d+ in \w+",
+        hang["text"],
+    )
+    assert said is not None and int(said.group(2)) == int(said.group(1)) - 1, hang["text"]
+    assert hang["odd_ones_out"] == [1] and hang["files"] == ["hang/rank-0.json", "hang/rank-1.json"]
+    assert f"WHERE EACH RANK IS: {hang['text']}" in output and f"\n{hang['text']}\n" in output
+    assert wizard("report", str(run_dir)).returncode == 0
+    assert hang["text"] in html.unescape((run_dir / "report.html").read_text())

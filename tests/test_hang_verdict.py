@@ -1,21 +1,24 @@
 """The verdict at a hang (wizard/monitor/hang_verdict.py), judged on records real gloo ranks answered with.
 
-Three small jobs (tests/hang_ranks.py, four ranks each) put their ranks where a hang leaves them: a rank late
-for the collective the others wait in, and one SIGSTOPped; a barrier and a larger all_reduce where the others
-all_reduce; ranks in a data-loading line and ranks without a flight recorder. Each test judges the records of
-the ranks its situation needs. Hand-written records only for the torn and hostile files.
+Three small jobs (tests/hang_ranks.py, four or five ranks each) put their ranks where a hang leaves them: a
+rank late for the collective the others wait in, and one SIGSTOPped; a barrier and a larger all_reduce where
+the others all_reduce; ranks in a data-loading line, ranks without a flight recorder and one holding the GIL
+(tests/conftest.py's session fixtures, shared with test_hang_report.py). Each test judges the records of the
+ranks its situation needs.
+Hand-written records only for the torn and hostile files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.hang_ranks import hang_records, line_of
+from tests.hang_ranks import line_of
 from wizard.monitor.hang_records import HangFolder, read_hang_folder
 from wizard.monitor.hang_verdict import HangVerdict, hang_summary, human_bytes, judge, ranks_text
 
@@ -25,36 +28,7 @@ REDUCE = line_of("# hang: the collective the others wait in")
 LOAD = line_of("# hang: the data-loading line")
 BARRIER = line_of("# hang: a barrier where the others all_reduce")
 BIG = line_of("# hang: twice the others' size")
-
-
-@pytest.fixture(scope="session")
-def late_and_stopped(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
-    """Ranks 0, 1 in all_reduce #4; rank 2 late in load_batch; rank 3 in all_reduce #4, then SIGSTOPped."""
-    folder = tmp_path_factory.mktemp("late-and-stopped")
-    hang_records(folder, ["reduce", "reduce", "late", "reduce"], stop=frozenset({3}))
-    found = read_hang_folder(folder)
-    assert found is not None and found.problems == []
-    return found
-
-
-@pytest.fixture(scope="session")
-def mismatched(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
-    """Ranks 0, 1 all_reduce 1000 floats at #4; rank 2 a barrier; rank 3 all_reduce 2000 floats, entered last."""
-    folder = tmp_path_factory.mktemp("mismatched")
-    hang_records(folder, ["reduce", "reduce", "barrier", "reduce_big"], after=(0, 1, 2))
-    found = read_hang_folder(folder)
-    assert found is not None and found.problems == []
-    return found
-
-
-@pytest.fixture(scope="session")
-def loading(tmp_path_factory: pytest.TempPathFactory) -> HangFolder:
-    """Ranks 0, 1 wait in load_batch; ranks 2, 3, without a flight recorder, in the all_reduce after it."""
-    folder = tmp_path_factory.mktemp("loading")
-    hang_records(folder, ["load", "load", "reduce", "reduce"], no_recorder=frozenset({2, 3}))
-    found = read_hang_folder(folder)
-    assert found is not None and found.problems == []
-    return found
+GIL = line_of("# hang: a regular expression that backtracks for ever, holding the GIL")
 
 
 def verdict(found: HangFolder, *ranks: int) -> HangVerdict:
@@ -92,6 +66,17 @@ def test_a_rank_that_did_not_answer_is_named_with_its_process_state(late_and_sto
     )
     assert said.did_not_answer == [3] and said.odd_ones_out == [2, 3]
     assert said.groups[-1].kind == "did_not_answer" and said.groups[-1].state == "T (stopped)"
+
+
+def test_a_rank_holding_the_gil_is_named_where_its_faulthandler_dump_has_it(loading: HangFolder) -> None:
+    stuck = loading.records[4]
+    assert not stuck.answered and stuck.faulthandler and stuck.state == "R (running)"
+    said = verdict(loading, 0, 1, 4)
+    assert said.text.endswith(
+        f"; rank 4 did not answer (pid {stuck.pid} on {stuck.host}, state R (running)): no answer within 5s; "
+        f"its faulthandler dump has it at train.py:{GIL} in load_batch"
+    )
+    assert said.did_not_answer == [4] and said.groups[-1].place.line == GIL
 
 
 def test_a_barrier_where_the_others_all_reduce_is_named_with_both_operations(mismatched: HangFolder) -> None:
@@ -139,6 +124,14 @@ def test_without_a_recorder_the_stacks_alone_are_judged_and_the_verdict_says_so(
 def test_the_records_as_json_gives_them_are_judged_the_same(late_and_stopped: HangFolder) -> None:
     raw = {rank: json.loads((late_and_stopped.folder / f"rank-{rank}.json").read_text()) for rank in range(4)}
     assert judge(raw, late_and_stopped.time).text == verdict(late_and_stopped, 0, 1, 2, 3).text
+
+
+def test_stacks_asked_for_are_not_called_a_hang(late_and_stopped: HangFolder, tmp_path: Path) -> None:
+    shutil.copytree(late_and_stopped.folder, tmp_path / "hang")
+    (tmp_path / "hang" / "collected.json").write_text(json.dumps({"time": late_and_stopped.time, "reason": "asked"}))
+    summary = hang_summary(tmp_path)
+    assert summary is not None and summary["reason"] == "asked"
+    assert summary["text"] == f"stacks asked{verdict(late_and_stopped, 0, 1, 2, 3).text.removeprefix('hang')}"
 
 
 def test_ranks_are_written_as_ranges_and_sizes_in_decimal_units() -> None:

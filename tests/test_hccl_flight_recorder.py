@@ -201,3 +201,19 @@ def test_no_recorder_variables_without_the_recorder_or_on_the_cpu(tmp_path: Path
     env, _output, run_dir = launch_env(tmp_path, torch_npu, device)
     assert [name for name in HCCL_VARIABLES if name in env] == []
     assert not (run_dir / "hccl").exists()
+
+
+def test_a_dump_is_asked_for_through_torch_npu_s_pipe_without_blocking(tmp_path: Path) -> None:
+    prefix = f"{tmp_path}/rank-"
+    env = {"TORCH_HCCL_DEBUG_INFO_PIPE_FILE": prefix, "TORCH_HCCL_DEBUG_INFO_TEMP_FILE": prefix}
+    assert stacks.ask_hccl_dump(3, env) == f"{prefix}3.pipe does not exist (torch_npu's monitor did not start)"
+    os.mkfifo(f"{prefix}3.pipe")
+    assert stacks.ask_hccl_dump(3, env) == f"{prefix}3.pipe cannot be written: No such device or address"
+    # torch_npu's monitor holds the pipe open for reading, without blocking (DumpPipe: O_RDONLY | O_NONBLOCK)
+    reader = os.open(f"{prefix}3.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert stacks.ask_hccl_dump(3, env) == f"asked through {prefix}3.pipe: torch_npu writes {prefix}3"
+        assert os.read(reader, 128) == b"1\n"
+    finally:
+        os.close(reader)
+    assert stacks.ask_hccl_dump(3, {}) == "TORCH_HCCL_DEBUG_INFO_PIPE_FILE is unset: torch_npu has no dump pipe"

@@ -334,3 +334,20 @@ def test_a_run_whose_windows_were_compared_and_found_even_has_a_verdict() -> Non
     summary = summarize(stepped(4, 30, **TIMED), started_at=10.0, ended_at=60.0, outcome="finished")
     assert (summary["stragglers"], summary["stragglers_not_judged"]) == ([], None)
     assert "stragglers" not in format_summary(summary)
+
+
+def test_ranks_that_all_saved_on_a_stop_signal_end_the_watch_as_preempted_not_failed(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"  # launch scripts run by hand: no runner, only the ranks' events
+    (run_dir / "events").mkdir(parents=True)
+    for rank in (0, 1):
+        lines = [
+            event(rank, "started", 10.0, world_size=2),
+            event(rank, "step", 20.0, step=8, loss=1.0),
+            event(rank, "preempted", 21.0, step=8, signal="SIGUSR1"),
+        ]
+        (run_dir / "events" / f"rank-{rank}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    folder = RunFolder(run_dir, clock=lambda: 50.0)
+    assert folder.tick() == "preempted"
+    assert folder.state.state(0) == "preempted"
+    assert folder.summary is not None and folder.summary["preempted"] == {"step": 8, "signal": "SIGUSR1"}
+    assert "preempted at step 8 (SIGUSR1), checkpoint saved" in format_summary(folder.summary)

@@ -236,3 +236,22 @@ def test_train_py_selects_binary_kernels_on_the_atlas_training_series_only(
     text = (render_project(tmp_path, hardware=series, **amp) / "train.py").read_text()
     assert text.count("device.use_binary_kernels(choice)") == calls
     assert "broadcast_buffers=False,\n                gradient_as_bucket_view=True," in text
+
+
+@pytest.mark.parametrize(
+    ("answers", "async_parse"),
+    [
+        ({"device": "npu", "environment.torch_npu_version": "2.5.1", "environment.torch_version": "2.5.1"}, "1"),
+        (
+            {"device": "npu", "environment.torch_npu_version": "2.1.0.post10", "environment.torch_version": "2.1.0"},
+            None,
+        ),
+        ({"device": "cpu"}, None),
+    ],
+)
+def test_a_profile_windows_async_parse_follows_the_torch_npu_release(
+    tmp_path: Path, answers: dict[str, str], async_parse: str | None
+) -> None:
+    """tensorboard_trace_handler(async_mode=True) only where the release has it (the 7.0.0 branches on)."""
+    env = torchrun_env(tmp_path, **answers)
+    assert env.get("NPU_WIZARD_PROFILE_ASYNC_PARSE") == async_parse

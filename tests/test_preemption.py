@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,14 +22,17 @@ from tests.runs import (
     events_of,
     kinds,
     leftover_processes,
+    node_env,
     npu_wizard_run_plain,
     render_cpu,
+    render_own_one_rank,
     run_dirs,
     start_runner,
     started_pid,
     wait_for,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 START_S = 180
 # 1024 samples / (16 x 4 ranks) = 16 steps an epoch; 16 epochs: 256 steps, still training when signalled
 EPOCHS = 16
@@ -81,3 +86,88 @@ def test_sigusr1_to_one_rank_saves_every_rank_at_one_step_and_a_second_run_resum
         assert kinds(resumed[rank], "started")[-1]["resumed_step"] == step
         assert kinds(resumed[rank], "finished")[-1]["step"] == PLANNED_STEPS
     assert summary_of(newest)["outcome"] == "finished"
+
+
+ASKING_SCRIPT = """\
+import sys, time
+from pathlib import Path
+from runtime import report
+
+step = 0
+while True:
+    step += 1
+    time.sleep(0.05)
+    report.step(step, loss=1.0 / step, samples=8)
+    if report.should_stop():
+        saved = Path("mine-checkpoint.txt")
+        saved.write_text(str(step))
+        report.checkpoint(step, saved)
+        print(f"saved at step {step}", flush=True)
+        sys.exit(report.PREEMPTED_EXIT)
+"""
+
+
+def test_a_users_script_asking_report_should_stop_saves_and_ends_preempted(tmp_path: Path) -> None:
+    project = render_own_one_rank(tmp_path, "own-stop", "mine.py", ASKING_SCRIPT)
+    runner = start_runner(project, "--interval", "1")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+        victim = wait_for(lambda: started_pid(run_dir, 0), START_S, "the script to report a step")
+        os.kill(victim, signal.SIGUSR1)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == PREEMPTED_EXIT, output
+    saved_step = int((project / "mine-checkpoint.txt").read_text())
+    (said,) = kinds(events_of(run_dir)[0], "preempted")
+    assert (said["step"], said["signal"], said["exit_code"]) == (saved_step, "SIGUSR1", PREEMPTED_EXIT)
+    assert summary_of(run_dir)["preempted"] == {"step": saved_step, "signal": "SIGUSR1"}
+    assert f"preempted at step {saved_step} (SIGUSR1), checkpoint saved" in output
+
+
+def _user_script(tmp_path: Path, text: str) -> subprocess.Popen[str]:
+    """`python -m runtime.userscript mine.py` as the launch scripts start it, for one rank."""
+    (tmp_path / "mine.py").write_text(text)
+    env = {**node_env(tmp_path / "run"), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runtime.userscript", "mine.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
+def test_a_users_script_that_never_asks_still_dies_of_the_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    script = _user_script(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(120)\n")
+    try:
+        assert script.stdout is not None and script.stdout.readline() == "up\n"
+        script.send_signal(sig)
+        script.wait(timeout=30)
+    finally:
+        script.kill()
+        script.communicate()
+    assert script.returncode == -sig  # as before npu-wizard installed anything
+
+
+def test_a_users_own_handler_for_sigterm_is_kept(tmp_path: Path) -> None:
+    text = (
+        "import signal, sys, time\n"
+        "from runtime import report\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
+        "report.should_stop()\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    script = _user_script(tmp_path, text)
+    try:
+        assert script.stdout is not None and script.stdout.readline() == "up\n"
+        script.send_signal(signal.SIGTERM)
+        script.wait(timeout=30)
+    finally:
+        script.kill()
+        script.communicate()
+    assert script.returncode == 7  # the script's handler ran, not npu-wizard's

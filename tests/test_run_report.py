@@ -355,8 +355,9 @@ def test_an_interrupted_run_writes_a_report_that_says_so(interrupted_2x2_run: Ru
     assert run.code == 130, run.stdout
     assert f"report: {run.run_dir / 'report.html'}" in run.stdout
     page = (run.run_dir / "report.html").read_text()
-    assert '<span class="outcome interrupted">interrupted</span>' in page
-    assert "the job was stopped (Ctrl-C or a signal) before it finished" in page
+    # Ctrl-C had every rank save first (npu-wizard run sends them SIGTERM): the page says where
+    assert '<span class="outcome preempted">preempted</span>' in page
+    assert "<h2>Preempted</h2><p>preempted at step " in page
 
 
 def test_the_time_axis_spans_the_logged_steps_not_the_minutes_before_the_first(tmp_path: Path) -> None:

@@ -7,9 +7,13 @@ rank of a user's own script, which is cheap.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -195,10 +199,10 @@ def test_the_health_check_waits_while_npu_smi_shows_a_process_of_the_job(
     monkeypatch.setenv("PATH", f"{doubles}:{os.environ['PATH']}")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    assert node_health(run_dir, answers, 1, [424242, 7]) == [
+    assert node_health(run_dir, answers, [424242, 7], master_here=False) == [
         "npu-smi shows process(es) 424242 of this job on its devices"
     ]
-    assert node_health(run_dir, answers, 1, [555555]) == []
+    assert node_health(run_dir, answers, [555555], master_here=False) == []
     assert (doubles / "npu-smi.calls").read_text() == "info\ninfo\n"
 
 
@@ -214,10 +218,10 @@ def test_a_node_still_holding_the_master_port_is_not_healthy(tmp_path: Path) -> 
     with socket.socket() as holder:
         holder.bind((answers["network.master_addr"], answers["network.master_port"]))
         holder.listen()
-        assert node_health(run_dir, answers, 0, []) == [
+        assert node_health(run_dir, answers, [], master_here=True) == [
             f"the master port {answers['network.master_port']} is still taken"
         ]
-    assert node_health(run_dir, answers, 0, []) == []
+    assert node_health(run_dir, answers, [], master_here=True) == []
 
 
 def test_no_restart_is_asked_by_default_and_the_count_is_kept() -> None:
@@ -231,3 +235,154 @@ def test_no_restart_is_asked_by_default_and_the_count_is_kept() -> None:
     attempts.failed(lost, state, 3.0)
     attempts.started_again(5.0)
     assert attempts.refusal("failed", lost, state) == "not restarted: the 1 restart(s) of --restarts 1 are used up"
+
+
+def wizard_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """npu-wizard as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.xdist_group("killed-once-run")
+def test_the_report_and_the_monitor_list_each_attempt_of_the_run(killed_once_run: RunEnded) -> None:
+    run = killed_once_run
+    summary = summary_of(run.run_dir)
+    drawn = wizard_command("report", str(run.run_dir))
+    assert drawn.returncode == 0, drawn.stderr
+    page = (run.run_dir / "report.html").read_text()
+    assert "<h2>Attempts</h2><p>1 restart(s) of the whole job (npu-wizard run --restarts).</p>" in page
+    first = summary["attempts"][0]
+    row = f"<td>1</td><td>failed</td><td>{html.escape(first['cause'])}</td><td>{first['failed_at_step']}</td>"
+    assert row + f"<td>{first['resumed_from_step']}</td><td>{first['steps_lost']}</td>" in page
+    watched = wizard_command("monitor", str(run.run_dir), "--plain")
+    assert "attempts: 2 (1 restart(s) of the whole job)" in watched.stdout, watched.stdout + watched.stderr
+
+
+def test_a_hostile_attempts_list_in_summary_json_is_read_as_no_figures() -> None:
+    from wizard.monitor.summary_file import checked
+
+    said = checked({"attempts": [{"attempt": "one", "cause": ["x"], "steps_lost": -3}, 7, None], "job_restarts": "2"})
+    assert said["job_restarts"] == 0
+    assert said["attempts"] == [
+        {
+            "attempt": None,
+            "failed_at_step": None,
+            "resumed_from_step": None,
+            "steps_lost": None,
+            "outcome": None,
+            "cause": None,
+            "kind": None,
+            "refused": None,
+            "failure_to_first_step_s": None,
+        }
+    ]
+
+
+def test_the_live_view_words_say_which_attempt_runs_or_when_the_restart_comes() -> None:
+    state = JobState(1, nodes=1)
+    lost = Failure(0, 0, 10.0, "vanished", "its process 11 vanished")
+    attempts = Attempts(2, clock=lambda: 0.0, backoff=2.0)
+    assert attempts.words(1.0) == ""
+    attempts.failed(lost, state, 10.0)
+    assert attempts.words(10.5) == "attempt 1 failed: restarting in 2s (0/2 used)"
+    assert attempts.words(13.0) == "attempt 1 failed: restarting once the failed node is healthy (0/2 used)"
+    attempts.started_again(14.0)
+    assert attempts.words(15.0) == "attempt 2 (1/2 restart(s) used)"
+
+
+def test_the_answers_run_restarts_is_the_default_and_the_option_overrides_it(tmp_path: Path) -> None:
+    project = render_own_one_rank(tmp_path, "answered", "own.py", OWN_FAILING_AFTER_A_STEP)
+    answers = project / "answers.yaml"
+    answers.write_text(answers.read_text().replace("run:\n  restarts: 0\n", "run:\n  restarts: 1\n"))
+    by_answer = npu_wizard_run_plain(project)
+    assert by_answer.returncode == 3, by_answer.stdout + by_answer.stderr
+    by_option = npu_wizard_run_plain(project, "--restarts", "0")
+    assert by_option.returncode == 3, by_option.stdout + by_option.stderr
+    first, second = (summary_of(run_dir)["attempts"] for run_dir in run_dirs(project))
+    assert len(first) == 2 and first[-1]["refused"] == "not restarted: the 1 restart(s) of --restarts 1 are used up"
+    assert len(second) == 1 and second[0]["refused"] is None
+
+
+def test_a_stopped_rank_is_a_hang_that_restarts_the_job_which_then_finishes(tmp_path: Path) -> None:
+    # two nodes of one rank each (shell launcher): the smallest job a hang stops
+    project = render_cpu(tmp_path, "shell", nodes=2, devices_per_node=1, samples=4096, epochs=1)
+    runner = start_runner(project, "--interval", "2", "--restarts", "1", "--hang-after", "6")
+    try:
+        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
+
+        def rank_1_once_saved() -> int | None:
+            found = events_of(run_dir)
+            saved = kinds(found.get(1, []), "checkpoint") and kinds(found.get(1, []), "started")
+            return kinds(found[1], "started")[-1]["pid"] if saved else None
+
+        os.kill(wait_for(rank_1_once_saved, START_S, "node 1's first checkpoint"), signal.SIGSTOP)
+        output, _ = runner.communicate(timeout=2 * START_S)
+        left = leftover_processes(project)
+    finally:
+        clean_up(project, runner)
+    assert runner.returncode == 0, output
+    assert left == []
+    summary = summary_of(run_dir)
+    assert summary["outcome"] == "finished" and summary["job_restarts"] == 1
+    first = summary["attempts"][0]
+    assert first["outcome"] == "hung" and first["kind"] == "hung"
+    assert first["resumed_from_step"] == kinds(events_of(run_dir)[1], "started")[1]["resumed_step"] > 0
+    assert summary["steps"] == 4096 // 16 // 2
+
+
+@dataclass
+class RestartedJob:
+    """A job source with no processes behind it, in its second attempt (stands in for wizard.run.job.Job)."""
+
+    state: JobState
+    run_dir: Path
+    attempt_words: str = "attempt 2 (1/2 restart(s) used)"
+    started_at: float = 0.0
+    outcome: str | None = None
+    summary: dict | None = None
+
+    def clock(self) -> float:
+        """A fixed time."""
+        return 10.0
+
+    def tick(self) -> str | None:
+        """Nothing new happens."""
+        return self.outcome
+
+    def stop(self, outcome: str = "interrupted", signum: int = 2) -> str:
+        """End the job."""
+        self.outcome = outcome
+        return outcome
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_live_views_job_line_says_which_attempt_runs(tmp_path: Path, anyio_backend: str) -> None:
+    from textual.widgets import Static
+
+    from wizard.monitor.app import MonitorApp
+
+    app = MonitorApp(
+        RestartedJob(JobState(1, nodes=1, clock=lambda: 10.0), tmp_path), title="job", owns_job=True, tick_s=0
+    )
+    async with app.run_test(size=(140, 30)):
+        line = str(app.query_one("#job", Static).render())
+        assert "|  attempt 2 (1/2 restart(s) used)" in line
+
+
+def test_a_preflight_failure_is_never_retried(tmp_path: Path) -> None:
+    import socket
+
+    project = render_own_one_rank(tmp_path, "preflight", "own.py", "print('never run')\n")
+    from wizard.run.launch import load_project
+
+    answers = load_project(project)
+    with socket.socket() as holder:  # the master port taken: node 0's preflight stops before any rank starts
+        holder.bind((answers["network.master_addr"], answers["network.master_port"]))
+        holder.listen()
+        done = npu_wizard_run_plain(project, "--restarts", "2")
+    assert done.returncode == 3, done.stdout + done.stderr
+    (run_dir,) = run_dirs(project)
+    assert "preflight failed: nothing started" in (run_dir / "logs" / "node-0.log").read_text()
+    (attempt,) = summary_of(run_dir)["attempts"]
+    assert attempt["refused"].startswith("not restarted: the launch failed before any rank started")
+    assert done.stdout.count("not restarted:") == 1

@@ -18,8 +18,8 @@ def test_restarts_default_to_0_and_are_recorded_in_their_own_section() -> None:
     assert yaml.safe_load(dump(given))["run"] == {"restarts": 3}
 
 
-@pytest.mark.parametrize(("value", "message"), [(-1, "must be at least 0"), (101, "must be at most 100")])
-def test_restarts_outside_0_to_100_are_refused(value: int, message: str) -> None:
+@pytest.mark.parametrize(("value", "message"), [(-1, "must be at least 0"), (1001, "must be at most 1000")])
+def test_restarts_outside_0_to_1000_are_refused(value: int, message: str) -> None:
     with pytest.raises(AnswersError) as refused:
         load_text(f"project_name: demo\nrun:\n  restarts: {value}\n")
     assert [(p.field, p.message) for p in refused.value.problems] == [("run.restarts", message)]

@@ -100,12 +100,21 @@ def test_a_stopped_rank_is_flagged_hung_and_abort_on_hang_ends_the_job(tmp_path:
 
 
 @pytest.mark.xdist_group("interrupted-2x2-run")
-def test_sigint_to_the_runner_stops_every_process_and_exits_130(interrupted_2x2_run: RunEnded) -> None:
+def test_sigint_to_the_runner_has_every_rank_save_then_stops_every_process_and_exits_130(
+    interrupted_2x2_run: RunEnded,
+) -> None:
     run = interrupted_2x2_run  # tests/conftest.py: npu-wizard run of a long 2 x 2 job, Ctrl-C once rank 0 trains
     assert run.alive_before  # the job ran when SIGINT came
     assert run.left == []  # and nothing of it was left when the runner returned
     assert run.code == 130, run.stdout
-    assert summary_of(run.run_dir)["outcome"] == "interrupted"
+    summary = summary_of(run.run_dir)
+    assert summary["outcome"] == "preempted"  # the ranks were sent SIGTERM first, and saved
+    step = summary["preempted"]["step"]
+    assert summary["preempted"]["signal"] == "SIGTERM"
+    assert "stopping: every rank was sent SIGTERM to save a checkpoint at its next logged step; what still runs " in (
+        run.stdout
+    )
+    assert f"interrupted: every rank saved a checkpoint at step {step} and exited" in run.stdout
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["TERM", "HUP"])
@@ -124,9 +133,11 @@ def test_sigterm_or_sighup_to_the_runner_stops_every_process_like_ctrl_c(
     finally:
         clean_up(project, runner)
     assert runner.returncode == code, output
-    assert f"stopped by {sig.name}: every process of the job was stopped" in output
-    assert summary_of(run_dir)["outcome"] == "interrupted"
-    assert "outcome: interrupted" in output
+    step = summary_of(run_dir)["preempted"]["step"]  # torchrun passed the TERM on; each rank saved, then exited
+    assert f"stopped by {sig.name}: every rank saved a checkpoint at step {step} and exited" in output
+    assert summary_of(run_dir)["outcome"] == "preempted"
+    assert "outcome: preempted" in output
+    assert f"preempted at step {step} (SIGTERM), checkpoint saved" in output
 
 
 def test_node_0_sees_a_stopped_rank_of_node_1_through_the_status_stream(tmp_path: Path) -> None:

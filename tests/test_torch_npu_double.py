@@ -106,4 +106,6 @@ def test_the_release_table_agrees_with_the_wizards_facts() -> None:
         assert release.cann == hardware.cann_for(version), version
         assert release.has_torch_npu_run == hardware.has_torch_npu_run(version), version
         assert release.tiered_store_flag == hardware.has_tiered_store_flag(version), version
+        assert release.torchair_reduce_overhead == hardware.has_torchair_reduce_overhead(version), version
+        assert release.profiler_async_parse == hardware.has_profiler_async_parse(version), version
         assert hardware.base_version(version) == release.torch, version

@@ -177,6 +177,23 @@ def build_run_parser() -> argparse.ArgumentParser:
         "those yourself",
     )
     parser.add_argument(
+        "--profile",
+        type=_profile_window,
+        metavar="A:B",
+        help="record the steps after step A up to step B (20:30: steps 21 to 30) with the device's profiler "
+        "(torch_npu.profiler on an NPU, torch.profiler elsewhere) on the ranks of --profile-ranks; the traces go "
+        "into RUN/profile, and npu-wizard report RUN sums them up. A script of your own is profiled through its "
+        "report.step calls",
+    )
+    parser.add_argument(
+        "--profile-ranks",
+        type=_profile_ranks,
+        metavar="RANKS",
+        help="all (the default), rank numbers (0,3), or straggler: when the monitor flags a straggler, that rank "
+        "and a median rank record the next B - A steps (10 without --profile), once per run (straggler:N: up to "
+        "N times)",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print exactly what would be submitted or executed (commands, batch script); start nothing",
@@ -207,6 +224,28 @@ def _whole_number(least: int, what: str = "a whole number") -> Callable[[str], i
 
 _at_least_one = _whole_number(1)
 _message_size = _whole_number(4096, "a whole number of bytes")  # 4 KiB: the smallest the check measures
+
+
+def _profile_window(value: str) -> str:
+    """An argparse type: a profile window A:B (runtime/profile_window.py)."""
+    from runtime.profile_window import parse_window
+
+    try:
+        parse_window(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
+def _profile_ranks(value: str) -> str:
+    """An argparse type: all, rank numbers (0,3), or straggler[:N]."""
+    from runtime.profile_window import parse_ranks
+
+    try:
+        parse_ranks(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
 
 
 def _seconds(value: str) -> float:
@@ -387,6 +426,8 @@ def _run(args: argparse.Namespace) -> int:
         status_port=args.status_port,
         **({} if args.save_grace is None else {"save_grace": float(args.save_grace)}),
         train_args=train_args,
+        profile=args.profile,
+        profile_ranks=args.profile_ranks,
     )
     run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), report=args.report)
     return EXIT_OK
@@ -396,6 +437,11 @@ def _train_args(args: argparse.Namespace) -> tuple[str, ...]:
     """What `run` passes on to train.py: the smoke test (and network check), or the epochs."""
     if args.bandwidth_max_bytes is not None and not args.bandwidth:
         build_run_parser().error("--bandwidth-max-bytes only goes with --bandwidth")
+    if (args.profile or args.profile_ranks) and (args.smoke or args.bandwidth):
+        build_run_parser().error("--profile and --profile-ranks go with training, not with --smoke or --bandwidth")
+    straggler = (args.profile_ranks or "").startswith("straggler")
+    if args.profile_ranks and not straggler and not args.profile:
+        build_run_parser().error(f"--profile-ranks {args.profile_ranks} needs --profile A:B (the steps to record)")
     if args.bandwidth:
         largest = ("--bandwidth-max-bytes", str(args.bandwidth_max_bytes)) if args.bandwidth_max_bytes else ()
         return ("--smoke", "--bandwidth", *largest)

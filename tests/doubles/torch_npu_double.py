@@ -23,7 +23,11 @@ gives its workers (its parallel store itself is not modelled).
 (`tests/doubles/torch_npu_package.py`): `__version__`, `npu.is_available`,
 `npu.device_count` (`TORCH_NPU_DOUBLE_DEVICES`, default 8), `npu.set_device`,
 `npu.set_compile_mode`, `npu.synchronize`, `npu.Event` (timing from the host clock) and
-`npu.amp.GradScaler`, each recording its call.
+`npu.amp.GradScaler`, each recording its call, and `profiler` (`profile`,
+`schedule`, `tensorboard_trace_handler`, `_ExperimentalConfig` with the
+arguments every offered release takes; `async_mode` only where the release
+has it), recording each call under profiler.jsonl; `import torchair` gets the
+double of TorchAir, torch_npu's graph backend (`tests/doubles/torchair_package.py`).
 In-process tests can `load_package(version)` instead.
 
 Where torch is importable, importing the double registers an "hccl" process
@@ -49,6 +53,7 @@ from types import ModuleType
 from typing import Any
 
 PACKAGE_SOURCE = Path(__file__).with_name("torch_npu_package.py")
+TORCHAIR_SOURCE = Path(__file__).with_name("torchair_package.py")
 RECORD_ENV = "TORCH_NPU_DOUBLE_RECORD"
 RUN_ENV = "TORCH_NPU_DOUBLE_RUN"
 
@@ -64,22 +69,26 @@ class Release:
     has_torch_npu_run: bool  # the console script (2.1.0.post8 / 2.3.1.post2 / 2.4.0 on)
     tiered_store_flag: bool  # torch_npu_run --enable_tiered_parallel_tcpstore (the 7.0.0 branches on)
     parallel_store_env: bool  # workers get TORCH_NPU_USE_PARALLEL_TCPSTORE=True (the 7.1.0 branches on)
+    torchair_reduce_overhead: bool  # TorchAir's CompilerConfig has mode, reduce-overhead too (the 7.0.0 branches on)
+    # torch_npu.profiler.tensorboard_trace_handler(async_mode=...): parses in a child process (the 7.0.0 branches on)
+    profiler_async_parse: bool
     # ProcessGroupHCCL's flight recorder dump: "" none (6.0.0 branches, and 2.3.1 / 2.4.0 / 2.5.1 of 7.0.0),
     # "pickle" only _dump_hccl_trace (v2.1.0-7.0.0), "json" also _dump_hccl_trace_json (7.1.0 branches on)
     hccl_recorder: str = ""
 
 
 # Checked per branch in Ascend/pytorch: torch_npu/distributed/run.py (flags) and
-# torch_npu/distributed/rendezvous.py (the environment the agent sets).
+# torch_npu/distributed/rendezvous.py (the environment the agent sets); the pinned
+# third_party/torchair's python/torchair/configs/compiler_config.py (TorchAir's modes).
 RELEASES: dict[str, Release] = {
     release.version: release
     for release in (
-        Release("2.1.0.post10", "2.1.0", "8.0.0", "v2.1.0-6.0.0", True, False, False),
-        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False, "pickle"),
-        Release("2.4.0.post2", "2.4.0", "8.0.0", "v2.4.0-6.0.0", True, False, False),
-        Release("2.5.1", "2.5.1", "8.1.RC1", "v2.5.1-7.0.0", True, True, False),
-        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True, "json"),
-        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True, "json"),
+        Release("2.1.0.post10", "2.1.0", "8.0.0", "v2.1.0-6.0.0", True, False, False, False, False),
+        Release("2.1.0.post12", "2.1.0", "8.1.RC1", "v2.1.0-7.0.0", True, True, False, True, True, "pickle"),
+        Release("2.4.0.post2", "2.4.0", "8.0.0", "v2.4.0-6.0.0", True, False, False, False, False),
+        Release("2.5.1", "2.5.1", "8.1.RC1", "v2.5.1-7.0.0", True, True, False, True, True),
+        Release("2.6.0", "2.6.0", "8.2.RC1", "v2.6.0-7.1.0", True, True, True, True, True, "json"),
+        Release("2.9.0.post6", "2.9.0", "9.1.0", "v2.9.0-26.1.0", True, True, True, True, True, "json"),
     )
 }
 
@@ -131,9 +140,17 @@ class TorchNpuDouble:
         """set_device / set_compile_mode calls on torch_npu.npu, in order."""
         return _read_jsonl(self.record_dir / "npu.jsonl")
 
+    def profiler_calls(self) -> list[dict[str, Any]]:
+        """torch_npu.profiler calls (profile, schedule, tensorboard_trace_handler, start, step, stop), in order."""
+        return _read_jsonl(self.record_dir / "profiler.jsonl")
+
     def hccl_trace_calls(self) -> list[dict[str, Any]]:
         """Each call of the HCCL flight recorder's dump (_dump_hccl_trace_json / _dump_hccl_trace), in order."""
         return _read_jsonl(self.record_dir / "hccl_trace.jsonl")
+
+    def torchair_calls(self) -> list[dict[str, Any]]:
+        """TorchAir's get_npu_backend calls and each graph its backend compiled, in order."""
+        return _read_jsonl(self.record_dir / "torchair.jsonl")
 
     def event_calls(self) -> list[dict[str, Any]]:
         """torch_npu.npu.Event calls (made, record, elapsed_time, synchronize, query), in order."""
@@ -150,6 +167,11 @@ def install_torch_npu_double(root: Path, version: str, python: str = sys.executa
     double.bin_dir.mkdir(exist_ok=True)
     shutil.copyfile(PACKAGE_SOURCE, package / "__init__.py")
     (package / "release.json").write_text(json.dumps(release.__dict__))
+    # every release here ships TorchAir inside torch_npu; `import torchair` finds the double's
+    torchair = double.site_dir / "torchair"
+    torchair.mkdir(exist_ok=True)
+    shutil.copyfile(TORCHAIR_SOURCE, torchair / "__init__.py")
+    (torchair / "release.json").write_text(json.dumps(release.__dict__))
     if release.has_torch_npu_run:
         script = double.bin_dir / "torch_npu_run"
         script.write_text(

@@ -209,6 +209,98 @@ npu = SimpleNamespace(
 )
 
 
+class _Profile:
+    """torch_npu.profiler.profile: records its calls; hands itself to on_trace_ready at its schedule's end."""
+
+    def __init__(
+        self,
+        *,
+        activities: Any = None,
+        schedule: Any = None,
+        on_trace_ready: Any = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        with_modules: bool = False,
+        experimental_config: Any = None,
+    ) -> None:
+        self.schedule, self.on_trace_ready, self.steps = schedule, on_trace_ready, 0
+        config = getattr(experimental_config, "arguments", None)
+        _record("profiler", {"call": "profile", "activities": list(activities or []), "experimental_config": config})
+
+    def start(self) -> None:
+        _record("profiler", {"call": "start"})
+
+    def step(self) -> None:
+        self.steps += 1
+        _record("profiler", {"call": "step", "n": self.steps})
+        plan = self.schedule.arguments if self.schedule is not None else {}
+        if self.steps == plan.get("wait", 0) + plan.get("warmup", 0) + plan.get("active", 0):
+            self.on_trace_ready(self)
+
+    def stop(self) -> None:
+        _record("profiler", {"call": "stop"})
+
+
+class _Arguments:
+    """A call's keyword arguments, kept (schedule, _ExperimentalConfig)."""
+
+    def __init__(self, name: str, **arguments: Any) -> None:
+        self.arguments = arguments
+        _record("profiler", {"call": name, **arguments})
+
+
+def _schedule(wait: int, active: int, warmup: int = 0, repeat: int = 0, skip_first: int = 0) -> _Arguments:
+    return _Arguments("schedule", wait=wait, active=active, warmup=warmup, repeat=repeat, skip_first=skip_first)
+
+
+def _experimental_config(
+    profiler_level: str = "Level0",
+    aic_metrics: str = "ACL_AICORE_NONE",
+    l2_cache: bool = False,
+    msprof_tx: bool = False,
+    data_simplification: bool = True,
+    record_op_args: bool = False,
+    op_attr: bool = False,
+    gc_detect_threshold: float | None = None,
+    export_type: str = "text",
+) -> _Arguments:
+    # the arguments of the oldest offered release (v2.1.0-6.0.0); later ones add more
+    return _Arguments(
+        "_ExperimentalConfig",
+        profiler_level=profiler_level,
+        aic_metrics=aic_metrics,
+        export_type=export_type,
+        data_simplification=data_simplification,
+    )
+
+
+def _trace_handler(
+    dir_name: str | None = None, worker_name: str | None = None, analyse_flag: bool = True, **more: Any
+) -> Any:
+    if more and (set(more) != {"async_mode"} or not RELEASE["profiler_async_parse"]):
+        raise TypeError(f"tensorboard_trace_handler() got an unexpected keyword argument {sorted(more)[0]!r}")
+    _record("profiler", {"call": "tensorboard_trace_handler", "dir_name": dir_name, "worker_name": worker_name, **more})
+
+    def handler(profile: _Profile) -> None:
+        _record("profiler", {"call": "analyse", **more})
+
+    return handler
+
+
+profiler = SimpleNamespace(
+    profile=_Profile,
+    schedule=_schedule,
+    tensorboard_trace_handler=_trace_handler,
+    _ExperimentalConfig=_experimental_config,
+    ProfilerActivity=SimpleNamespace(CPU="CPU", NPU="NPU"),
+    ProfilerLevel=SimpleNamespace(Level0="Level0", Level1="Level1", Level2="Level2"),
+    AiCMetrics=SimpleNamespace(PipeUtilization="ACL_AICORE_PIPE_UTILIZATION"),
+    ExportType=SimpleNamespace(Text="text", Db="db"),
+)
+
+
 HCCL_BUFFER = "TORCH_HCCL_TRACE_BUFFER_SIZE"
 
 

@@ -2,14 +2,18 @@
 
 Each rank runs STEPS all_reduces, then does what its role (argv) says: `reduce` (all_reduce 1000 floats),
 `reduce_big` (2000 floats, once the ranks named in AFTER have written their records), `barrier`, `late`
-(waits in load_batch, never entering the next collective) or `load` (every such rank waits in load_batch).
+(waits in load_batch, never entering the next collective), `load` (every such rank waits in load_batch) or
+`gil` (stuck in load_batch holding the GIL, so it cannot answer: faulthandler dumps its stack on SIGUSR2).
 A thread of the runtime answers as it would at a hang: once the main thread is where its role puts it
 (read from the flight recorder and the stack, polled: no fixed sleep), it writes runtime.stacks.snapshot()
 to OUT/rank-N.json and leaves the rank where it is; the test kills the job.
 """
 
+import faulthandler
 import json
 import os
+import re
+import signal
 import sys
 import threading
 import time
@@ -28,6 +32,8 @@ def load_batch(step: int, role: str) -> torch.Tensor:
     """The batch of `step`; a `late` or `load` rank waits here for ever."""
     if role in ("late", "load"):
         NEVER.wait()  # hang: the data-loading line
+    if role == "gil":
+        re.match(r"(a+)+$", "a" * 64 + "b")  # hang: a regular expression that backtracks for ever, holding the GIL
     return torch.ones(1000)
 
 
@@ -45,6 +51,8 @@ def collective(role: str, batch: torch.Tensor, out: Path, after: list[int]) -> N
 
 def where_it_waits(record: dict, role: str) -> bool:
     """Whether the record shows the main thread where the role leaves it."""
+    if role == "gil":
+        return False  # it never answers: its main thread holds the GIL
     frames = record["threads"][0]["frames"] if record["threads"] else []
     if role in ("late", "load"):
         return bool(frames) and any(frame["function"] == "load_batch" for frame in frames)
@@ -75,6 +83,9 @@ def answer(rank: int, role: str, out: Path) -> None:
 def main() -> None:
     rank, world, role, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     after = [int(r) for r in os.environ.get("AFTER", "").split(",") if r]
+    if role == "gil":
+        dump = (out / f"rank-{rank}.faulthandler").open("w")
+        faulthandler.register(signal.SIGUSR2, file=dump, all_threads=True)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     threading.Thread(target=answer, args=(rank, role, out), daemon=True).start()
     for _ in range(STEPS):

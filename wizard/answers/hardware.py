@@ -187,6 +187,24 @@ def has_tiered_store_flag(torch_npu_version: str) -> bool:
     return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 3, 1): 6, (2, 4, 0): 4}, (2, 5, 1))
 
 
+def has_torchair_reduce_overhead(torch_npu_version: str) -> bool:
+    """Whether TorchAir in torch_npu has the reduce-overhead (aclgraph) mode: the 7.0.0 branches on.
+
+    2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1 and later (CANN 8.1.RC1); the 6.0.0 branches'
+    TorchAir has only its Ascend IR graph mode (Ascend/torchair `configs/compiler_config.py` per pin).
+    """
+    return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 3, 1): 6, (2, 4, 0): 4}, (2, 5, 1))
+
+
+def has_profiler_async_parse(torch_npu_version: str) -> bool:
+    """Whether torch_npu.profiler.tensorboard_trace_handler takes async_mode (parsing in a child process).
+
+    The 7.0.0 branches on: 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1 (CANN 8.1.RC1); checked in
+    Ascend/pytorch's torch_npu/profiler/profiler.py on v2.1.0-6.0.0 (without) and v2.1.0-7.0.0 (with).
+    """
+    return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 3, 1): 6, (2, 4, 0): 4}, (2, 5, 1))
+
+
 def cann_for(torch_npu_version: str) -> str | None:
     """The CANN release a known torch_npu release pairs with, if known."""
     return TORCH_NPU_CANN.get(torch_npu_version)

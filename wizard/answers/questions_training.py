@@ -206,11 +206,34 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         kind="int",
         default=0,
         minimum=0,
-        maximum=100,
+        maximum=1000,
         step="training",
-        help="How often `npu-wizard run` starts the whole job again after a failure a restart can fix, from the "
-        "newest checkpoint every rank can load (the default of run --restarts; 0: never). Under Kubernetes it is "
-        "the operator's own retries (backoffLimit; MindCluster's fault-retry-times for an AscendJob). Not "
-        "torchrun's --max-restarts, which restarts the workers of the nodes still there.",
+        help="The default of npu-wizard run --restarts: after a failure a restart can fix (a rank's error after "
+        "the first step, a vanished rank, a lost node, a hang), npu-wizard run stops every node and starts the "
+        "whole job again from the newest checkpoint every rank can load, up to N times (0: a failure ends the job). "
+        "Under Kubernetes the operator restarts instead: runPolicy.backoffLimit (an AscendJob's fault-retry-times "
+        "too).",
+    ),
+    Question(
+        name="training.compile",
+        prompt="Compiled step",
+        kind="choice",
+        default="off",
+        choices=(
+            Choice("off", "Off", "Eager: every operator is launched from Python, as written."),
+            Choice("default", "Default", "torch.compile fuses the forward and loss; NPU: TorchAir's graph mode."),
+            Choice(
+                "reduce-overhead",
+                "Reduce overhead",
+                "Also replays the step as a device graph (CUDA graphs; NPU: TorchAir's aclgraph).",
+            ),
+        ),
+        when=_generated,
+        step="training",
+        help="Whether train.py compiles its forward and loss. On the CPU and CUDA with torch.compile (the CPU "
+        "needs a C++ compiler); on an NPU with torch_npu's graph backend TorchAir (Atlas A2 and A3 only; "
+        "reduce-overhead from torch_npu 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1, CANN 8.1.RC1, and "
+        "it captures the forward only). The first step compiles (tens of seconds); a model that cannot "
+        "compile trains eagerly, said in one line. Checkpoints load either way.",
     ),
 )

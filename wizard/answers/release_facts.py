@@ -25,7 +25,9 @@ FEATURES: dict[str, Callable[[str], bool]] = {
     "cpu_affinity_force": hardware.has_cpu_affinity_force,
     "tiered_store_flag": hardware.has_tiered_store_flag,
     "parallel_store_env": hardware.has_parallel_store_env,
+    "profiler_async_parse": hardware.has_profiler_async_parse,
     "hccl_flight_recorder": hardware.has_hccl_flight_recorder,
+    "torchair_reduce_overhead": hardware.has_torchair_reduce_overhead,
 }
 
 

@@ -233,6 +233,29 @@ def tensorboard_script(v: Values) -> Iterator[Problem]:
         )
 
 
+def compile_fits_release(v: Values) -> Iterator[Problem]:
+    """On an NPU the compiled step is TorchAir's: Atlas A2/A3 only, reduce-overhead from the 7.0.0 branches."""
+    mode = v.get("training.compile", "off")
+    if mode == "off" or v["device"] == "cpu":
+        return
+    npu = v["environment.torch_npu_version"]
+    if v["hardware"] == "atlas-training":
+        yield _error(
+            "training.compile",
+            mode,
+            "torch_npu's graph backend (TorchAir) supports the Atlas A2 and A3 series, not the Atlas training "
+            "series (Ascend 910): set training.compile to off",
+        )
+    elif mode == "reduce-overhead" and not hardware.has_torchair_reduce_overhead(npu):
+        yield _error(
+            "training.compile",
+            mode,
+            f"on an NPU, reduce-overhead is TorchAir's aclgraph mode, which torch_npu {npu} lacks (it came with "
+            "2.1.0.post12, 2.3.1.post6, 2.4.0.post4 and 2.5.1, CANN 8.1.RC1): choose default, or a newer "
+            "environment.torch_npu_version",
+        )
+
+
 def versions_pair(v: Values) -> Iterator[Problem]:
     """torch_npu X.Y.Z[.postN] needs torch X.Y.Z."""
     npu, torch = v["environment.torch_npu_version"], v["environment.torch_version"]
@@ -354,6 +377,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("launcher", "training.script"), script_launcher),
     (("training.tensorboard", "training.script"), tensorboard_script),
     (("environment.torch_npu_version", "environment.torch_version"), versions_pair),
+    (("training.compile", "device", "hardware", "environment.torch_npu_version"), compile_fits_release),
     (("nodes", "cluster.engine"), one_ssh_host_per_node),
     (
         ("cluster.engine", "network.master_port", "network.hccl_base_port", "network.hccl_port_count"),

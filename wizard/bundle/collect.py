@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import socket
@@ -16,8 +17,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime import stacks
+from wizard.bundle.nodes import add_other_nodes
 from wizard.bundle.redact import Redactor
-from wizard.bundle.safe import MEMBER_LIMIT, Read, entries, is_folder, read_bounded, refuse
+from wizard.bundle.safe import MEMBER_LIMIT, Read, entries, is_folder, kind_of, read_bounded, refuse
 from wizard.errors import TargetError
 
 RUN_FILES = ("run.json", "summary.json", "bandwidth.json", "report.html")
@@ -27,6 +30,7 @@ WHY_ABSENT = {
     "report.html": "not drawn yet (npu-wizard report RUN, or run --report)",
 }
 FOLDERS = ("events", "logs", "hang")
+HCCL_FOLDER = "hccl"  # torch_npu's flight recorder dumps (launch/run-node.sh points TORCH_HCCL_DEBUG_INFO_* there)
 MAX_FILES = 8192  # files of one folder the bundle takes at most
 TOTAL_LIMIT = 256 * 1024 * 1024  # bytes of all members together: what is left over is named, not taken
 COMMAND_S = 20.0  # seconds one host tool may take
@@ -75,6 +79,7 @@ def collect(run_dir: Path, redactor: Redactor, env: dict[str, str]) -> Bundle:
             bundle.add(name, redactor.text(read.data.decode("utf-8", "replace")).encode(), _cut(read))
     for folder in FOLDERS:
         _add_folder(bundle, run_dir, folder, checked[folder], redactor)
+    _add_hccl_dumps(bundle, run_dir, redactor)
     started = _started_events(run_dir)
     _add_started(bundle, started, redactor)
     project = _project_of(run_dir)
@@ -83,6 +88,7 @@ def collect(run_dir: Path, redactor: Redactor, env: dict[str, str]) -> Bundle:
     here = [event for events in started.values() for event in events if event.get("host") == socket.gethostname()]
     _add_plogs(bundle, here, redactor, env)
     _add_host_tools(bundle, here, redactor, env)
+    add_other_nodes(bundle, run_dir, project, started, redactor, env)
     return bundle
 
 
@@ -139,6 +145,31 @@ def _add_folder(bundle: Bundle, run_dir: Path, folder: str, names: list[str], re
             f"{left_out} of its {len(names)} files left out (a bundle takes {MAX_FILES} files of a folder and "
             f"{TOTAL_LIMIT // 2**20} MiB in all)",
         )
+
+
+def _add_hccl_dumps(bundle: Bundle, run_dir: Path, redactor: Redactor) -> None:
+    """torch_npu's flight recorder dumps (hccl/rank-R, pickled: bundled as JSON) and Python stacks; not its FIFOs."""
+    folder = run_dir / HCCL_FOLDER
+    if not is_folder(folder):
+        return  # a CPU run, or a torch_npu without the recorder: the launch script made no such folder
+    for name, mode in entries(folder)[:MAX_FILES]:
+        member = f"{HCCL_FOLDER}/{name}"
+        if stat.S_ISFIFO(mode) and name.endswith(".pipe"):
+            bundle.lack(member, "torch_npu's pipe that asks a rank for a dump (a FIFO, nothing to bundle)")
+            continue
+        read = read_bounded(folder / name) if stat.S_ISREG(mode) else None
+        if read is None:
+            bundle.lack(member, f"{kind_of(mode) if not stat.S_ISREG(mode) else 'removed'}: left out")
+        elif name.endswith("_py_traceback") or read.cut:
+            bundle.add(member, redactor.text(read.data.decode("utf-8", "replace")).encode(), _cut(read))
+        else:
+            try:
+                dump = stacks.plain_unpickle(read.data)
+            except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
+                bundle.lack(member, f"not a dump torch_npu's recorder wrote ({error}): left out")
+                continue
+            text = json.dumps(dump, default=str).encode()
+            bundle.add(f"{member}.json", redactor.json_document(text), note="torch_npu's pickled dump, as JSON")
 
 
 def _started_events(run_dir: Path) -> dict[int, list[dict]]:

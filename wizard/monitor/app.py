@@ -176,6 +176,9 @@ class MonitorApp(App[str | None]):
         saved = state.last_checkpoint()
         if saved is not None:
             head += f"  |  checkpoint at step {saved[1]}"
+        attempt = getattr(self.source, "attempt_words", "")  # a job run with --restarts (wizard/run/attempts.py)
+        if attempt:
+            head += f"  |  {_shown(attempt)}"
         if self.source.outcome is not None:
             return f"{head}  |  {_shown(self.source.outcome.upper())} (q to quit)"
         return f"{head}  |  {state.throughput():,.0f} samples/s  |  {eta_text(state)}"

@@ -104,8 +104,9 @@ class RunFolder:
                 outcome=self.outcome,
                 run_dir=self.run_dir,
             )
-        elif self.runner_pid is None and (self.state.finished() or self.state.root_cause()):
-            self.outcome = "finished" if self.state.finished() else "failed"
+        elif self.runner_pid is None and (self.state.finished() or self.state.preempted() or self.state.root_cause()):
+            # launch scripts run by hand: the ranks' own last words say how the run ended
+            self.outcome = "finished" if self.state.finished() else "preempted" if self.state.preempted() else "failed"
             self.ended_at = _last_time(self.state) or self.clock()
             self.summary = summarize(
                 self.state,

@@ -135,6 +135,9 @@ def clean_record(rank: int, found: dict[str, Any]) -> RankRecord:
         state=_text(found.get("state")),
         faulthandler=_text(found.get("faulthandler"), 16 * 1024),
     )
+    if not record.answered and record.faulthandler:
+        record.main = faulthandler_frames(record.faulthandler)
+        return record
     threads = [t for t in _list(found.get("threads"), MAX_THREADS) if isinstance(t, dict)]
     main = next((t for t in threads if t.get("main") is True), threads[0] if threads else {})
     record.main = [f for f in map(_frame, _list(main.get("frames"), MAX_FRAMES)) if f is not None]
@@ -149,6 +152,30 @@ def clean_record(rank: int, found: dict[str, Any]) -> RankRecord:
         else:
             record.why = _text(collectives.get("why")) or "the rank recorded no collectives"
     return record
+
+
+FAULT_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+.*\(most recent call first\):$", re.M)
+FAULT_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (\S+)$', re.M)
+
+
+def faulthandler_frames(text: str) -> list[Frame]:
+    """The frames of the thread the signal interrupted (its main thread), outermost first, from faulthandler's dump.
+
+    faulthandler writes each thread's frames innermost first, the interrupted one headed `Current thread`;
+    of several dumps, the last is read.
+    """
+    heads = list(FAULT_THREAD.finditer(text))
+    current = [head for head in heads if head.group(1) == "Current thread"]
+    if not heads:
+        return []
+    head = (current or heads)[-1]
+    after = heads[heads.index(head) + 1].start() if head is not heads[-1] else len(text)
+    frames = [
+        Frame(file[:TEXT], int(line), function[:TEXT])
+        for file, line, function in FAULT_FRAME.findall(text[head.end() : after])
+        if len(line) < 10
+    ]
+    return frames[::-1][-MAX_FRAMES:]
 
 
 def _frame(value: object) -> Frame | None:

@@ -132,9 +132,13 @@ class _Rank:
 
 
 def judge(
-    records: Mapping[int, RankRecord | dict[str, Any]] | Iterable[RankRecord], time_at: float | None = None
+    records: Mapping[int, RankRecord | dict[str, Any]] | Iterable[RankRecord],
+    time_at: float | None = None,
+    asked: bool = False,
 ) -> HangVerdict:
     """The verdict on the ranks' records (`time_at`: when they were collected; else the newest record's).
+
+    `asked`: the stacks were asked for (`monitor --stacks`), not collected at a hang; the text says so.
 
     A record is a RankRecord (read_hang_folder), or a rank's record as JSON gives it, keyed by its rank.
     """
@@ -147,7 +151,8 @@ def judge(
     silent = [record for record in found if not record.answered]
     at = time_at if time_at is not None else max((r.time for r in found if r.time is not None), default=None)
     groups = _group(answered)
-    head = f"hang at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC" if at is not None else "hang"
+    head = "stacks asked" if asked else "hang"
+    head += f" at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC" if at is not None else ""
     said: list[Group] = []
     if groups:
         said.append(_main_group(groups[0], answered))
@@ -278,7 +283,10 @@ def _silent(record: RankRecord) -> Group:
     words = f"rank {record.rank} did not answer" + (f" ({detail})" if detail else "")
     if record.why:
         words += f": {record.why}"
-    return Group([record.rank], NO_ANSWER, words, state=record.state)
+    place = users_frame(record.main)  # from its faulthandler dump, where a signal reached it
+    if place is not None:
+        words += f"; its faulthandler dump has it at {place.at()} in {place.function}"
+    return Group([record.rank], NO_ANSWER, words, place=place, state=record.state)
 
 
 def _no_recorder(ranks: list[_Rank], recorder: str) -> str:
@@ -343,7 +351,7 @@ def hang_summary(run_dir: Path) -> dict[str, Any] | None:
     folder = read_hang_folder(run_dir)
     if folder is None:
         return None
-    verdict = judge(folder.records, folder.time)
+    verdict = judge(folder.records, folder.time, asked=folder.reason == "asked")
     return {
         **verdict.as_dict(),
         "reason": folder.reason,

@@ -67,6 +67,7 @@ class RankView:
     checkpoint: tuple[int, str, float] | None = None  # the newest this rank wrote: step, path, time
     printed_at: float | None = None  # when its log last grew (a user's script: runtime.userscript's heartbeats)
     exit_code: int | None = None  # as its finished or error event said (runtime.userscript)
+    compute_s: float | None = None  # its newest window's data_s + forward_s (a straggler's median rank by it)
     losses: LossHistory = field(default_factory=lambda: LossHistory(LOSS_HISTORY))
     rate_count: int = 0  # step events with a positive rate, and the sum of 1/rate: the overall rate, in O(1)
     inverse_rate_sum: float = 0.0

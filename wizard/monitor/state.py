@@ -57,6 +57,8 @@ class JobState:
         self.stopping_since: float | None = None
         self.notices = Notices()
         self.stragglers = StragglerDetector(self.node_of)  # fed the step events' data_s and forward_s
+        self.profiles: list[dict] = []  # the profile windows the ranks recorded (runtime/profile_window.py)
+        self.profile_asks: list[dict] = []  # the straggler windows the runner asked for: straggler, median, steps
 
     def view(self, rank: int) -> RankView:
         """The view of `rank`, made on first sight (a rank beyond the world size too)."""
@@ -119,7 +121,14 @@ class JobState:
                 view.rate_count += 1
                 view.inverse_rate_sum += 1 / view.samples_per_s
         view.step_times = [*view.step_times[-RATE_WINDOW:], (event["time"], view.step)]
+        times = [number(event.get(phase)) for phase in ("data_s", "forward_s")]
+        if any(time is not None for time in times):
+            view.compute_s = sum(time or 0.0 for time in times)
         self.stragglers.add(view.rank, event)
+
+    def _on_profile(self, view: RankView, event: dict, at: float) -> None:
+        fields = {key: event.get(key) for key in ("first", "last", "path", "reason", "outcome")}
+        self.profiles.append({"rank": view.rank, **fields})
 
     def _on_heartbeat(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)

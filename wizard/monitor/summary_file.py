@@ -26,6 +26,8 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
         "world_size": _whole(summary.get("world_size")),
         "steps": _whole(summary.get("steps")),
         "restarts": _whole(summary.get("restarts")) or 0,
+        "job_restarts": _whole(summary.get("job_restarts")) or 0,
+        "attempts": [_checked_attempt(a) for a in _list(summary.get("attempts")) if isinstance(a, dict)],
         "checkpoint": _checked_checkpoint(saved) if isinstance(saved, dict) else None,
         "failure": _checked_failure(failure) if isinstance(failure, dict) else None,
         "ranks": {
@@ -45,7 +47,25 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
         "never_reported": [rank for rank in _list(summary.get("never_reported")) if is_step(rank)],
         "inferred": summary.get("inferred") is True,
         "hang": _checked_hang(summary.get("hang")),
+        "profile": _checked_profile(summary.get("profile")),
     }
+
+
+def _checked_profile(profile: Any) -> dict[str, Any] | None:
+    """The profile windows recorded and asked for, each with whole step and rank numbers, else left out."""
+    if not isinstance(profile, dict):
+        return None
+    windows = [
+        {**{key: window[key] for key in ("rank", "first", "last")}, "path": _text(window.get("path"))}
+        for window in _list(profile.get("windows"))
+        if isinstance(window, dict) and all(is_step(window.get(key)) for key in ("rank", "first", "last"))
+    ]
+    asked = [
+        {**{key: ask[key] for key in ("straggler", "median", "steps")}, "at": _time(ask.get("at"))}
+        for ask in _list(profile.get("asked"))
+        if isinstance(ask, dict) and all(is_step(ask.get(key)) for key in ("straggler", "median", "steps"))
+    ]
+    return {"windows": windows, "asked": asked} if windows or asked else None
 
 
 def _checked_hang(hang: object) -> dict[str, Any] | None:
@@ -112,6 +132,16 @@ def _checked_failure(failure: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _checked_attempt(attempt: dict[str, Any]) -> dict[str, Any]:
+    """One attempt of a job run with --restarts (wizard/run/attempts.py)."""
+    wholes = ("attempt", "failed_at_step", "resumed_from_step", "steps_lost")
+    return {
+        **{key: _count(attempt.get(key)) for key in wholes},
+        **{key: _text(attempt.get(key)) for key in ("outcome", "cause", "kind", "refused")},
+        "failure_to_first_step_s": _time(attempt.get("failure_to_first_step_s")),
+    }
+
+
 def _checked_straggler(entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "rank": _whole(entry.get("rank")),
@@ -129,6 +159,10 @@ def _outcome(value: object) -> str:
 
 def _whole(value: object) -> int | None:
     return value if is_step(value) else None
+
+
+def _count(value: object) -> int | None:
+    return value if is_step(value) and value >= 0 else None  # type: ignore[operator]
 
 
 def _finite(value: object) -> float | None:

@@ -238,6 +238,9 @@ def summarize(
         "warnings": state.notices.as_dicts(),
         "stragglers": state.stragglers.as_dicts(ended_at - started_at),
         "stragglers_not_judged": stragglers_not_judged(state),
+        "profile": {"windows": state.profiles, "asked": state.profile_asks}
+        if state.profiles or state.profile_asks
+        else None,
     }
 
 
@@ -308,6 +311,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     elif stragglers:
         lines.append("stragglers (compute time: waiting for data + forward, against the other ranks' median):")
         lines += [f"  {describe(entry, until=summary.get('ended_at'))}" for entry in stragglers]
+    lines += profile_lines(summary)
     lines += attempt_lines(summary)
     lines += host_lines(summary)
     silent = summary.get("never_reported")
@@ -322,6 +326,26 @@ def format_summary(summary: dict[str, Any]) -> str:
         if failure.get("hint"):
             lines.append(f"hint: {failure['hint']}")
     return "\n".join(lines)
+
+
+def profile_lines(summary: dict[str, Any]) -> list[str]:
+    """Which ranks recorded a profile window, and where the traces are."""
+    profile = summary.get("profile") or {}
+    lines = [
+        f"profile: rank {ask['straggler']} (straggler) and rank {ask['median']} (median) were asked to record "
+        f"{ask['steps']} steps"
+        for ask in profile.get("asked") or []
+    ]
+    windows = profile.get("windows") or []
+    if windows:
+        ranks = ", ".join(str(rank) for rank in sorted({window["rank"] for window in windows}))
+        folder = Path(str(windows[0].get("path") or "profile/rank")).parent  # RUN/profile/rank-N, RUN/profile/ascend
+        spans = sorted({f"{window['first'] + 1}-{window['last']}" for window in windows})
+        lines.append(
+            f"profile: rank {ranks} recorded steps {', '.join(spans)}; traces in {folder} "
+            "(Perfetto, chrome://tracing, tensorboard --logdir; npu-wizard report RUN sums them up)"
+        )
+    return lines
 
 
 def failure_log_lines(summary: dict[str, Any]) -> list[str]:

@@ -45,6 +45,7 @@ class Attempt:
     started_at: float
     cause: str | None = None  # the failure's headline
     kind: str | None = None  # error, vanished, launcher, hung, ...
+    node: int | None = None  # the node of the rank (or launcher) that failed, when one did
     failed_at: float | None = None
     failed_at_step: int | None = None  # the newest step any rank had reached
     resumed_from_step: int | None = None  # of the attempt after this one
@@ -119,6 +120,7 @@ class Attempts:
             return
         attempt.cause = failure.headline() if failure is not None else attempt.cause
         attempt.kind = failure.kind if failure is not None else attempt.kind
+        attempt.node = failure.node if failure is not None else attempt.node
         attempt.failed_at = failure.time if failure is not None and failure.time else now
         attempt.failed_at_step = state.newest_step()
 
@@ -158,6 +160,15 @@ class Attempts:
         # a user's own script does not say where it resumed: its first reported step after the restart tells
         before.resumed_from_step = max(said) if said else max(0, min(view.step for view in stepped) - 1)
 
+    def words(self, now: float) -> str:
+        """For the live view: the restart under way, or which attempt runs; empty for a job started once."""
+        if self.restart_at is not None:
+            wait = f"in {self.restart_at - now:.0f}s" if now < self.restart_at else "once the failed node is healthy"
+            return f"attempt {self.current.number} failed: restarting {wait} ({self.restarts}/{self.allowed} used)"
+        if not self.restarts:
+            return ""
+        return f"attempt {self.current.number} ({self.restarts}/{self.allowed} restart(s) used)"
+
     def records(self) -> list[dict]:
         """Every attempt, as summary.json lists them."""
         return [attempt.record() for attempt in self.attempts]
@@ -185,13 +196,13 @@ def _cannot_fix(outcome: str, failure: Failure | None, state: JobState) -> str |
     return None
 
 
-def node_health(run_dir: Path, answers: Answers, node: int, pids: Iterable[int]) -> list[str]:
-    """What still keeps `node` (run on this host) from starting again: processes, ports, NPU devices."""
+def node_health(run_dir: Path, answers: Answers, pids: Iterable[int], *, master_here: bool) -> list[str]:
+    """What still keeps this host's nodes from starting again: the job's processes, the master port, NPU devices."""
     problems = []
     left = procs.job_processes(run_dir)
     if left:
         problems.append(f"{len(left)} process(es) of the job still alive ({', '.join(map(str, left[:8]))})")
-    if node == 0:
+    if master_here:
         port = answers["network.master_port"]
         if not _bindable(answers["network.master_addr"], port):
             problems.append(f"the master port {port} is still taken")

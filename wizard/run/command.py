@@ -35,6 +35,7 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
     project = Path(folder)
     refuse_unresolved(project, f"run npu-wizard run {folder} again")
     refuse_epochs_for_own_script(project, options.train_args)
+    refuse_profile_ranks(project, options.profile_ranks)
     if dry_run:
         print(show_dry_run(project, options), end="")
         return
@@ -111,6 +112,22 @@ def refuse_epochs_for_own_script(project: Path, train_args: Sequence[str]) -> No
             "cannot tell how many epochs to train (only the generated train.py takes --epochs); nothing was started. "
             f"Give your script its own option in training.script_args in {project / 'answers.yaml'}, "
             f"run npu-wizard update {project}, then run without --epochs"
+        )
+
+
+def refuse_profile_ranks(project: Path, ranks: str | None) -> None:
+    """Refuse --profile-ranks naming a rank the project does not have."""
+    from runtime.profile_window import parse_ranks
+
+    chosen = parse_ranks(ranks)[0] if ranks else None
+    if not chosen:
+        return
+    world_size = load_project(project.resolve()).world_size
+    missing = sorted(rank for rank in chosen if rank >= world_size)
+    if missing:
+        raise TargetError(
+            f"--profile-ranks {ranks}: {project} has {world_size} rank(s), 0 to {world_size - 1}, so rank "
+            f"{', '.join(map(str, missing))} cannot be profiled; nothing was started"
         )
 
 

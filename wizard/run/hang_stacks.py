@@ -182,17 +182,17 @@ def unanswered_record(rank: int, host: str | None, pid: int | None, probe: Unans
 
 
 def write_collected(
-    folder: Path, reason: str, records: dict[int, dict[str, Any]], wait_s: float, asked_id: str | None = None
+    folder: Path, reason: str, records: dict[int, dict[str, Any]], asked_at: float, asked_id: str | None = None
 ) -> None:
     """hang/collected.json: when, why (and for which ask), and which ranks answered."""
     write_json(
         folder / COLLECTED,
         {
             "time": time.time(),
+            "asked_at": asked_at,
             "reason": reason,
             "asked_id": asked_id,
             "ask": ASK,
-            "waited_s": wait_s,
             "ranks": sorted(records),
             "answered": sorted(rank for rank, record in records.items() if record.get("answered")),
             "not_answered": sorted(rank for rank, record in records.items() if not record.get("answered")),
@@ -215,6 +215,7 @@ def collect(
 ) -> dict[int, dict[str, Any]]:
     """Ask every rank of `ranks` where it is, probe those that do not answer, write RUN/hang/; return the records."""
     ranks = sorted(ranks)
+    asked_at = time.time()
     ask_id = intake.ask(ASK)
     answers: dict[int, dict[str, Any]] = {}
     if ask_id is not None:
@@ -250,7 +251,7 @@ def collect(
         old.unlink(missing_ok=True)
     for rank, record in records.items():
         write_rank(folder, rank, dict(record))
-    write_collected(folder, reason, records, wait_s, asked_id)
+    write_collected(folder, reason, records, asked_at, asked_id)
     for record in records.values():
         record.pop("recorder_dump", None)
     return records

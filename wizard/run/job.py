@@ -29,7 +29,7 @@ from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
 from wizard.errors import TargetError, write_advice
 from wizard.monitor.attach import RUN_FILE
-from wizard.monitor.hang_verdict import hang_summary
+from wizard.monitor.hang_verdict import HangVerdict, hang_summary, judge
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
@@ -77,13 +77,13 @@ class Job:
         self.summary: dict | None = None
         self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
         self.intake = Intake(self.state, self.run_dir)
-        restarts = options.restarts if options.restarts is not None else self.answers.get("run.restarts") or 0
+        restarts = self.answers["run.restarts"] if options.restarts is None else options.restarts
         self.attempts = Attempts(restarts, clock=clock)
         self.hosts = HostPlan.for_answers(self.answers)  # spares taking failed nodes' ranks, Slurm exclusions
         self.failed_node: int | None = None
         self.submitted_launch: Launch | None = None  # what the engine was given, status stream included
         self.stacks: dict[int, dict] | None = None  # where each rank was at the last collection (RUN/hang/)
-        self.hang_verdict: object | None = None  # wizard.monitor.hang_verdict's judgement of them
+        self.hang_verdict: HangVerdict | None = None  # wizard.monitor.hang_verdict's judgement of them
         self._hang_seen = False  # within one hang episode the stacks are collected once
         if 0 not in self.nodes:  # no status stream here: only this node's ranks can be heard
             self.state.expected = {r for n in self.nodes for r in self._ranks_of(n)}
@@ -239,7 +239,7 @@ class Job:
         except OSError as error:
             self.unwritten.append(_cannot_write(self.run_dir / hang_stacks.HANG_DIR, error))
             return None
-        self.hang_verdict = _judge(self.stacks)
+        self.hang_verdict = judge(self.stacks)
         return self.run_dir / hang_stacks.HANG_DIR
 
     def _collect_at_hang(self) -> None:
@@ -296,11 +296,16 @@ class Job:
         return self._failed("failed", failure)
 
     def _hang_ends_attempt(self) -> bool:
-        """True at a hang that --abort-on-hang ends, or that --restarts restarts (a stalled or hung rank)."""
+        """True at a hang that --abort-on-hang ends, or that --restarts restarts.
+
+        --restarts takes a hung or stalled rank for a failure only once a rank of the attempt
+        reported a step: before that, a slow start (imports, data, a loaded host) looks the same.
+        """
         if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
             return True
         restarts_left = self.attempts.restarts < self.attempts.allowed
-        return restarts_left and bool(self.state.hung() or self.state.stalled())
+        stepped = any(view.steps_reported for view in self.state.ranks.values())
+        return restarts_left and stepped and bool(self.state.hung() or self.state.stalled())
 
     # ---- restart (wizard/run/attempts.py) --------------------------------------------
 
@@ -334,21 +339,18 @@ class Job:
         if attempts.restart_at is None or now < attempts.restart_at:
             return None
         failed = self.attempts.current
-        node = self.state.node_of(self.failure_rank) if self.failure_rank is not None else None
-        nodes = [node] if node is not None and node in self.engine.local_nodes() else []
         pids = [view.pid for view in self.state.ranks.values() if view.pid is not None]
-        problems = [p for n in nodes for p in node_health(self.run_dir, self.answers, n, pids)]
-        if not nodes:  # a remote node or none named: what this host can see of the job
-            problems = node_health(self.run_dir, self.answers, -1, pids)
+        # what this host can see: every node the manual engine ran; the master port where node 0 runs here
+        problems = node_health(self.run_dir, self.answers, pids, master_here=0 in self.engine.local_nodes())
         launch = self.submitted_launch or self.launch()
         remote = self.hosts.remote_health(self.engine, launch)  # only where a spare may take a node's place
         if not problems and any(remote.values()) and not self.hosts.can_replace(remote):
             problems = [f"node {n}: {p}" for n, found in sorted(remote.items()) for p in found]
         if problems:
             if attempts.deadline is not None and now >= attempts.deadline:
-                said = f"node {node}" if node is not None else "this host"
+                said = f"node {failed.node}'s host" if failed.node is not None else "this host"
                 failure = Failure(
-                    None, node, now, "restart", f"{said} was not healthy again in time: {'; '.join(problems)}"
+                    None, failed.node, now, "restart", f"{said} was not healthy again in time: {'; '.join(problems)}"
                 )
                 self.attempts.current.refused = f"not restarted: {failure.summary}"
                 return self._end("failed", failure)
@@ -362,12 +364,6 @@ class Job:
         if failure.node is not None:
             return failure.node
         return self.state.node_of(failure.rank) if failure.rank is not None else None
-
-    @property
-    def failure_rank(self) -> int | None:
-        """The rank whose failure ended the last attempt, when one did."""
-        cause = self.state.root_cause()
-        return cause.rank if cause is not None else None
 
     def _start_again(self, number: int, health: Mapping[int, list[str]]) -> str | None:
         """Start attempt `number`: a fresh state and engine, the same run folder, status stream and token.
@@ -521,6 +517,11 @@ class Job:
         """Seconds between two progress lines of the plain view."""
         return self.options.interval
 
+    @property
+    def attempt_words(self) -> str:
+        """Which attempt of the job runs (run --restarts), for the live view; empty for a job started once."""
+        return self.attempts.words(self.clock())
+
     def report(self) -> str:
         """The failure report, or the hang report, for the end of a failed run."""
         return failure_words(self.failure, self.run_dir, self.engine.name, self.engine_reason)
@@ -557,15 +558,6 @@ class Job:
             print_bandwidth_report(self.run_dir, self.answers, out)
         else:  # rank 0 reports to node 0's runner, through the status stream
             print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)
-
-
-def _judge(records: dict[int, dict]) -> object | None:
-    """wizard.monitor.hang_verdict's verdict on the collected records, once that module exists."""
-    try:
-        from wizard.monitor.hang_verdict import judge  # noqa: PLC0415 - written by another change
-    except ImportError:
-        return None
-    return judge(records)
 
 
 def _cannot_write(path: Path, error: OSError, then: str = "") -> str:

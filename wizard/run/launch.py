@@ -14,6 +14,7 @@ from pathlib import Path
 
 from runtime.events import ENV_HEARTBEAT
 from runtime.folders import keep_out_of_git
+from runtime.profile_window import ENV_PROFILE, ENV_PROFILE_RANKS
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers.model import Answers, load_text
 from wizard.answers.source import read_answers_text
@@ -45,6 +46,8 @@ class RunOptions:
     save_grace: float = SAVE_GRACE_SECONDS
     train_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    profile: str | None = None  # --profile A:B (runtime/profile_window.py)
+    profile_ranks: str | None = None  # --profile-ranks all | 0,3 | straggler[:N]
 
 
 def load_project(project: Path) -> Answers:
@@ -103,6 +106,10 @@ def launch_for(project: Path, answers: Answers, nodes: Sequence[int], run_dir: P
         "NPU_WIZARD_SAVE_GRACE": str(round(options.save_grace)),
     }
     env.setdefault(ENV_HEARTBEAT, os.environ.get(ENV_HEARTBEAT, str(options.heartbeat)))
+    if options.profile:
+        env[ENV_PROFILE] = options.profile
+    if options.profile or options.profile_ranks:
+        env[ENV_PROFILE_RANKS] = options.profile_ranks or "all"
     return Launch(project, answers, tuple(nodes), run_dir, env, tuple(options.train_args), options.grace)
 
 

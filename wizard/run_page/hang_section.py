@@ -54,8 +54,8 @@ def hang_section(record: RunRecord, summary: dict[str, Any]) -> str:
         + "</div>"
         f'<figure id="hang-timeline"><img class="plot" id="plot-hang-timeline" alt="Where each rank was" '
         f'width="{width}" height="{height}" src="data:image/png;base64,{data}">'
-        "<figcaption>each rank's steps (grey), the straggler flags before the hang (orange), and where it was at "
-        "the hang</figcaption></figure>" + _table(rows)
+        "<figcaption>from each rank's start to its last logged step (grey), the straggler flags before the hang "
+        "(orange), and where it was at the hang</figcaption></figure>" + _table(rows)
     )
 
 
@@ -87,7 +87,8 @@ def timeline(record: RunRecord, summary: dict[str, Any], hang: dict[str, Any], r
         spans = [s for s in spans if s is not None]
         if spans:
             start, end = min(s[0] for s in spans) - t0, max(s[1] for s in spans) - t0
-            axes.barh(y, max(end - start, 0.2), left=start, height=0.5, color=STEPPING, label=_once("steps", labelled))
+            label = _once("start to last logged step", labelled)
+            axes.barh(y, max(end - start, 0.2), left=start, height=0.5, color=STEPPING, label=label)
         for begin, end in _flags(record, summary.get("stragglers") or [], ranks, at):
             label = _once("straggler flag", labelled)
             axes.barh(y, max(end - begin, 0.2), left=begin - t0, height=0.7, color=STRAGGLER, alpha=0.8, label=label)

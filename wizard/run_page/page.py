@@ -17,6 +17,7 @@ from wizard.monitor.summary_text import duration, failure_report, preempted_line
 from wizard.run_page.hang_section import hang_section
 from wizard.run_page.inferred import effective_summary
 from wizard.run_page.plots import Plot
+from wizard.run_page.profile_section import profile_section
 from wizard.run_page.record import RunRecord
 
 EVERY_PROCESS = 64  # up to this many ranks the processes table has a row each; beyond, a row per node
@@ -63,6 +64,8 @@ def render_page(record: RunRecord, plots: list[Plot], summary: dict[str, Any] | 
         "<h2>Training</h2>",
         *(_figure(plot) for plot in plots),
         _stragglers(summary),
+        _attempts(summary),
+        profile_section(record.run_dir, summary),
         _restarts(record),
         _checkpoints(record),
         _processes(record, summary),
@@ -177,6 +180,39 @@ def _stragglers(summary: dict[str, Any]) -> str:
     return "<h2>Stragglers</h2>" + _table(["who", "phase", "slower by", "job time lost", "when"], rows)
 
 
+def _attempts(summary: dict[str, Any]) -> str:
+    """The attempts of a job run with --restarts: how each ended, where the next resumed, what it cost."""
+    attempts = summary.get("attempts") or []
+    if len(attempts) < 2 and not any(a.get("refused") for a in attempts):
+        return ""
+    rows = []
+    for a in attempts[-SHOWN_ROWS:]:
+        recovery = a.get("failure_to_first_step_s")
+        rows.append(
+            [
+                str(a.get("attempt")),
+                str(a.get("outcome") or "running"),
+                str(a.get("cause") or "") + (f" ({a['refused']})" if a.get("refused") else ""),
+                "" if a.get("failed_at_step") is None or a.get("cause") is None else str(a["failed_at_step"]),
+                "" if a.get("resumed_from_step") is None else str(a["resumed_from_step"]),
+                "" if a.get("steps_lost") is None else str(a["steps_lost"]),
+                "" if recovery is None else f"{recovery:.1f}",
+            ]
+        )
+    head = [
+        "attempt",
+        "outcome",
+        "cause",
+        "failed at step",
+        "next resumed from step",
+        "steps lost",
+        "failure to first step (s)",
+    ]
+    restarts = summary.get("job_restarts", len(attempts) - 1)
+    said = f"<p>{restarts} restart(s) of the whole job (npu-wizard run --restarts).</p>"
+    return "<h2>Attempts</h2>" + said + _table(head, rows)
+
+
 def _restarts(record: RunRecord) -> str:
     starts = sorted((t, r.rank) for r in record.ranks.values() for t in r.starts[1:])
     if not starts:
@@ -188,9 +224,8 @@ def _restarts(record: RunRecord) -> str:
         else:
             groups.append((at, [rank]))
     rows = [[_clock(at), f"{at - record.started_at:.1f}", _ranks(ranks)] for at, ranks in groups[-SHOWN_ROWS:]]
-    return f"<h2>Restarts</h2><p>{len(groups)} restart(s) of the launcher's workers.</p>" + _table(
-        ["time", "seconds in", "ranks started again"], rows
-    )
+    said = f"{len(groups)} restart(s) of the launcher's workers or of the whole job (see Attempts)"
+    return f"<h2>Restarts</h2><p>{said}.</p>" + _table(["time", "seconds in", "ranks started again"], rows)
 
 
 def _checkpoints(record: RunRecord) -> str:

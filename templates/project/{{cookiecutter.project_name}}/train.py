@@ -20,11 +20,15 @@ from torch.utils.tensorboard import SummaryWriter
 from runtime import (
     amp,
     checkpoint,
+{%- if cookiecutter.compile != "off" %}
+    compiled,
+{%- endif %}
     data,
     device,
     distributed,
     events,
     preemption,
+    profile_window,
     schedule,
     smoke,
     stacks,
@@ -38,6 +42,9 @@ LAUNCHER = {{ cookiecutter.launcher|tojson }}
 NODES = {{ cookiecutter.nodes|int }}
 DEVICES_PER_NODE = {{ cookiecutter.devices_per_node|int }}
 AMP = {{ cookiecutter.amp|tojson }}
+{%- if cookiecutter.compile != "off" %}
+COMPILE = {{ cookiecutter.compile|tojson }}  # the forward and loss, with torch.compile or TorchAir
+{%- endif %}
 PROJECT = {{ cookiecutter.project_name|tojson }}  # kept in each checkpoint: a shared folder is refused
 BATCH_SIZE = {{ cookiecutter.batch_size|int }}  # per device; the global batch is this x world size
 {%- if cookiecutter.lr %}
@@ -154,6 +161,13 @@ class Trainer:
                 broadcast_buffers=False,
                 gradient_as_bucket_view=True,
             )
+{%- if cookiecutter.compile != "off" %}
+        # compiled at the first step, eager if that fails; self.model stays the module
+        # itself, so checkpoints hold its own keys and load compiled or not
+        self.forward_loss = compiled.CompiledStep(
+            self._forward_loss, COMPILE, target.type
+        )
+{%- endif %}
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         try:
@@ -176,11 +190,22 @@ class Trainer:
                 f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}",
                 "resume",
             )
+{%- if cookiecutter.compile != "off" %}
+
+    def _forward_loss(
+        self, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor:
+        return self.loss_fn(self.model(inputs), targets)
+{%- endif %}
 
     def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         with self.timer.forward(), amp.autocast(self.device.type, AMP):
+{%- if cookiecutter.compile != "off" %}
+            loss = self.forward_loss(inputs, targets)
+{%- else %}
             loss = self.loss_fn(self.model(inputs), targets)
+{%- endif %}
 {%- if cookiecutter.amp == "fp16" %}
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
@@ -206,6 +231,7 @@ class Trainer:
             self.batches_done += 1
             window_steps += 1
             self.recorder.progress(self.step, epoch)
+            profile_window.step(self.step)  # a window of npu-wizard run --profile
             if self.step % LOG_EVERY == 0:
                 self._log(loss, window_steps, time.perf_counter() - window_start)
                 window_start, window_steps = time.perf_counter(), 0
@@ -502,6 +528,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                     f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
                 )
             completed = trainer.train(args.epochs)
+            profile_window.close()  # a window still recording is written
             if completed:
                 recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
                 if rank.is_main:

@@ -22,6 +22,7 @@ from runtime import (
     distributed,
     events,
     preemption,
+    profile_window,
     schedule,
     smoke,
     stacks,
@@ -156,6 +157,7 @@ class Trainer:
             self.batches_done += 1
             window_steps += 1
             self.recorder.progress(self.step, epoch)
+            profile_window.step(self.step)  # a window of npu-wizard run --profile
             if self.step % LOG_EVERY == 0:
                 self._log(loss, window_steps, time.perf_counter() - window_start)
                 window_start, window_steps = time.perf_counter(), 0
@@ -344,6 +346,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                     f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
                 )
             completed = trainer.train(args.epochs)
+            profile_window.close()  # a window still recording is written
             if completed:
                 recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
                 if rank.is_main:

@@ -178,6 +178,14 @@ export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
 # torch_npu {{ cookiecutter.torch_npu_version|sh }} predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
 # 2.4.0.post2): no core binding here (the shell-loop launcher pins ranks with taskset).
 {%- endif %}
+{%- if cookiecutter.torch_npu_version|torch_npu_has("profiler_async_parse") %}
+# A profile window (npu-wizard run --profile) has torch_npu parse its data in a child
+# process (async_mode, the 7.0.0 branches on): the rank trains on meanwhile.
+export NPU_WIZARD_PROFILE_ASYNC_PARSE="${NPU_WIZARD_PROFILE_ASYNC_PARSE:-1}"
+{%- else %}
+# A profile window (npu-wizard run --profile): torch_npu {{ cookiecutter.torch_npu_version|sh }} parses its data
+# in the rank, which waits meanwhile (async parsing came with 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1).
+{%- endif %}
 {%- endif %}
 
 # ---- run folder and this node's log ---------------------------------------------

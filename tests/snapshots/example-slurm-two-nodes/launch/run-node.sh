@@ -66,6 +66,9 @@ export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-2}"
 # 2: fine-grained).
 # Where a container's cgroup limits the cores, add force:1 after the mode: 1,force:1.
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
+# A profile window (npu-wizard run --profile) has torch_npu parse its data in a child
+# process (async_mode, the 7.0.0 branches on): the rank trains on meanwhile.
+export NPU_WIZARD_PROFILE_ASYNC_PARSE="${NPU_WIZARD_PROFILE_ASYNC_PARSE:-1}"
 
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"

@@ -65,6 +65,9 @@ if [[ "${CPU_AFFINITY_CONF:-}" == *force* ]]; then
     echo "node $NODE_RANK: NOTE: torch_npu 2.1.0.post13 does not read the force option of CPU_AFFINITY_CONF=$CPU_AFFINITY_CONF (the torch_npu of CANN 9.1.0 does)"
 fi
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
+# A profile window (npu-wizard run --profile) has torch_npu parse its data in a child
+# process (async_mode, the 7.0.0 branches on): the rank trains on meanwhile.
+export NPU_WIZARD_PROFILE_ASYNC_PARSE="${NPU_WIZARD_PROFILE_ASYNC_PARSE:-1}"
 
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"

@@ -74,6 +74,8 @@ fi
 # torch_npu 2.1.0.post6 predates CPU_AFFINITY_CONF (2.1.0.post10 / 2.3.1.post4 /
 # 2.4.0.post2): the rank loop below pins each rank to its share of the cores with taskset
 # (NPU_WIZARD_TASKSET=0 turns that off).
+# A profile window (npu-wizard run --profile): torch_npu 2.1.0.post6 parses its data
+# in the rank, which waits meanwhile (async parsing came with 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1).
 
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"

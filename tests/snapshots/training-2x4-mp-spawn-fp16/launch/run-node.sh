@@ -63,6 +63,8 @@ if [[ "${CPU_AFFINITY_CONF:-}" == *force* ]]; then
     echo "node $NODE_RANK: NOTE: torch_npu 2.1.0.post10 does not read the force option of CPU_AFFINITY_CONF=$CPU_AFFINITY_CONF (the torch_npu of CANN 9.1.0 does)"
 fi
 export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
+# A profile window (npu-wizard run --profile): torch_npu 2.1.0.post10 parses its data
+# in the rank, which waits meanwhile (async parsing came with 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1).
 
 # ---- run folder and this node's log ---------------------------------------------
 export NPU_WIZARD_RUN_DIR="${NPU_WIZARD_RUN_DIR:-"$PROJECT_DIR/runs/latest"}"

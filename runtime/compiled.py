@@ -1,0 +1,129 @@
+"""The compiled training step (training.compile): compiled where it can be, eager where not.
+
+On the CPU and CUDA the step compiles with torch.compile's own backend;
+reduce-overhead adds CUDA graphs on CUDA (the CPU has none to add). On an NPU
+the backend is torch_npu's graph backend TorchAir (`import torchair` finds the
+copy inside torch_npu): default is its Ascend IR graph mode (max-autotune),
+reduce-overhead its aclgraph capture mode, which captures the forward only.
+
+torch.compile is lazy: a model that cannot compile fails at its first call,
+not at torch.compile. So the first call is the test: when it fails, the same
+inputs run eagerly, and so does every later step, said in one line. An error
+of the model itself fails the eager call too, and is raised from there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from runtime import events
+
+MODES = ("off", "default", "reduce-overhead")
+# tests only: the compiler backend raises, as it does for a model that cannot compile
+FAIL_FOR_TESTS = "NPU_WIZARD_TEST_COMPILE_FAILS"
+
+
+class CompiledStep:
+    """Calls `step` compiled for `mode`; eager when compiling it failed."""
+
+    def __init__(self, step: Callable[..., Any], mode: str, device_type: str) -> None:
+        _check(mode)
+        self.eager = step
+        self.mode = mode
+        self.device_type = device_type
+        self.fallback: str | None = None  # why a step asked to compile runs eagerly
+        self._proven = False  # the compiled step has run once
+        self._compiled: Callable[..., Any] | None = None
+        if mode != "off":
+            try:
+                self._compiled = torch.compile(
+                    step, **compile_options(mode, device_type)
+                )
+            # no backend for this mode in the installed torch_npu (ImportError, ValueError),
+            # or no dynamo for this Python in the installed torch (RuntimeError)
+            except (ImportError, AttributeError, ValueError, RuntimeError) as error:
+                self._fall_back(error)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether steps run compiled (so far)."""
+        return self._compiled is not None
+
+    def __call__(self, *args: Any) -> Any:
+        """Run one step."""
+        if self._compiled is None:
+            return self.eager(*args)
+        if self._proven:
+            _mark_step(self.mode, self.device_type)
+            return self._compiled(*args)
+        try:
+            result = self._compiled(*args)
+        # compilers fail with errors of many types (dynamo's, inductor's, a C++
+        # compiler's, TorchAir's); a model's own error fails the eager call below too
+        except Exception as error:  # noqa: BLE001
+            self._fall_back(error)
+            return self.eager(*args)
+        self._proven = True
+        return result
+
+    def _fall_back(self, error: BaseException) -> None:
+        # dynamo wraps the backend's own error (BackendCompilerFailed): name that one
+        inner = getattr(error, "inner_exception", None) or error.__cause__
+        while isinstance(inner, BaseException):
+            error = inner
+            inner = getattr(error, "inner_exception", None) or error.__cause__
+        first_line = (str(error).strip().splitlines() or [""])[0][:200]
+        self.fallback = f"{type(error).__name__}: {first_line}"
+        self._compiled = None
+        events.warn(
+            f"training.compile {self.mode}: the step did not compile on {self.device_type} "
+            f"({self.fallback}); training eagerly",
+            "compile",
+        )
+
+
+def compile_options(mode: str, device_type: str) -> dict[str, Any]:
+    """The keyword arguments of torch.compile for `mode` on `device_type`."""
+    _check(mode)
+    if os.environ.get(FAIL_FOR_TESTS) == "1":
+        return {"backend": _failing_backend}
+    if device_type == "npu":
+        return {"backend": npu_backend(mode)}
+    return {} if mode == "default" else {"mode": mode}
+
+
+def npu_backend(mode: str) -> Any:
+    """TorchAir's backend: Ascend IR graphs for default, aclgraph capture for reduce-overhead."""
+    from runtime import device
+
+    device.torch_npu_module()  # torch_npu makes `import torchair` find its own copy
+    import torchair
+
+    config = torchair.CompilerConfig()
+    if mode == "reduce-overhead":
+        # the 6.0.0 branches' TorchAir has no `mode` option: ValueError
+        config.mode = "reduce-overhead"
+    return torchair.get_npu_backend(compiler_config=config)
+
+
+def _mark_step(mode: str, device_type: str) -> None:
+    # CUDA graph trees keep a step's outputs until told a new step begins
+    if mode == "reduce-overhead" and device_type == "cuda":
+        mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+        if mark is not None:
+            mark()
+
+
+def _failing_backend(graph: Any, example_inputs: Any) -> Any:
+    raise RuntimeError(f"this backend always fails ({FAIL_FOR_TESTS}=1, for tests)")
+
+
+def _check(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(
+            f"training.compile {mode!r}: expected one of {', '.join(MODES)}"
+        )

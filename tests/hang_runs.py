@@ -1,0 +1,205 @@
+"""One real 2 x 2 CPU run that hangs four times on purpose, and the hang/ folder the runner wrote each time.
+
+NPU_WIZARD_TEST_HANG (runtime/hang_on_purpose.py; the user's script below
+reads it too) plans the hangs, NPU_WIZARD_TEST_HANG_RELEASE lets a sleeping
+rank go on, so that one run (one start-up of four torch processes) serves
+every case of issue 28's proof:
+
+1. "data": every rank stuck in the same data-loading line (step DATA_STEP);
+   the runner flags the hang and collects; the test then SIGSTOPs rank
+   STOPPED_RANK and lets the others go on, into the next all_reduce;
+2. "stopped": asked for on demand (RUN/hang/ask, as `npu-wizard monitor
+   --stacks` asks): the stopped rank does not answer; the test SIGCONTs it;
+3. "late": rank LATE_RANK sleeps before the backward of step LATE_STEP:
+   it never enters that step's all_reduce, the three others wait in it;
+4. "barrier": rank BARRIER_RANK calls a barrier where the others all_reduce
+   (step BARRIER_STEP); the test then interrupts the runner.
+
+Each collection's folder is copied aside (hang-data/, hang-stopped/, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.runs import clean_up, events_of, kinds, node_env, run_dirs, start_runner, wait_for
+
+DATA_STEP, LATE_STEP, BARRIER_STEP = 4, 10, 16
+LATE_RANK, STOPPED_RANK, BARRIER_RANK = 3, 2, 1
+PLAN = f"*:{DATA_STEP}:data,{LATE_RANK}:{LATE_STEP}:sleep,{BARRIER_RANK}:{BARRIER_STEP}:barrier"
+HANG_AFTER_S = "6"
+START_S = 300  # four torch processes on a loaded two-core machine
+PHASE_S = 180
+CASES = ("data", "stopped", "late", "barrier")
+
+# A user's own env:// script: plain torch, the same plan read from the same variables
+OWN_SCRIPT = '''\
+"""A user's own DDP script (env://): a tiny model, a batch loader, a loop that prints its steps."""
+
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+RANK = int(os.environ["RANK"])
+RELEASE = Path(os.environ.get("NPU_WIZARD_TEST_HANG_RELEASE", "/nonexistent"))
+PLAN = {}
+for item in os.environ.get("NPU_WIZARD_TEST_HANG", "").split(","):
+    rank, _, rest = item.partition(":")
+    step, _, how = rest.partition(":")
+    if rank in ("*", str(RANK)) and step.isdigit():
+        PLAN[int(step)] = how
+
+
+def wait_for_release(step):
+    while not (RELEASE / f"step-{step}").exists():
+        time.sleep(0.2)
+
+
+def load_batch(step):
+    if PLAN.get(step) == "data":
+        wait_for_release(step)
+    return torch.randn(16, 32), torch.randn(16, 1)
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(1, 1000000):
+        inputs, targets = load_batch(step)
+        loss = nn.functional.mse_loss(model(inputs), targets)
+        if PLAN.get(step) == "sleep":
+            wait_for_release(step)
+        elif PLAN.get(step) == "barrier":
+            dist.barrier()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"step {step} loss {loss.item():.4f}", flush=True)
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@dataclass
+class HangRun:
+    """The four collections of one run: case -> the copy of its hang/ folder; and how the runner ended."""
+
+    project: Path
+    run_dir: Path
+    folders: dict[str, Path] = field(default_factory=dict)
+    output: str = ""
+    code: int | None = None
+
+    def record(self, case: str, rank: int) -> dict:
+        """hang/rank-N.json of `case`."""
+        return json.loads((self.folders[case] / f"rank-{rank}.json").read_text())
+
+    def text(self, case: str, rank: int) -> str:
+        """hang/rank-N.txt of `case`."""
+        return (self.folders[case] / f"rank-{rank}.txt").read_text()
+
+    def collected(self, case: str) -> dict:
+        """hang/collected.json of `case`."""
+        return json.loads((self.folders[case] / "collected.json").read_text())
+
+
+def _collected(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "hang" / "collected.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _training(run_dir: Path) -> bool:
+    """Whether every rank made a step: a step event (the generated script), or a printed step (the user's)."""
+    events = events_of(run_dir)
+    for rank in range(4):
+        if kinds(events.get(rank, []), "step"):
+            continue
+        try:
+            if "step 1 " not in (run_dir / "logs" / f"rank-{rank}.log").read_text():
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _pid(run_dir: Path, rank: int) -> int | None:
+    started = kinds(events_of(run_dir).get(rank, []), "started")
+    return started[0]["pid"] if started else None
+
+
+def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | None = None) -> HangRun:
+    """Run `project` through the four planned hangs (see the module's text) and interrupt it after the last."""
+    release.mkdir(parents=True, exist_ok=True)
+    base = env or node_env(project / "runs" / "unused")
+    env = {**base, "NPU_WIZARD_TEST_HANG": PLAN, "NPU_WIZARD_TEST_HANG_RELEASE": str(release)}
+    runner = start_runner(project, "--interval", "1", "--hang-after", HANG_AFTER_S, *args, env=env)
+    stopped: int | None = None
+    try:
+        run_dir = wait_for(lambda: (run_dirs(project) or [None])[-1], START_S, "the run folder")
+        result = HangRun(project, run_dir)
+        seen = 0.0
+
+        def next_collection(what: str, timeout: float, asked: str | None = None) -> dict:
+            def new() -> dict | None:
+                if runner.poll() is not None:
+                    raise AssertionError(f"the runner ended (code {runner.returncode}) before {what}")
+                collected = _collected(run_dir)
+                if collected is None or collected["asked_at"] <= seen:
+                    return None
+                return collected if asked is None or collected.get("asked_id") == asked else None
+
+            return wait_for(new, timeout, what)
+
+        def keep(case: str, collected: dict) -> None:
+            nonlocal seen
+            seen = collected["asked_at"]
+            result.folders[case] = shutil.copytree(run_dir / "hang", run_dir / f"hang-{case}")
+
+        # a user's script is silent while it imports torch: a loaded machine takes longer than HANG_AFTER_S,
+        # and the runner rightly collects then; the data hang's collection is the first after training began
+        wait_for(lambda: _training(run_dir), START_S, "every rank's first step")
+        seen = time.time()
+        keep("data", next_collection("every rank stuck in loading a batch", PHASE_S))
+        stopped = wait_for(lambda: _pid(run_dir, STOPPED_RANK), 10, f"rank {STOPPED_RANK}'s pid")
+        os.kill(stopped, signal.SIGSTOP)
+        (release / f"step-{DATA_STEP}").touch()
+        (run_dir / "hang" / "ask.tmp").write_text(json.dumps({"id": "stopped1"}))
+        os.replace(run_dir / "hang" / "ask.tmp", run_dir / "hang" / "ask")
+        keep("stopped", next_collection("the asked collection", PHASE_S, asked="stopped1"))
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        keep("late", next_collection(f"rank {LATE_RANK} late", PHASE_S))
+        (release / f"step-{LATE_STEP}").touch()
+        keep("barrier", next_collection(f"rank {BARRIER_RANK} in a barrier", PHASE_S))
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=PHASE_S)
+        result.output, result.code = output, runner.returncode
+        return result
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        clean_up(project, runner)
+
+
+def own_script_project(tmp: Path, render: object) -> Path:
+    """The 2 x 2 torchrun CPU project running OWN_SCRIPT as the user's script."""
+    project = render(tmp, "torchrun", nodes=2, answers={"training.script": "own_train.py"})  # type: ignore[operator]
+    (project / "own_train.py").write_text(OWN_SCRIPT)
+    return project

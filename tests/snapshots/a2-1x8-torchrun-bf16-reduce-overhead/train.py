@@ -1,0 +1,419 @@
+"""Train a2-graph with DistributedDataParallel, one process per device.
+
+Rendered by npu-wizard; start it with launch/node<N>.sh on each node. The
+device, the process group, events and checkpoints come from runtime/.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from runtime import (
+    amp,
+    checkpoint,
+    compiled,
+    data,
+    device,
+    distributed,
+    events,
+    preemption,
+    profile_window,
+    schedule,
+    smoke,
+    stacks,
+    timing,
+)
+from runtime.errors import SetupError
+
+PROJECT_DIR = Path(__file__).resolve().parent
+DEVICE = "npu"
+LAUNCHER = "torchrun"
+NODES = 1
+DEVICES_PER_NODE = 8
+AMP = "bf16"
+COMPILE = "reduce-overhead"  # the forward and loss, with torch.compile or TorchAir
+PROJECT = "a2-graph"  # kept in each checkpoint: a shared folder is refused
+BATCH_SIZE = 32  # per device; the global batch is this x world size
+BASE_BATCH_SIZE = 32  # the single-card batch ...
+BASE_LR = 0.05  # ... and learning rate to scale from
+WARMUP_EPOCHS = 5  # from BASE_LR up to the scaled rate
+EPOCHS = 3
+SEED = 1234
+CHECKPOINT_EVERY = 100  # steps; 0: at epoch ends only
+LOG_EVERY = 10  # steps; the loss is read only this often
+SAMPLES = 8192
+INPUT_SHAPE = (3, 32, 32)
+# HCCL_EXEC_TIMEOUT (the launch scripts export it): how long a collective waits for
+# a slow rank; the process group's own timeout is set beyond it
+HCCL_EXEC_TIMEOUT_S = 1836
+
+
+def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
+    """Bind this rank to its device and join the process group."""
+    choice = device.select_device(requested)
+    target = device.bind_device(choice, rank.local_rank, rank.local_world_size)
+    exec_timeout_s = distributed.env_int("HCCL_EXEC_TIMEOUT", HCCL_EXEC_TIMEOUT_S)
+    timeout_s = distributed.process_group_timeout_s(exec_timeout_s)
+    distributed.init_process_group(rank, choice.backend, timeout_s)
+    where = f"rank {rank.rank}/{rank.world_size}: {target} with {choice.backend}"
+    print(f"{where} ({choice.reason})", flush=True)
+    if rank.is_main:
+        print(f"collectives time out after {timeout_s} s", flush=True)
+        note = amp.simulation_note(target.type, AMP)
+        if note:
+            events.warn(note, "amp")
+    return target
+
+
+class Trainer:
+    """Trains on this rank's batches; local rank 0 of each node saves checkpoints."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_data: data.TensorBatches | data.LoaderBatches,
+        optimizer: torch.optim.Optimizer,
+        lr_schedule: schedule.LinearWarmup,
+        rank: distributed.RankInfo,
+        target: torch.device,
+        recorder: events.EventWriter,
+        checkpoint_dir: Path,
+    ) -> None:
+        self.rank = rank
+        self.device = target
+        self.model = model
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.lr_schedule = lr_schedule
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.recorder = recorder
+        # waiting for data and the forward pass, per logged window: the monitor names stragglers from them
+        self.timer = timing.StepTimer(target.type, enabled=timing.timing_enabled())
+        self.checkpoint_dir = checkpoint_dir
+        self.epoch = 0
+        self.step = 0
+        self.batches_done = 0  # in the current epoch: where a resumed epoch starts
+        self.saved_step = -1
+        # the newest checkpoint every rank can load (a damaged one is set aside)
+        resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
+        if resumed is not None:
+            self._load_checkpoint(*resumed)
+        # a single process has no gradients to average: DDP would only cost time
+        if rank.world_size > 1:
+            device_ids = None if target.type == "cpu" else [target.index]
+            # Huawei's DDP settings: no buffer broadcast each step, gradients kept in the buckets;
+            # without the broadcast no collective runs in forward, so its time is this rank's own
+            self.model = DDP(
+                self.model,
+                device_ids=device_ids,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=True,
+            )
+        # compiled at the first step, eager if that fails; self.model stays the module
+        # itself, so checkpoints hold its own keys and load compiled or not
+        self.forward_loss = compiled.CompiledStep(
+            self._forward_loss, COMPILE, target.type
+        )
+
+    def _load_checkpoint(self, path: Path, state: dict) -> None:
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, RuntimeError, ValueError) as error:
+            raise SetupError(
+                f"checkpoint {path} does not fit this model ({type(error).__name__}: "
+                f"{str(error)[:300]}): was it written by another project? give each "
+                "project its own checkpoint folder, or run with --fresh"
+            ) from error
+        self.epoch = state["epoch"]
+        self.step = self.saved_step = state["step"]
+        self.batches_done = state["batches_done"]
+        if self.rank.is_main:
+            events.warn(
+                f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}",
+                "resume",
+            )
+
+    def _forward_loss(
+        self, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor:
+        return self.loss_fn(self.model(inputs), targets)
+
+    def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.timer.forward(), amp.autocast(self.device.type, AMP):
+            loss = self.forward_loss(inputs, targets)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def _run_epoch(self, epoch: int) -> bool:
+        """Train one epoch from where it stands; False when a stop signal ended it early (saved)."""
+        self.epoch = epoch
+        self.train_data.set_epoch(epoch)
+        window_start, window_steps = time.perf_counter(), 0
+        batches = self.train_data.batches(start=self.batches_done)
+        for inputs, targets in self.timer.batches(batches):
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            self.lr_schedule.apply(self.optimizer, self.step)
+            loss = self._run_batch(inputs, targets)
+            self.step += 1
+            self.batches_done += 1
+            window_steps += 1
+            self.recorder.progress(self.step, epoch)
+            profile_window.step(self.step)  # a window of npu-wizard run --profile
+            if self.step % LOG_EVERY == 0:
+                self._log(loss, window_steps, time.perf_counter() - window_start)
+                window_start, window_steps = time.perf_counter(), 0
+            if CHECKPOINT_EVERY and self.step % CHECKPOINT_EVERY == 0:
+                self._save_checkpoint()
+            if self.step % LOG_EVERY == 0 and self._stop_agreed():
+                return False
+        self.epoch, self.batches_done = epoch + 1, 0
+        self._save_checkpoint()
+        return not self._stop_agreed()
+
+    def _stop_agreed(self) -> bool:
+        # SIGUSR1 or SIGTERM reached some rank: one small all_reduce per logged window tells
+        # every rank, so all stop at this step; the checkpoint is written before any exits
+        if preemption.agree(self.device) is None:
+            return False
+        self._save_checkpoint()
+        preemption.barrier()
+        return True
+
+    def _log(self, loss: torch.Tensor, steps: int, seconds: float) -> None:
+        # the one host-device synchronisation, every LOG_EVERY steps
+        value = loss.item()
+        samples = steps * BATCH_SIZE * self.rank.world_size
+        samples_per_s = samples / max(seconds, 1e-9)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.recorder.step_done(
+            step=self.step,
+            epoch=self.epoch,
+            loss=value,
+            samples_per_s=samples_per_s,
+            lr=lr,
+            **self.timer.window(),  # data_s and forward_s, read after the loss read synchronised
+        )
+        if self.rank.is_main:
+            print(
+                f"epoch {self.epoch + 1} step {self.step}: loss {value:.4f}, "
+                f"{samples_per_s:,.0f} samples/s, lr {lr:.4g}",
+                flush=True,
+            )
+
+    def _save_checkpoint(self) -> None:
+        # one copy per node (the weights are equal on every rank): no shared storage needed
+        if self.rank.local_rank != 0 or self.step == self.saved_step:
+            return
+        state = {
+            "model": checkpoint.unwrap(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": self.epoch,
+            "step": self.step,
+            "batches_done": self.batches_done,
+        }
+        path = checkpoint.save_checkpoint(
+            self.checkpoint_dir, self.step, state, project=PROJECT
+        )
+        self.saved_step = self.step
+        self.recorder.checkpoint(step=self.step, path=path)
+        print(f"step {self.step}: checkpoint {path}", flush=True)
+
+    def train(self, max_epochs: int) -> bool:
+        """Run the epochs left (all of them, unless resumed); False when a stop signal ended them early."""
+        return all(self._run_epoch(epoch) for epoch in range(self.epoch, max_epochs))
+
+
+def learning_rate(world_size: int, steps_per_epoch: int) -> schedule.LinearWarmup:
+    """The job's learning rate per step: scaled linearly with the global batch.
+
+    When that raises it above BASE_LR, it climbs there from BASE_LR over
+    WARMUP_EPOCHS epochs (Goyal et al. 2017).
+    """
+    global_batch = BATCH_SIZE * world_size
+    scaled_lr = BASE_LR * global_batch / BASE_BATCH_SIZE
+    return schedule.LinearWarmup.scaled(
+        BASE_LR, scaled_lr, WARMUP_EPOCHS, steps_per_epoch
+    )
+
+
+# ---- yours: the data and the model ------------------------------------------------
+# Replace load_train_data and build_model (and anything between these two markers)
+# with your own. npu-wizard renders this part from training.dataset and
+# training.model only, so `npu-wizard update` keeps your version through every
+# other change of the answers: nodes, launcher, precision, versions.
+
+
+def load_train_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> tuple[data.TensorBatches, data.DataSpec]:
+    """The synthetic dataset: learnable, seeded, the same tensors made on every rank."""
+    spec = data.DataSpec(input_shape=INPUT_SHAPE, num_classes=10)
+    features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
+    train_data = data.TensorBatches(
+        features,
+        labels,
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+    )
+    return train_data.to(target), spec
+
+
+def build_model(spec: data.DataSpec) -> nn.Module:
+    """torchvision's ResNet-18, with as many input channels as the data has."""
+    from torchvision.models import resnet18
+
+    model = resnet18(num_classes=spec.num_classes)
+    channels = spec.input_shape[0]
+    if channels != 3:
+        model.conv1 = nn.Conv2d(
+            channels, 64, kernel_size=7, stride=2, padding=3, bias=False
+        )
+    return model
+
+
+# ---- end of yours -------------------------------------------------------------------
+
+
+def main(local_rank: int | None, args: argparse.Namespace) -> None:
+    """One rank from start to end; a failure is recorded as an error event, then raised.
+
+    SIGUSR1 or SIGTERM (a scheduler's preemption, npu-wizard run's stop) makes every
+    rank save at the same step and exit with preemption.PREEMPTED_EXIT.
+    """
+    preemption.install()
+    rank = distributed.rank_info(
+        args.launcher,
+        local_rank=local_rank,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        nproc_per_node=args.nproc_per_node,
+    )
+    run_dir = events.resolve_run_dir(args.run_dir, PROJECT_DIR)
+    events.tee_output(run_dir, rank.rank)
+    recorder = events.EventWriter(run_dir, rank.rank)
+    completed = True
+    stacks.install(run_dir, rank.rank)  # at a hang the runner asks where this rank is
+    with recorder.recording():
+        target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
+        try:
+            if args.smoke:
+                # one all_reduce, one barrier; with --bandwidth, the network check
+                smoke.run_smoke(
+                    rank,
+                    target,
+                    recorder,
+                    bandwidth=args.bandwidth,
+                    max_bytes=args.bandwidth_max_bytes,
+                )
+                return
+            torch.manual_seed(SEED)
+            train_data, spec = load_train_data(rank, target)
+            model = build_model(spec).to(target)
+            lr_schedule = learning_rate(rank.world_size, len(train_data))
+            optimizer = torch.optim.SGD(
+                model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9
+            )
+            if rank.is_main:
+                print(lr_schedule.describe(), flush=True)
+            folder = checkpoint.resolve_checkpoint_dir(args.checkpoint_dir, PROJECT_DIR)
+            trainer = Trainer(
+                model,
+                train_data,
+                optimizer,
+                lr_schedule,
+                rank,
+                target,
+                recorder,
+                folder,
+            )
+            recorder.started(
+                local_rank=rank.local_rank,
+                node=rank.node_rank,
+                device=str(target),
+                world_size=rank.world_size,
+                launcher=rank.launcher,
+                resumed_step=trainer.step,
+                total_steps=len(train_data) * args.epochs,
+            )
+            recorder.start_heartbeat(events.heartbeat_interval())
+            if trainer.epoch >= args.epochs and rank.is_main:
+                print(
+                    f"nothing to train: the checkpoint at step {trainer.step} already completes "
+                    f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
+                )
+            completed = trainer.train(args.epochs)
+            profile_window.close()  # a window still recording is written
+            if completed:
+                recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
+                if rank.is_main:
+                    print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
+            else:
+                recorder.preempted(step=trainer.step, signal=preemption.requested())
+                if rank.is_main:
+                    print(
+                        f"preempted at step {trainer.step}, checkpoint saved in {folder}: "
+                        "run again to resume from it",
+                        flush=True,
+                    )
+        finally:
+            distributed.destroy_process_group()
+    if not completed:
+        sys.exit(preemption.PREEMPTED_EXIT)
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line; its defaults are the answers this project was rendered from."""
+    nnodes = distributed.env_int("NNODES", NODES)
+    nproc_per_node = distributed.env_int("NPROC_PER_NODE", DEVICES_PER_NODE)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launcher", choices=distributed.LAUNCHERS, default=LAUNCHER)
+    parser.add_argument("--device", choices=device.REQUESTS, help="npu, auto or cpu")
+    parser.add_argument("--nnodes", type=int, default=nnodes)
+    parser.add_argument("--node-rank", type=int, help="default: $NODE_RANK, else 0")
+    parser.add_argument("--nproc-per-node", type=int, default=nproc_per_node)
+    parser.add_argument("--local-rank", "--local_rank", type=int)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--run-dir", help="default: $NPU_WIZARD_RUN_DIR")
+    parser.add_argument("--checkpoint-dir", help="default: $NPU_WIZARD_CHECKPOINT_DIR")
+    parser.add_argument("--smoke", action="store_true", help="test the topology only")
+    parser.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help="with --smoke: measure all_reduce, all_gather and the links between nodes",
+    )
+    parser.add_argument(
+        "--bandwidth-max-bytes",
+        type=int,
+        help="largest message of --bandwidth (default 256 MiB, 16 MiB on the CPU)",
+    )
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    args = parse_args()
+    if args.launcher == "mp-spawn":
+        # train.py is its own launcher here: each worker gets its local rank first; a stop
+        # signal reaching this process is passed on to them
+        workers = mp.spawn(main, args=(args,), nprocs=args.nproc_per_node, join=False)
+        preemption.install(forward_to=lambda: [p.pid for p in workers.processes if p.pid])
+        try:
+            while not workers.join():
+                pass
+        except mp.ProcessExitedException as ended:
+            if ended.exit_code != preemption.PREEMPTED_EXIT:
+                raise
+            sys.exit(preemption.PREEMPTED_EXIT)
+    else:
+        main(args.local_rank, args)

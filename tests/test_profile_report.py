@@ -1,0 +1,132 @@
+"""The report's profile section: traces read as a stream, bounded, summed up per rank and per straggler pair."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from wizard.run_page import trace_reader
+from wizard.run_page.profile_section import profile_section
+from wizard.run_page.profiles import find_traces, read_profile
+from wizard.run_page.trace_reader import Reading, trace_events
+
+
+def span(name: str, start: float, length: float, tid: int = 1, cat: str = "cpu_op") -> dict:
+    """One complete event of a chrome trace."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": tid, "ts": start, "dur": length}
+
+
+def step_events(step: int, start: float, slow_ms: float = 0.0) -> list[dict]:
+    """One step of 10 ms on thread 1: a data fetch, a matmul, an all_reduce, then a wait on gloo's thread."""
+    events = [
+        span(f"ProfilerStep#{step}", start, 10_000, cat="user_annotation"),
+        span("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", start, 1_000, cat="user_annotation"),
+        span("aten::mm", start + 1_000, 3_000),
+        span("aten::add", start + 1_500, 500),  # inside aten::mm: its self time is 2.5 ms
+        span("c10d::allreduce_", start + 4_000, 1_500),
+        # 4 ms of the 4.5 the step thread waits with no operator, gloo's thread runs the collective
+        span("gloo:all_reduce", start + 5_500, 4_000, tid=2),
+    ]
+    if slow_ms:
+        events.append(span("test_slow_op", start + 9_000, slow_ms * 1000, cat="user_annotation"))
+    return events
+
+
+def write_trace(path: Path, events: list[dict], *, bare: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = events if bare else {"schemaVersion": 1, "deviceProperties": [], "traceEvents": events, "x": 1}
+    path.write_text(json.dumps(document, indent=1))
+    return path
+
+
+def test_the_time_of_a_step_adds_up_by_category(tmp_path: Path) -> None:
+    events = [event for step in range(3) for event in step_events(step, step * 10_000)]
+    trace = write_trace(tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json", events)
+    profile = read_profile(0, trace)
+    assert profile.steps == 3
+    per_step = {name: profile.per_step_ms(us) for name, us in profile.categories.items()}
+    assert per_step == pytest.approx({"data wait": 1.0, "compute": 3.0, "communication": 5.5, "idle": 0.5})
+    assert profile.top(3) == [("gloo:all_reduce", 4.0, 3), ("aten::mm", 2.5, 3), ("c10d::allreduce_", 1.5, 3)]
+
+
+def test_a_bare_array_trace_reads_the_same(tmp_path: Path) -> None:
+    """torch_npu's trace_view.json is an array of events, not an object."""
+    events = [event for step in range(2) for event in step_events(step, step * 10_000)]
+    trace = write_trace(tmp_path / "trace_view.json", events, bare=True)
+    assert read_profile(0, trace).steps == 2
+
+
+def test_values_cut_at_a_chunks_end_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 7 characters cut every number, string and event: what is read is what json.load reads."""
+    monkeypatch.setattr(trace_reader, "CHUNK", 7)
+    events = [*step_events(0, 123456.789), {"ph": "M", "name": "process_name", "args": {"name": "é python"}}]
+    trace = write_trace(tmp_path / "t.json", events)
+    assert list(trace_events(trace, 1000)) == json.loads(trace.read_text())["traceEvents"]
+
+
+def test_a_cut_file_is_read_up_to_the_cut_and_says_so(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", step_events(0, 0))
+    trace.write_bytes(trace.read_bytes()[:-200])
+    reading = Reading()
+    read = list(trace_events(trace, 1000, reading))
+    assert 1 <= len(read) < 6
+    assert reading.broken is not None and "breaks off" in reading.broken
+
+
+def test_reading_stops_at_the_cap_and_the_section_says_so(tmp_path: Path) -> None:
+    events = [event for step in range(50) for event in step_events(step, step * 10_000)]
+    write_trace(tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json", events)
+    html = profile_section(tmp_path, {}, cap=40)
+    assert "capped: only the first 40 events of the trace were read" in html
+
+
+def test_a_large_trace_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """A trace of about 12 MB is streamed: the reader holds a chunk and an event, not the file."""
+    trace = tmp_path / "big.json"
+    with trace.open("w") as handle:
+        handle.write('{"schemaVersion": 1, "traceEvents": [')
+        for index in range(60_000):
+            event = span(f"aten::op_{index % 50}", index * 10.0, 5.0)
+            event["args"] = {"input dims": [[512, 512], [512]], "note": "x" * 40}
+            handle.write(("," if index else "") + json.dumps(event))
+        handle.write("]}")
+    assert trace.stat().st_size > 11e6
+    tracemalloc.start()
+    try:
+        read = sum(1 for _ in trace_events(trace, 10**9))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert read == 60_000
+    assert peak < 8e6  # a 1 MiB chunk, as text, and its slices: not the 12 MB
+
+
+def test_a_straggler_is_shown_beside_its_median_rank_slowed_operator_first(tmp_path: Path) -> None:
+    folder = tmp_path / "profile"
+    write_trace(folder / "rank-1" / "rank-1.5.pt.trace.json", [e for s in range(4) for e in step_events(s, s * 20_000)])
+    slow = [e for s in range(4) for e in step_events(s, s * 20_000, slow_ms=6.0)]
+    write_trace(folder / "rank-3" / "rank-3.5.pt.trace.json", slow)
+    summary = {"profile": {"asked": [{"straggler": 3, "median": 1, "steps": 4, "at": 1.0}], "windows": []}}
+    html = profile_section(tmp_path, summary)
+    comparison = html[html.index("Straggler rank 3 beside median rank 1") :]
+    first_row = comparison[comparison.index("<th>difference</th></tr>") :]
+    assert first_row.startswith("<th>difference</th></tr><tr><td>test_slow_op</td><td>6.00</td><td>0.00</td>")
+    assert "<h3>Rank 1</h3>" in html and "<h3>Rank 3</h3>" in html
+
+
+def test_the_newest_trace_of_each_rank_is_found_npu_ones_too(tmp_path: Path) -> None:
+    folder = tmp_path / "profile"
+    write_trace(folder / "rank-0" / "rank-0.100.pt.trace.json", [])
+    newest = write_trace(folder / "rank-0" / "rank-0.200.pt.trace.json", [])
+    npu = write_trace(
+        folder / "ascend" / "rank-2_20261127_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", []
+    )
+    (folder / "ascend" / "rank-3_20261127_ascend_pt").mkdir()  # not parsed yet: no trace_view.json
+    assert find_traces(tmp_path) == {0: newest, 2: npu}
+
+
+def test_no_profile_no_section(tmp_path: Path) -> None:
+    assert profile_section(tmp_path, {}) == ""
