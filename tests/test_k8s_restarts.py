@@ -63,3 +63,14 @@ def test_the_restarts_the_operator_made_are_said_live_and_in_the_summary(tmp_pat
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["outcome"] == "finished"
     assert summary["operator_restarts"] == {"pods": {"1": 1}, "job": 1}
+
+
+def test_more_restarts_than_mindcluster_documents_are_warned_of_for_an_ascendjob() -> None:
+    from tests.test_k8s_manifests import k8s_answers
+
+    warned = [(p.field, p.message) for p in k8s_answers("ascendjob", run__restarts=101).warnings]
+    assert (
+        "run.restarts",
+        "an AscendJob carries it as MindCluster's fault-retry-times label, documented for 0 to 100",
+    ) in warned
+    assert not [p for p in k8s_answers("pytorchjob", run__restarts=101).warnings if p.field == "run.restarts"]
