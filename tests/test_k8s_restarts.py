@@ -74,3 +74,17 @@ def test_more_restarts_than_mindcluster_documents_are_warned_of_for_an_ascendjob
         "an AscendJob carries it as MindCluster's fault-retry-times label, documented for 0 to 100",
     ) in warned
     assert not [p for p in k8s_answers("pytorchjob", run__restarts=101).warnings if p.field == "run.restarts"]
+
+
+def test_run_restarts_under_kubernetes_leaves_the_restarting_to_the_operator(tmp_path: Path) -> None:
+    project = k8s_project(tmp_path, "ascendjob")
+    kubectl = Kubectl(tmp_path / "kubectl", "fail")
+
+    code, output = finish(start_runner(project, "--restarts", "2", env=kubectl.env))
+
+    assert code == 3, output
+    assert (
+        "note: --restarts 2: under ascendjob the operator restarts the job, as its manifest says, and "
+        "k8s/ascendjob.yaml asks for no restart (run.restarts 0); npu-wizard run does not start it again on top"
+    ) in output
+    assert kubectl.jobs_created() == 1  # the failed job was not applied again by the runner

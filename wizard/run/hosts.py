@@ -84,10 +84,10 @@ class HostPlan:
         twice = node is not None and bool(self.failures) and self.failures[-1] == (node, host)
         if node is not None:
             self.failures.append((node, host))
-        if engine.name == "slurm":
+        if engine.recovery == "exclude":
             if node is not None:
                 self._exclude(node, host, attempt)
-        elif self.answers.get("network.spare_hosts"):
+        elif engine.recovery == "spares" and self.answers.get("network.spare_hosts"):
             unhealthy = {n: problems for n, problems in sorted(health.items()) if problems}
             for sick, problems in unhealthy.items():
                 self._replace(sick, engine.host_of(sick), problems, False, attempt)

@@ -78,6 +78,19 @@ class Job:
         self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
         self.intake = Intake(self.state, self.run_dir)
         restarts = self.answers["run.restarts"] if options.restarts is None else options.restarts
+        if restarts and self.engine.recovery == "operator":  # its manifest carries run.restarts as rendered
+            rendered = self.answers["run.restarts"]
+            manifest = f"k8s/{self.engine.name}.yaml"
+            self.notes.append(
+                f"note: --restarts {restarts}: under {self.engine.name} the operator restarts the job, as its "
+                + (
+                    f"manifest says (runPolicy.backoffLimit {rendered} in {manifest}, from run.restarts)"
+                    if rendered
+                    else f"manifest says, and {manifest} asks for no restart (run.restarts 0)"
+                )
+                + "; npu-wizard run does not start it again on top (set run.restarts and render again to change it)"
+            )
+            restarts = 0
         self.attempts = Attempts(restarts, clock=clock)
         self.hosts = HostPlan.for_answers(self.answers)  # spares taking failed nodes' ranks, Slurm exclusions
         self.failed_node: int | None = None

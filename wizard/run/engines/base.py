@@ -73,6 +73,9 @@ class Engine(abc.ABC):
     """Starts, follows and stops the nodes of one job."""
 
     name: str = ""
+    recovery: str = "spares"
+    """What a restart may change of the hosts: "spares" (a spare host takes a lost node's rank), "exclude"
+    (the scheduler is told to keep the failed node off the job), "operator" (the operator restarts by itself)."""
 
     @abc.abstractmethod
     def dry_run(self, launch: Launch) -> str:

@@ -55,6 +55,8 @@ def kubectl_problem(env: dict[str, str] | None = None) -> str | None:
 class KubernetesEngine(Engine):
     """Applies the project's AscendJob or PyTorchJob with its ConfigMap and follows the job until it ends."""
 
+    recovery = "operator"
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.resource = RESOURCES[name]

@@ -48,6 +48,7 @@ class SlurmEngine(Engine):
     """Submits the project's batch script and follows the job until it ends."""
 
     name = "slurm"
+    recovery = "exclude"
 
     def __init__(self) -> None:
         self.job_id: str | None = None
