@@ -7,6 +7,8 @@ $KUBECTL_DOUBLE_DIR/scenario:
 
 - succeed: the job is Created (pods Pending, unschedulable), then Running, then Succeeded;
 - fail: Created, Running, then Failed with node 1's pod exited 3;
+- restart: Created, Running, Restarting (the operator restarted node 1's pod in place after exit
+  code 137: restartCount 1), Running again, then Succeeded;
 - run: Running until it is deleted;
 - no-context: `kubectl config current-context` fails, as on a machine with no cluster set up.
 - refuse-apply: the cluster refuses to apply the job (a quota), after the ConfigMap.
@@ -75,7 +77,15 @@ def create_job(name: str) -> bool:
 
 
 def pod(
-    name: str, role: str, index: int, phase: str, *, code: int | None = None, pending: str = "", at: str = ""
+    name: str,
+    role: str,
+    index: int,
+    phase: str,
+    *,
+    code: int | None = None,
+    pending: str = "",
+    at: str = "",
+    restarts: int = 0,
 ) -> dict[str, Any]:
     """A pod as `kubectl get pods -o json` lists it, with the training operator's labels."""
     status: dict[str, Any] = {"phase": phase}
@@ -88,6 +98,10 @@ def pod(
         status["containerStatuses"] = [{"name": "c", "state": {"terminated": ended}}]
     elif phase == "Running":
         status["containerStatuses"] = [{"name": "c", "state": {"running": {}}}]
+    if restarts:  # the kubelet started the container again after it ended with 137 (killed)
+        for container in status["containerStatuses"]:
+            container["restartCount"] = restarts
+            container["lastState"] = {"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T10:00:03Z"}}
     labels = {"training.kubeflow.org/replica-type": role, "training.kubeflow.org/replica-index": str(index)}
     return {"metadata": {"name": f"{name}-{role}-{index}", "labels": labels}, "status": status}
 
@@ -102,6 +116,9 @@ def pods(now: int) -> list[dict[str, Any]]:
         return [pod(name, "master", 0, "Pending", pending=unschedulable), pod(name, "worker", 0, "Pending")]
     if now == 2 or plan == "run":
         return [pod(name, "master", 0, "Running"), pod(name, "worker", 0, "Running")]
+    if plan == "restart":
+        phase, code = ("Running", None) if now <= 4 else ("Succeeded", 0)
+        return [pod(name, "master", 0, phase, code=code), pod(name, "worker", 0, phase, code=code, restarts=1)]
     if plan == "fail":
         # the worker fails first; the operator then stops the master (143: SIGTERM)
         return [
@@ -119,6 +136,13 @@ def job(now: int) -> dict[str, Any] | None:
     conditions = [{"type": "Created", "status": "True"}]
     if now >= 2:
         conditions.append({"type": "Running", "status": "True"})
+    if plan == "restart" and now >= 3:
+        # the operator restarts the failed pod (Restarting), then the job runs again and succeeds
+        conditions[-1]["status"] = "False" if now == 3 else "True"
+        restarting = {"type": "Restarting", "status": "True" if now == 3 else "False", "message": "pod restarted"}
+        conditions.insert(-1 if now > 3 else len(conditions), restarting)
+        if now >= 5:
+            conditions.append({"type": "Succeeded", "status": "True", "message": "all pods succeeded"})
     if now >= 3 and plan == "succeed":
         conditions += [{"type": "Succeeded", "status": "True", "message": "all pods succeeded"}]
     if now >= 3 and plan == "fail":

@@ -8,7 +8,17 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from tests.test_tui_flow import answers_file, render_with_answers_file
-from tests.tui_driver import answer, answer_all, field, next_step, pick, render_into, run_wizard, snapshot_of
+from tests.tui_driver import (
+    answer,
+    answer_all,
+    field,
+    next_step,
+    pick,
+    problem_text,
+    render_into,
+    run_wizard,
+    snapshot_of,
+)
 from wizard.answers.questions_cluster import SETTINGS
 from wizard.answers.questions_k8s import KUBERNETES_QUESTIONS
 from wizard.tui.review import ReviewScreen
@@ -91,3 +101,23 @@ def test_a_slurm_project_typed_in_renders_as_its_answers_file_and_the_review_pre
     assert tui_files == snapshot_of(tmp_path / "cli" / "slurm-typed")
     assert {"slurm/job.sbatch", "launch/entry.sh", "launch/run-node.sh"} <= set(tui_files)
     assert "network:\n  host_ips" not in tui_files["answers.yaml"][0].decode()
+
+
+def test_spare_hosts_are_typed_on_the_cluster_step_once_the_engine_can_use_them() -> None:
+
+    async def scenario(pilot: Pilot[int]) -> None:
+        while not (isinstance(pilot.app.screen, StepScreen) and pilot.app.screen.step == "topology"):
+            await next_step(pilot)
+        await answer(pilot, "nodes", "2")
+        await pilot.pause()
+        await answer(pilot, "network.host_ips", ["10.0.0.2", "10.0.0.3"])
+        await answer(pilot, "network.master_addr", "10.0.0.2")
+        await go_to_cluster(pilot)
+        await answer(pilot, "network.spare_hosts", "10.0.0.4, 10.0.0.5")
+        assert "the manual engine starts only the node" in problem_text(pilot, "network.spare_hosts")
+        await pick(pilot, "cluster.engine", "ssh")
+        await pilot.pause()
+        assert problem_text(pilot, "network.spare_hosts") == ""
+        assert pilot.app.state.values["network.spare_hosts"] == ("10.0.0.4", "10.0.0.5")
+
+    run_wizard(scenario)

@@ -79,7 +79,7 @@ async def answer(pilot: Pilot[int], name: str, raw: Any) -> None:
     widget = field(pilot, name)
     if question.choices:
         await pick(pilot, name, str(raw))
-    elif question.kind == "ip_list":
+    elif question.kind == "ip_list" and not question.optional:  # a row per node (an optional list is one line)
         await pilot.pause()
         for entry, ip in zip(widget.query(".row-input").results(Input), raw, strict=True):
             await type_into(pilot, entry, ip)

@@ -165,7 +165,7 @@ QUESTIONS: tuple[Question, ...] = (
         default_from=_default_spare_hosts,
         when=_by_address,
         refused=_spares_refused,
-        step="topology",
+        step="cluster",  # after the engine, which decides whether a spare can take a node's place
         help="Hosts that stand by for a failed node, by address: when a node fails twice in a row or its health "
         "check, `npu-wizard run --restarts N` starts that node's launch script on the next spare (the ssh engine "
         "copies the project there first). Not one of the host IPs. A hostfile marks them with the word spare.",

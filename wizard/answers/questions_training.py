@@ -210,7 +210,9 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         step="training",
         help="The default of npu-wizard run --restarts: after a failure a restart can fix (a rank's error after "
         "the first step, a vanished rank, a lost node, a hang), npu-wizard run stops every node and starts the "
-        "whole job again from the newest checkpoint every rank can load, up to N times (0: a failure ends the job).",
+        "whole job again from the newest checkpoint every rank can load, up to N times (0: a failure ends the job). "
+        "Under Kubernetes the operator restarts instead: runPolicy.backoffLimit (an AscendJob's fault-retry-times "
+        "too).",
     ),
     Question(
         name="training.compile",

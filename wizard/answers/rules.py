@@ -348,6 +348,16 @@ def kubernetes_settings(v: Values) -> Iterator[Problem]:
     yield from data_volume_mount_point(v)
 
 
+def operator_retries(v: Values) -> Iterator[Problem]:
+    """An AscendJob's restarts become MindCluster's fault-retry-times, which its label table bounds at 100."""
+    if v["cluster.engine"] == "ascendjob" and v["run.restarts"] > 100:
+        yield _warning(
+            "run.restarts",
+            v["run.restarts"],
+            "an AscendJob carries it as MindCluster's fault-retry-times label, documented for 0 to 100",
+        )
+
+
 def data_volume_mount_point(v: Values) -> Iterator[Problem]:
     """The data volume is mounted at the data folder: never over the root, a system folder or the project."""
     if not (v.get("cluster.data_host_path") or v.get("cluster.data_pvc")) or "project_name" not in v:
@@ -384,6 +394,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
         scheduled_ports_apart,
     ),
     (("cluster.engine",), kubernetes_settings),
+    (("cluster.engine", "run.restarts"), operator_retries),
 )
 
 

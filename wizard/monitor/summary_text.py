@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wizard.monitor.attempt_text import attempt_lines
+from wizard.monitor.hosts_text import host_lines
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.run_files import RunFileError, log_lines, read_tail
 from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
@@ -312,6 +313,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines += [f"  {describe(entry, until=summary.get('ended_at'))}" for entry in stragglers]
     lines += profile_lines(summary)
     lines += attempt_lines(summary)
+    lines += host_lines(summary)
     silent = summary.get("never_reported")
     if silent:
         lines.append(f"no status ever arrived from rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))}")

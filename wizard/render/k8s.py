@@ -66,9 +66,25 @@ def job_manifest(answers: Answers) -> dict[str, Any]:
     raise ValueError(f"not a Kubernetes engine: {engine}")
 
 
+def restarts(answers: Answers) -> int:
+    """How often the operator may start the job again after a failure (run.restarts; 0 where not answered)."""
+    return int(answers.get("run.restarts") or 0)
+
+
 def _ascendjob(answers: Answers) -> dict[str, Any]:
     name = job_name(answers["project_name"])
     labels = {"framework": "pytorch", "ring-controller.atlas": RING_CONTROLLER[answers["hardware"]], JOB_LABEL: name}
+    retries = restarts(answers)
+    if retries:
+        # MindCluster's job-level rescheduling: Volcano and the ascend-operator stop every pod of the job and
+        # start them again (off a faulty node), at most fault-retry-times times for a failure of the training
+        # itself; backoffLimit bounds the job's restarts as the operator counts them.
+        labels |= {"fault-scheduling": "force", "fault-retry-times": str(retries)}
+    run_policy: dict[str, Any] = {
+        "schedulingPolicy": {"minAvailable": answers["nodes"], "queue": answers["cluster.queue"]}
+    }
+    if retries:
+        run_policy["backoffLimit"] = retries
     env: list[dict[str, Any]] = [_field_env("XDL_IP", "status.hostIP")]
     if _uses_npus(answers):
         # ascend-docker-runtime mounts the cards Volcano picked, which it names in this annotation.
@@ -80,9 +96,9 @@ def _ascendjob(answers: Answers) -> dict[str, Any]:
         "metadata": _metadata(answers, labels),
         "spec": {
             "schedulerName": "volcano",
-            "runPolicy": {"schedulingPolicy": {"minAvailable": answers["nodes"], "queue": answers["cluster.queue"]}},
+            "runPolicy": run_policy,
             "successPolicy": "AllWorkers",
-            "replicaSpecs": _replicas(answers["nodes"], template),
+            "replicaSpecs": _replicas(answers["nodes"], template, "Never"),
         },
     }
 
@@ -91,15 +107,21 @@ def _pytorchjob(answers: Answers) -> dict[str, Any]:
     name = job_name(answers["project_name"])
     labels = {JOB_LABEL: name}
     template = _pod_template(answers, "pytorch", PYTORCHJOB_PORT, labels, [])
+    retries = restarts(answers)
+    spec: dict[str, Any] = {
+        # Explicit: the operator's "auto" counts only GPUs, never NPUs.
+        "nprocPerNode": str(answers["devices_per_node"]),
+        # OnFailure: the failed pod's container starts again in place (restartCount), its launcher
+        # rejoining the others, until the job has failed backoffLimit times.
+        "pytorchReplicaSpecs": _replicas(answers["nodes"], template, "OnFailure" if retries else "Never"),
+    }
+    if retries:
+        spec["runPolicy"] = {"backoffLimit": retries}
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": _metadata(answers, labels),
-        "spec": {
-            # Explicit: the operator's "auto" counts only GPUs, never NPUs.
-            "nprocPerNode": str(answers["devices_per_node"]),
-            "pytorchReplicaSpecs": _replicas(answers["nodes"], template),
-        },
+        "spec": spec,
     }
 
 
@@ -111,11 +133,11 @@ def _metadata(answers: Answers, labels: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _replicas(nodes: int, template: dict[str, Any]) -> dict[str, Any]:
+def _replicas(nodes: int, template: dict[str, Any], restart_policy: str) -> dict[str, Any]:
     """One Master pod, and a Worker pod for every other node."""
-    replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    replicas = {"Master": {"replicas": 1, "restartPolicy": restart_policy, "template": template}}
     if nodes > 1:
-        replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never", "template": template}
+        replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": restart_policy, "template": template}
     return replicas
 
 

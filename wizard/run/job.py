@@ -38,8 +38,9 @@ from wizard.run import hang_stacks
 from wizard.run.attempts import Attempts, keep_logs, node_health
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
-from wizard.run.engines import Engine, Launch, engine_for
+from wizard.run.engines import Engine, EngineError, Launch, engine_for
 from wizard.run.engines.base import ENDED
+from wizard.run.hosts import HostPlan
 from wizard.run.intake import Intake
 from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
 from wizard.run.profile_asks import StragglerProfiles, straggler_profiles
@@ -78,7 +79,22 @@ class Job:
         self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
         self.intake = Intake(self.state, self.run_dir)
         restarts = self.answers["run.restarts"] if options.restarts is None else options.restarts
+        if restarts and self.engine.recovery == "operator":  # its manifest carries run.restarts as rendered
+            rendered = self.answers["run.restarts"]
+            manifest = f"k8s/{self.engine.name}.yaml"
+            self.notes.append(
+                f"note: --restarts {restarts}: under {self.engine.name} the operator restarts the job, as its "
+                + (
+                    f"manifest says (runPolicy.backoffLimit {rendered} in {manifest}, from run.restarts)"
+                    if rendered
+                    else f"manifest says, and {manifest} asks for no restart (run.restarts 0)"
+                )
+                + "; npu-wizard run does not start it again on top (set run.restarts and render again to change it)"
+            )
+            restarts = 0
         self.attempts = Attempts(restarts, clock=clock)
+        self.hosts = HostPlan.for_answers(self.answers)  # spares taking failed nodes' ranks, Slurm exclusions
+        self.failed_node: int | None = None
         self.submitted_launch: Launch | None = None  # what the engine was given, status stream included
         self.stacks: dict[int, dict] | None = None  # where each rank was at the last collection (RUN/hang/)
         self.hang_verdict: HangVerdict | None = None  # wizard.monitor.hang_verdict's judgement of them
@@ -323,6 +339,7 @@ class Job:
         self.intake.settled_root_cause()  # what the stopped ranks said last, into this attempt's state
         now = self.clock()
         wait = self.attempts.failed(failure, self.state, now)
+        self.failed_node = self._node_of(failure)
         attempt = self.attempts.current
         kept = keep_logs(self.run_dir, attempt.number)
         self.engine_lines.append(
@@ -343,6 +360,10 @@ class Job:
         pids = [view.pid for view in self.state.ranks.values() if view.pid is not None]
         # what this host can see: every node the manual engine ran; the master port where node 0 runs here
         problems = node_health(self.run_dir, self.answers, pids, master_here=0 in self.engine.local_nodes())
+        launch = self.submitted_launch or self.launch()
+        remote = self.hosts.remote_health(self.engine, launch)  # only where a spare may take a node's place
+        if not problems and any(remote.values()) and not self.hosts.can_replace(remote):
+            problems = [f"node {n}: {p}" for n, found in sorted(remote.items()) for p in found]
         if problems:
             if attempts.deadline is not None and now >= attempts.deadline:
                 said = f"node {failed.node}'s host" if failed.node is not None else "this host"
@@ -352,24 +373,46 @@ class Job:
                 self.attempts.current.refused = f"not restarted: {failure.summary}"
                 return self._end("failed", failure)
             return None
-        self._start_again(failed.number + 1)
-        return None
+        return self._start_again(failed.number + 1, remote)
 
-    def _start_again(self, number: int) -> None:
-        """Start attempt `number`: a fresh state and engine, the same run folder, status stream and token."""
+    def _node_of(self, failure: Failure | None) -> int | None:
+        """The node a failure names: its own, else its rank's."""
+        if failure is None:
+            return None
+        if failure.node is not None:
+            return failure.node
+        return self.state.node_of(failure.rank) if failure.rank is not None else None
+
+    def _start_again(self, number: int, health: Mapping[int, list[str]]) -> str | None:
+        """Start attempt `number`: a fresh state and engine, the same run folder, status stream and token.
+
+        The hosts may change (wizard/run/hosts.py): a spare in a failed node's place, a Slurm node kept off.
+        """
         old_pids = {view.pid for view in self.state.ranks.values() if view.pid is not None}
         self.nodes = self.attempts.next_nodes(self.nodes, self.state.root_cause())
+        old_engine, self.engine = self.engine, engine_for(self.answers)
+        launch = replace(self.submitted_launch or self.launch(), nodes=tuple(self.nodes))
+        try:
+            launch = self.hosts.start_on(old_engine, self.engine, launch, self.failed_node, health, number)
+        except EngineError as error:
+            failure = Failure(None, self.failed_node, self.clock(), "restart", str(error))
+            self.attempts.current.refused = f"not restarted: {error}"
+            return self._end("failed", failure)
+        self.engine_lines.extend(self.hosts.said)
+        self.submitted_launch = launch
+        # what the last attempt's ranks said is read into its own state first: a remote rank's lost connection,
+        # recorded in the run folder as it ended, would otherwise be read again as the new attempt's rank vanishing
+        self.intake.ingest()
         self.state = self._new_state()
         self.intake.state = self.state
         self.intake.stale_pids |= old_pids
-        self.engine = engine_for(self.answers)
-        launch = self.submitted_launch or self.launch()
         self.attempts.started_again(self.clock())
         self.engine_lines.append(f"attempt {number}: starting node(s) {', '.join(map(str, self.nodes))} again")
-        self.job_id = self.engine.submit(replace(launch, nodes=tuple(self.nodes)))
+        self.job_id = self.engine.submit(launch)
         with contextlib.suppress(OSError):  # run.json names the first attempt's job otherwise: no harm
             info = json.loads((self.run_dir / RUN_FILE).read_text())
             write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id, "attempt": number})
+        return None
 
     # ---- stop ----------------------------------------------------------------------
 
@@ -459,6 +502,8 @@ class Job:
         server = self.intake.server
         visible = self.state.ranks if server is not None else self.intake.local_ranks
         self.summary["never_reported"] = sorted(r for r in visible if self.state.ranks[r].last_seen is None)
+        self.summary.update(self.engine.summary_fields())  # what the engine's scheduler did (restarts, exclusions)
+        self.summary.update(self.hosts.summary_fields())  # spares that took a node's place, nodes kept off
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
         self.summary["job_restarts"] = self.attempts.restarts

@@ -282,6 +282,6 @@ def field_for(question: Question, state: WizardState, *, blink: bool = True) -> 
         return ScriptField(question, state, blink=blink)
     if question.choices:
         return ChoiceField(question, state, blink=blink)
-    if question.kind == "ip_list":
+    if question.kind == "ip_list" and not question.optional:  # one address per node: a row each
         return ListField(question, state, blink=blink)
     return TextField(question, state, blink=blink)

@@ -15,6 +15,7 @@ import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wizard.answers.model import Answers
 from wizard.errors import WizardError
@@ -39,6 +40,10 @@ class Launch:
     env: Mapping[str, str]
     train_args: tuple[str, ...] = ()
     grace: float = 4.0
+    spares: Mapping[int, str] = field(default_factory=dict)
+    """Node ranks a spare host (network.spare_hosts) has taken after a failure, each with that host's address."""
+    excluded: tuple[str, ...] = ()
+    """Hosts the scheduler must not place the job on (Slurm's --exclude): nodes that failed an earlier attempt."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,9 @@ class Engine(abc.ABC):
     """Starts, follows and stops the nodes of one job."""
 
     name: str = ""
+    recovery: str = "spares"
+    """What a restart may change of the hosts: "spares" (a spare host takes a lost node's rank), "exclude"
+    (the scheduler is told to keep the failed node off the job), "operator" (the operator restarts by itself)."""
 
     @abc.abstractmethod
     def dry_run(self, launch: Launch) -> str:
@@ -121,6 +129,22 @@ class Engine(abc.ABC):
     def local_nodes(self) -> frozenset[int]:
         """Nodes whose processes run on this host (their ranks' pids can be watched here)."""
         return frozenset()
+
+    def host_of(self, node: int) -> str | None:
+        """The host node ran on in the job last submitted (None where this engine cannot tell)."""
+        return None
+
+    def node_health(self, launch: Launch, nodes: list[int]) -> dict[int, list[str]]:
+        """For each node on another host: what keeps it from taking part again (unreachable, processes left)."""
+        return {}
+
+    def seed_spares(self, launch: Launch, spares: dict[int, str], donor: int) -> list[str]:
+        """Give spares that just took a node's rank what they need to resume (a checkpoint); what went wrong."""
+        return []
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What this engine adds to summary.json (such as the restarts its scheduler made); {} where nothing."""
+        return {}
 
     def probe_rank(self, launch: Launch, rank: int, host: str | None, pid: int) -> tuple[str, str] | None:
         """On `host`, another host's rank that did not answer: its /proc/PID/stat line and faulthandler's stacks.

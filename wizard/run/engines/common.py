@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 
 ENV_STATUS_HOST = "NPU_WIZARD_STATUS_HOST"
 """The host name or address the nodes reach this runner at, where the engine cannot tell."""
+ENV_SPARE_ADDR = "NPU_WIZARD_SPARE_ADDR"
+"""Set for node K's launch script on a spare host: that host's address, its HCCL_IF_IP (launch/nodeK.sh)."""
 
 
 def interpreter(env: Mapping[str, str]) -> str:

@@ -67,3 +67,14 @@ def job_condition(job: dict[str, Any]) -> tuple[str, str]:
     if not current:
         return "Created", ""
     return current[-1].get("type", "Unknown"), current[-1].get("message", "")
+
+
+def pod_restarts(pod: dict[str, Any]) -> tuple[int, int | None]:
+    """How often the kubelet restarted the pod's container (restartCount), and how its last run ended (exit code)."""
+    count, code = 0, None
+    for container in pod.get("status", {}).get("containerStatuses", []):
+        count = max(count, int(container.get("restartCount") or 0))
+        last = container.get("lastState", {}).get("terminated")
+        if last is not None:
+            code = last.get("exitCode")
+    return count, code

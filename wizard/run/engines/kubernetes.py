@@ -29,7 +29,7 @@ from wizard.answers.script import is_foreign
 from wizard.render import k8s
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import run_command
-from wizard.run.engines.k8s_pods import failed_codes, job_condition, node_of, pod_phase
+from wizard.run.engines.k8s_pods import failed_codes, job_condition, node_of, pod_phase, pod_restarts
 from wizard.stopping import deferred_signals
 
 KUBECTL = "kubectl"
@@ -55,6 +55,8 @@ def kubectl_problem(env: dict[str, str] | None = None) -> str | None:
 class KubernetesEngine(Engine):
     """Applies the project's AscendJob or PyTorchJob with its ConfigMap and follows the job until it ends."""
 
+    recovery = "operator"
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.resource = RESOURCES[name]
@@ -73,6 +75,12 @@ class KubernetesEngine(Engine):
         self._error = ""
         self._ended_before: str | None = None
         """The condition of the same job an earlier run left ended on the cluster, deleted before submitting."""
+        self.pod_restarts: dict[int, int] = {}
+        """Each node's pod: the restarts the operator made of it, in place (restartCount) or as a new pod."""
+        self._pod_ids: dict[int, str] = {}
+        self._in_place: dict[int, int] = {}
+        self.job_restarts = 0
+        """How often the job's condition turned to Restarting (the operator starting pods again)."""
 
     # ---- what would be sent ------------------------------------------------------------
 
@@ -267,6 +275,7 @@ class KubernetesEngine(Engine):
         pods = self._kubectl_json("get", "pods", "-l", f"{k8s.JOB_LABEL}={self.job_name}") or {"items": []}
         nodes = {node: pod for pod in pods.get("items", []) if (node := node_of(pod)) is not None}
         self._report_pods(nodes)
+        self._count_restarts(nodes)
         if job is None:
             self._misses += 1
             if self._misses >= MISSES_TO_GIVE_UP:
@@ -276,6 +285,8 @@ class KubernetesEngine(Engine):
         condition, message = job_condition(job)
         said = f"job {self.job_name} {condition}" + (f": {message}" if message else "")
         if said != self._said:
+            if condition == "Restarting":
+                self.job_restarts += 1
             self._said = said
             self._say(said)
         if condition in ("Succeeded", "Failed"):
@@ -300,6 +311,30 @@ class KubernetesEngine(Engine):
             if self._phases.get(name) != phase:
                 self._phases[name] = phase
                 self._say(f"pod {name} (node {node}) {phase}")
+
+    def _count_restarts(self, nodes: dict[int, dict[str, Any]]) -> None:
+        """Say each restart the operator made of a node's pod: its container in place, or the pod made anew."""
+        for node, pod in sorted(nodes.items()):
+            name = pod["metadata"]["name"]
+            count, code = pod_restarts(pod)
+            uid = pod.get("metadata", {}).get("uid")
+            if uid is not None and self._pod_ids.setdefault(node, uid) != uid:
+                self._pod_ids[node] = uid  # the pod was deleted and made again (MindCluster's rescheduling)
+                self._in_place[node] = 0  # a new pod counts its container's restarts from 0
+                self.pod_restarts[node] = self.pod_restarts.get(node, 0) + 1
+                self._say(f"pod {name} (node {node}) made again by the operator")
+            if count > self._in_place.get(node, 0):
+                self.pod_restarts[node] = self.pod_restarts.get(node, 0) + count - self._in_place.get(node, 0)
+                self._in_place[node] = count
+                ended = f" after exit code {code}" if code is not None else ""
+                self._say(f"pod {name} (node {node}) restarted in place{ended}: restartCount {count}")
+
+    def summary_fields(self) -> dict[str, Any]:
+        """The restarts the operator made (pods and job), for summary.json; {} where it made none."""
+        pods = {str(node): count for node, count in sorted(self.pod_restarts.items()) if count}
+        if not pods and not self.job_restarts:
+            return {}
+        return {"operator_restarts": {"pods": pods, "job": self.job_restarts}}
 
     def _follow(self, pod: dict[str, Any] | None) -> None:
         """Follow node 0's log into the run folder and this runner's lines (once)."""

@@ -14,6 +14,7 @@ from wizard.answers.model import Answers
 from wizard.errors import TargetError
 from wizard.monitor import procs
 from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, Launch, StatusPlan
+from wizard.run.engines.common import ENV_SPARE_ADDR
 from wizard.stopping import deferred_signals
 
 
@@ -77,12 +78,14 @@ class ManualEngine(Engine):
     def submit(self, launch: Launch) -> str:
         """Start each node's launch script in a session of its own."""
         self.launch = launch
-        env = {**os.environ, **launch.env}
+        env = {key: value for key, value in {**os.environ, **launch.env}.items() if key != ENV_SPARE_ADDR}
         for node in launch.nodes:
+            # node K's script on a spare host (simulated here on loopback) takes the spare's address
+            spare = {ENV_SPARE_ADDR: launch.spares[node]} if node in launch.spares else {}
             with deferred_signals():  # a signal between the fork and Popen's return would lose the node's launch
                 process = subprocess.Popen(
                     self._command(launch, node),
-                    env=env,
+                    env={**env, **spare},
                     start_new_session=True,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -123,6 +126,12 @@ class ManualEngine(Engine):
         procs.kill_job(self.launch.run_dir, grace=1.0)
         for node in self.processes:
             node.process.wait()
+
+    def host_of(self, node: int) -> str | None:
+        """The address node's script ran with: its host IP, or the spare's that took its place."""
+        if self.launch is None:
+            return None
+        return self.launch.spares.get(node) or self.launch.answers["network.host_ips"][node]
 
     def local_nodes(self) -> frozenset[int]:
         """Every node started here."""

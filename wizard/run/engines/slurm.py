@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import time
+from typing import Any
 
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import ENV_STATUS_HOST, node_environment, run_command
@@ -47,6 +48,7 @@ class SlurmEngine(Engine):
     """Submits the project's batch script and follows the job until it ends."""
 
     name = "slurm"
+    recovery = "exclude"
 
     def __init__(self) -> None:
         self.job_id: str | None = None
@@ -55,6 +57,8 @@ class SlurmEngine(Engine):
         self._asked_at = float("-inf")
         self._said: str | None = None
         self._lines: list[str] = []
+        self.node_list: str | None = None
+        """The job's nodes as Slurm writes them (n[1-2]), once it has them."""
 
     def status_plan(self, launch: Launch, port: int | None) -> StatusPlan:
         """Listen on every address; the nodes reach this host by NPU_WIZARD_STATUS_HOST or its name."""
@@ -62,9 +66,10 @@ class SlurmEngine(Engine):
         return StatusPlan("0.0.0.0", port or 0, host)
 
     def command(self, launch: Launch) -> list[str]:
-        """The sbatch command line (run in the project folder)."""
+        """The sbatch command line (run in the project folder), without the nodes that failed an earlier attempt."""
         output = launch.run_dir / "logs" / "slurm-%j.out"
-        return ["sbatch", "--parsable", f"--output={output}", SBATCH, *launch.train_args]
+        exclude = [f"--exclude={','.join(launch.excluded)}"] if launch.excluded else []
+        return ["sbatch", "--parsable", f"--output={output}", *exclude, SBATCH, *launch.train_args]
 
     def _env(self, launch: Launch) -> dict[str, str]:
         env = node_environment(launch.env)
@@ -100,7 +105,8 @@ class SlurmEngine(Engine):
         if result.returncode != 0 or not job_id.isdigit():
             raise EngineError(f"sbatch refused the job: {(result.stderr or result.stdout).strip()}")
         self.job_id = job_id
-        self._lines.append(f"slurm: submitted job {job_id}")
+        kept_off = f" kept off {','.join(launch.excluded)} (sbatch --exclude)" if launch.excluded else ""
+        self._lines.append(f"slurm: submitted job {job_id}{kept_off}")
         return job_id
 
     def describe(self) -> Description:
@@ -133,6 +139,8 @@ class SlurmEngine(Engine):
         else:
             said += f" on {fields.get('NodeList', '?')}"
             kind = RUNNING
+        if fields.get("NodeList") not in (None, "", "(null)"):
+            self.node_list = fields["NodeList"]
         if said != self._said:
             self._said = said
             self._lines.append(f"slurm: {said}")
@@ -141,6 +149,19 @@ class SlurmEngine(Engine):
         nodes = self.launch.nodes if self.launch else ()
         codes = {node: 0 for node in nodes} if state == "COMPLETED" and exit_code == "0:0" else {}
         return Description(ENDED, codes, said)
+
+    def host_of(self, node: int) -> str | None:
+        """The Slurm node that ran `node` (SLURM_NODEID counts the job's nodes in scontrol's order)."""
+        if self.node_list is None:
+            return None
+        result = run_command(["scontrol", "show", "hostnames", self.node_list], timeout=30)
+        names = result.stdout.split() if result.returncode == 0 else []
+        return names[node] if 0 <= node < len(names) else None
+
+    def summary_fields(self) -> dict[str, Any]:
+        """The nodes this job was kept off (sbatch --exclude), where an earlier attempt's node failed."""
+        excluded = self.launch.excluded if self.launch is not None else ()
+        return {"slurm_excluded": list(excluded)} if excluded else {}
 
     def stream(self) -> list[str]:
         """The job's state changes since the last call."""

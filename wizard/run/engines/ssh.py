@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 from runtime.status import ENV_STATUS_TOKEN
 from wizard.answers.model import Answers
 from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
-from wizard.run.engines.common import ENV_STATUS_HOST, node_environment, route_source
+from wizard.run.engines.common import ENV_SPARE_ADDR, ENV_STATUS_HOST, node_environment, route_source
 from wizard.run.engines.ssh_copy import copy_list
 from wizard.run.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
 from wizard.run.engines.ssh_run import run_all
@@ -39,14 +40,15 @@ DEFAULT_SSH = (
 )
 PASSED_PREFIXES = ("NPU_WIZARD_", "HCCL_", "ASCEND_")
 PASSED_NAMES = ("MASTER_PORT", "CANN_SET_ENV")
-NOT_PASSED = (ENV_SSH_COMMAND, ENV_STATUS_HOST)
+NOT_PASSED = (ENV_SSH_COMMAND, ENV_STATUS_HOST, ENV_SPARE_ADDR)
 PGID_MARK = "npu-wizard-pgid "
 CHECK_S = 60.0
 COPY_S = 600.0
 ROUND_S = 10.0
+"""The most one round of stopping (TERM, KILL, the last sweep) waits for a host."""
 PROBE_S = 15.0  # one ssh to probe a rank that did not answer at a hang: its state and its stacks
 MAX_PROBE_BYTES = 64 * 1024
-"""The most one round of stopping (TERM, KILL, the last sweep) waits for a host."""
+HEALTH_S = 20.0  # the most the health check of a node's host between two attempts waits for ssh
 
 
 def ssh_command() -> list[str]:
@@ -77,8 +79,11 @@ class SshEngine(Engine):
 
     @staticmethod
     def hosts(launch: Launch) -> tuple[str, ...]:
-        """Each node's host as ssh reaches it: cluster.ssh_hosts, else the nodes' host IPs."""
-        return tuple(launch.answers.get("cluster.ssh_hosts") or launch.answers["network.host_ips"])
+        """Each node's host as ssh reaches it: cluster.ssh_hosts, else the host IPs; a spare where one took over."""
+        hosts = list(launch.answers.get("cluster.ssh_hosts") or launch.answers["network.host_ips"])
+        for node, spare in launch.spares.items():
+            hosts[node] = spare
+        return tuple(hosts)
 
     @staticmethod
     def remote_dir(launch: Launch) -> str:
@@ -145,6 +150,8 @@ class SshEngine(Engine):
         (see `submit`), so no command line on either host holds it for another user's `ps`.
         """
         env = self.node_env(launch)
+        if node in launch.spares:  # node K's script on a spare host: HCCL_IF_IP is the spare's address
+            env[ENV_SPARE_ADDR] = launch.spares[node]
         token = env.pop(ENV_STATUS_TOKEN, None)
         python_dir = os.path.dirname(env["PYTHON"])
         assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(env.items()))
@@ -271,6 +278,63 @@ class SshEngine(Engine):
             )
         state = ENDED if codes and all(code is not None for code in codes.values()) else RUNNING
         return Description(state, codes, reason)
+
+    def remote_checkpoint_dir(self, launch: Launch) -> str:
+        """The folder the ranks save to on every host: NPU_WIZARD_CHECKPOINT_DIR, else <remote_dir>/checkpoints."""
+        from wizard.run.checkpoints import ENV_CHECKPOINT_DIR
+
+        chosen = launch.env.get(ENV_CHECKPOINT_DIR) or os.environ.get(ENV_CHECKPOINT_DIR)
+        return chosen or f"{self.remote_dir(launch).rstrip('/')}/checkpoints"
+
+    def seed_spares(self, launch: Launch, spares: dict[int, str], donor: int) -> list[str]:
+        """Copy node `donor`'s checkpoints to each new spare (through this host): a spare resumes like the others.
+
+        Each node keeps its own copy of the checkpoints (runtime/checkpoint.py), and the newest one every rank
+        holds is where the job resumes: a spare that held none would stop every rank. Returns what went wrong.
+        """
+        folder = self.remote_checkpoint_dir(launch)
+        staging = launch.run_dir / "logs" / "spare-checkpoints"
+        staging.mkdir(parents=True, exist_ok=True)
+        ssh = shlex.join(ssh_command())
+        only = ["--include=step-*.pt", "--exclude=*"]
+        fetch = ["rsync", "-a", *only, "-e", ssh, f"{rsync_host(self.hosts(launch)[donor])}:{folder}/", f"{staging}/"]
+        result = run_all([fetch], COPY_S)[0]
+        if result.returncode not in (0, 23):  # 23: the donor holds no checkpoint folder yet: nothing to copy
+            return [f"fetching node {donor}'s checkpoints: {result.stderr.strip()}"]
+        sends = [
+            ["rsync", "-a", "-e", ssh, f"--rsync-path=mkdir -p {shlex.quote(folder)} && rsync", f"{staging}/"]
+            + [f"{rsync_host(spare)}:{folder}/"]
+            for spare in spares.values()
+        ]
+        sent = run_all(sends, COPY_S)
+        shutil.rmtree(staging, ignore_errors=True)
+        return [
+            f"copying the checkpoints to spare {spare}: {result.stderr.strip()}"
+            for spare, result in zip(spares.values(), sent, strict=True)
+            if result.returncode
+        ]
+
+    def host_of(self, node: int) -> str | None:
+        """The host node's launch script was started on."""
+        return self.hosts(self.launch)[node] if self.launch is not None else None
+
+    def node_health(self, launch: Launch, nodes: list[int]) -> dict[int, list[str]]:
+        """For each node: whether its host answers over ssh, with no process of the run left there (at once)."""
+        run_dir = shlex.quote(self.remote_run_dir(launch))
+        count = f'n=NPU_WIZARD_RUN_DIR; grep -lzxF "$n"={run_dir} /proc/[0-9]*/environ 2>/dev/null | wc -l'
+        hosts = self.hosts(launch)
+        results = run_all([[*ssh_command(), hosts[node], count] for node in nodes], HEALTH_S)
+        health: dict[int, list[str]] = {}
+        for node, result in zip(nodes, results, strict=True):
+            left = result.stdout.strip()
+            if result.returncode != 0:
+                said = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
+                health[node] = [f"ssh to {hosts[node]} failed: {said}"]
+            else:
+                health[node] = (
+                    [f"{left} process(es) of the run still alive on {hosts[node]}"] if left not in ("", "0") else []
+                )
+        return health
 
     def stream(self) -> list[str]:
         """Nodes started, since the last call."""
