@@ -407,7 +407,8 @@ if __name__ == "__main__":
         # train.py is its own launcher here: each worker gets its local rank first; a stop
         # signal reaching this process is passed on to them
         workers = mp.spawn(main, args=(args,), nprocs=args.nproc_per_node, join=False)
-        preemption.install(forward_to=lambda: [p.pid for p in workers.processes if p.pid])
+        pids = [process.pid for process in workers.processes]
+        preemption.install(forward_to=lambda: pids)
         try:
             while not workers.join():
                 pass

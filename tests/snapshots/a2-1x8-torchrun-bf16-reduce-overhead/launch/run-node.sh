@@ -178,6 +178,9 @@ else
         echo "node $NODE_RANK: preflight could not run (exit code $preflight); starting anyway"
     fi
 fi
+# A launcher stands between this script and the ranks: its exit code does not say whether
+# they saved on a stop signal; their events do.
+LAUNCHER_BETWEEN=1
 
 # ---- process bookkeeping --------------------------------------------------------
 # PID -> what it is, for every process this script started and has not reaped.
@@ -269,7 +272,7 @@ wait_children() {
             kill -0 "$pid" 2>/dev/null && continue
             code=0
             wait "$pid" 2>/dev/null || code=$?
-            if ((code == PREEMPTED_EXIT)) || { ((code != 0)) && preempted_ranks >/dev/null; }; then
+            if ((code == PREEMPTED_EXIT)) || { ((code != 0 && LAUNCHER_BETWEEN)) && preempted_ranks >/dev/null; }; then
                 preempted=1
             elif ((code != 0)); then
                 echo "node $NODE_RANK: ${CHILDREN[$pid]} failed with exit code $code; stopping the others"
