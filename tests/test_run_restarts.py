@@ -323,6 +323,9 @@ def test_a_stopped_rank_is_a_hang_that_restarts_the_job_which_then_finishes(tmp_
     assert summary["outcome"] == "finished" and summary["job_restarts"] == 1
     first = summary["attempts"][0]
     assert first["outcome"] == "hung" and first["kind"] == "hung"
+    # every rank's stacks were collected at the hang, before the restart stopped anything, and kept
+    collected = json.loads((run_dir / "hang" / "attempt-1" / "collected.json").read_text())
+    assert collected["reason"] == "hang", collected
     assert first["resumed_from_step"] == kinds(events_of(run_dir)[1], "started")[1]["resumed_step"] > 0
     assert summary["steps"] == 4096 // 16 // 2
 

@@ -48,7 +48,9 @@ def rank_1_after_a_checkpoint(run_dir: Path) -> int | None:
 def test_a_one_node_job_whose_node_failed_is_resubmitted_off_it_and_finishes(
     tmp_path: Path, cluster: SlurmCluster
 ) -> None:
-    project = render_slurm(tmp_path, nodes=1, **{"training.samples": 8192, "training.epochs": 1})
+    # 1024 steps a rank, a checkpoint every 50: the rank dies well before the end, even on a loaded machine
+    overrides = {"training.samples": 32768, "training.epochs": 1, "training.checkpoint_every": 50}
+    project = render_slurm(tmp_path, nodes=1, **overrides)
     runner = start_runner(project, "--interval", "2", "--restarts", "1", env=runner_env(cluster, project))
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
@@ -60,6 +62,7 @@ def test_a_one_node_job_whose_node_failed_is_resubmitted_off_it_and_finishes(
     assert runner.returncode == 0, output
     summary = summary_of(run_dir)
     assert summary["outcome"] == "finished" and summary["job_restarts"] == 1
+    assert summary["attempts"][0]["failed_at_step"] < 1024 == summary["steps"]
     (change,) = summary["hosts_changed"]
     failed = change["replaced"]
     other = {"n1": "n2", "n2": "n1"}[failed]

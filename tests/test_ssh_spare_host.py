@@ -25,7 +25,8 @@ from tests.test_ssh_engine import START_S, render_ssh, runner_env
 
 pytestmark = pytest.mark.slow
 
-STEPS = 16384 // 16 // 4  # samples / batch / world size, one epoch: 256 steps a rank
+SAMPLES = 65536  # long enough that the host is lost well before the end, on a loaded machine
+STEPS = SAMPLES // 16 // 4  # samples / batch / world size, one epoch: 1024 steps a rank
 
 
 def namespace_pids(namespace: str) -> list[int]:
@@ -59,7 +60,12 @@ def spare_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunEnd
     root = tmp_path_factory.mktemp("ssh-spare")
     with ssh_hosts(root, count=3) as hosts:
         nodes, spare = hosts.addresses[:2], hosts.addresses[2]
-        overrides = {"network.spare_hosts": [spare], "training.samples": 16384, "training.epochs": 1}
+        overrides = {
+            "network.spare_hosts": [spare],
+            "training.samples": SAMPLES,
+            "training.epochs": 1,
+            "training.checkpoint_every": 50,
+        }
         project = render_ssh(root / "project", nodes, **overrides)
         runner = start_runner(project, "--interval", "2", "--restarts", "1", env=runner_env(hosts, project))
         try:
@@ -82,6 +88,7 @@ def test_the_spare_host_takes_node_1s_rank_and_the_job_finishes(spare_run: tuple
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert summary["outcome"] == "finished"
     assert summary["job_restarts"] == 1
+    assert summary["attempts"][0]["failed_at_step"] < STEPS  # the host was lost mid-run
     assert {info["step"] for info in summary["ranks"].values()} == {STEPS}
     (change,) = summary["hosts_changed"]
     assert (change["node"], change["replaced"], change["by"], change["attempt"]) == (1, lost, spare, 2)
