@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
+from pathlib import Path
 
 
 def shown(name: str) -> str:
@@ -97,3 +98,8 @@ class RenderError(WizardError):
 
 class ConflictError(WizardError):
     """An update found edits of the user's and of the generator on the same lines."""
+
+
+def cannot_write(path: Path, error: OSError, then: str = "") -> str:
+    """One line for a record of a run that could not be written, `then` saying what became of the job."""
+    return f"cannot write {path} ({error.strerror}){then}: {write_advice(error)}"

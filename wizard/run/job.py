@@ -13,8 +13,6 @@ protocol wizard.monitor defines.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -27,21 +25,22 @@ from typing import TextIO
 
 from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
-from wizard.errors import TargetError, write_advice
+from wizard.errors import TargetError, cannot_write
 from wizard.monitor.attach import RUN_FILE
-from wizard.monitor.hang_verdict import HangVerdict, hang_summary, judge
+from wizard.monitor.hang_verdict import HangVerdict, hang_summary
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
-from wizard.run import hang_stacks
-from wizard.run.attempts import Attempts, keep_logs, node_health
+from wizard.run.attempts import Attempts
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
-from wizard.run.engines import Engine, EngineError, Launch, engine_for
+from wizard.run.engines import Engine, Launch, engine_for
 from wizard.run.engines.base import ENDED
 from wizard.run.hosts import HostPlan
 from wizard.run.intake import Intake
+from wizard.run.job_restarts import JobRestarts
+from wizard.run.job_stacks import JobStacks
 from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
 from wizard.run.profile_asks import StragglerProfiles, straggler_profiles
 from wizard.run.smoke import print_smoke_report
@@ -49,7 +48,7 @@ from wizard.run.verdict import engine_failure, failure_words, hang_failure, laun
 from wizard.stopping import STOP_SIGNALS, main_thread, stop_signals_raise
 
 
-class Job:
+class Job(JobStacks, JobRestarts):
     """One run of a project on this host: its node processes, its state and its end."""
 
     def __init__(self, project: Path, options: RunOptions, *, clock: Callable[[], float] = time.time) -> None:
@@ -160,14 +159,14 @@ class Job:
             write_json(self.run_dir / RUN_FILE, info)
         except OSError as error:  # nothing started yet: the run folder goes, empty but for what failed
             shutil.rmtree(self.run_dir, ignore_errors=True)
-            raise TargetError(_cannot_write(self.run_dir / RUN_FILE, error, ", so nothing was started")) from None
+            raise TargetError(cannot_write(self.run_dir / RUN_FILE, error, ", so nothing was started")) from None
         self.submitted_launch = launch
         self.job_id = self.engine.submit(launch)
         self.submitted = True  # from here on the job's processes exist: whatever ends the runner must stop them
         try:
             write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id})
         except OSError as error:
-            raise TargetError(_cannot_write(self.run_dir / RUN_FILE, error, ", so the job was stopped")) from None
+            raise TargetError(cannot_write(self.run_dir / RUN_FILE, error, ", so the job was stopped")) from None
         self.intake.local_ranks = {r for n in self.engine.local_nodes() for r in self._ranks_of(n)}
 
     def _open_status_stream(self, launch: Launch) -> str | None:
@@ -238,45 +237,6 @@ class Job:
             )
         return None
 
-    # ---- where every rank is ------------------------------------------------------
-
-    def collect_stacks(
-        self, reason: str, on_progress: Callable[[int, int], None] | None = None, asked_id: str | None = None
-    ) -> Path | None:
-        """Ask every rank where it is and write RUN/hang/ (call it before stopping anything); the folder.
-
-        `reason` is "hang" or "asked" (`asked_id`: the ask's, for the one who waits). Waits at most
-        hang_stacks.ANSWER_WAIT_S for the answers; a rank that does not answer is probed (its state, SIGUSR2).
-        Returns None where the run folder could not be written (said in `unwritten`).
-        """
-        ranks = sorted(self.state.expected or range(self.answers.world_size))
-        try:
-            self.stacks = hang_stacks.collect(
-                self.run_dir, self.intake, ranks, reason, self._probe_remote, on_progress=on_progress, asked_id=asked_id
-            )
-        except OSError as error:
-            self.unwritten.append(_cannot_write(self.run_dir / hang_stacks.HANG_DIR, error))
-            return None
-        self.hang_verdict = judge(self.stacks)
-        return self.run_dir / hang_stacks.HANG_DIR
-
-    def _collect_at_hang(self) -> None:
-        """Collect the stacks once when a hang starts (ranks silent, or none stepping)."""
-        hang = bool(self.state.hung()) or self.state.stalled()
-        if hang and not self._hang_seen:
-            self.collect_stacks("hang")
-        self._hang_seen = hang
-
-    def _collect_when_asked(self) -> None:
-        """Collect the stacks when `npu-wizard monitor RUN --stacks` left its ask in RUN/hang/."""
-        asked_id = hang_stacks.take_ask(self.run_dir)
-        if asked_id is not None:
-            self.collect_stacks("asked", asked_id=asked_id)
-
-    def _probe_remote(self, rank: int, host: str | None, pid: int) -> hang_stacks.Unanswered | None:
-        probed = self.engine.probe_rank(self.launch(), rank, host, pid)
-        return hang_stacks.read_probe(*probed) if probed is not None else None
-
     def _launcher_yet_to_say(self, cause: Failure, codes: Mapping[int, int | None]) -> bool:
         """True while a vanished rank's launcher runs and has not logged how the rank's process ended.
 
@@ -324,95 +284,6 @@ class Job:
         restarts_left = self.attempts.restarts < self.attempts.allowed
         stepped = any(view.steps_reported for view in self.state.ranks.values())
         return restarts_left and stepped and bool(self.state.hung() or self.state.stalled())
-
-    # ---- restart (wizard/run/attempts.py) --------------------------------------------
-
-    def _failed(self, outcome: str, failure: Failure | None) -> str | None:
-        """End the job, or, where --restarts allows and a restart can fix it, stop it to start it again."""
-        refusal = self.attempts.refusal(outcome, failure, self.state)
-        if refusal is not None:
-            self.attempts.current.refused = refusal or None
-            return self._end(outcome, failure)
-        # at a hang, tick's _collect_at_hang has collected every rank's stacks (RUN/hang/) before this stop
-        self.state.stopping()
-        self._stop_processes()
-        self.intake.settled_root_cause()  # what the stopped ranks said last, into this attempt's state
-        now = self.clock()
-        wait = self.attempts.failed(failure, self.state, now)
-        self.failed_node = self._node_of(failure)
-        attempt = self.attempts.current
-        kept = keep_logs(self.run_dir, attempt.number)
-        self.engine_lines.append(
-            f"RESTART {attempt.number} of {self.attempts.allowed}: attempt {attempt.number} failed at step "
-            f"{attempt.failed_at_step}: {attempt.cause}; every node stopped"
-            f"{f', its logs kept in {kept}' if kept else ''}; starting the whole job again in {wait:g}s "
-            "from the newest checkpoint every rank can load"
-        )
-        return None
-
-    def _restart_when_healthy(self) -> str | None:
-        """Between two attempts: once the backoff is over and the failed node is healthy, start the job again."""
-        now = self.clock()
-        attempts = self.attempts
-        if attempts.restart_at is None or now < attempts.restart_at:
-            return None
-        failed = self.attempts.current
-        pids = [view.pid for view in self.state.ranks.values() if view.pid is not None]
-        # what this host can see: every node the manual engine ran; the master port where node 0 runs here
-        problems = node_health(self.run_dir, self.answers, pids, master_here=0 in self.engine.local_nodes())
-        launch = self.submitted_launch or self.launch()
-        remote = self.hosts.remote_health(self.engine, launch)  # only where a spare may take a node's place
-        if not problems and any(remote.values()) and not self.hosts.can_replace(remote):
-            problems = [f"node {n}: {p}" for n, found in sorted(remote.items()) for p in found]
-        if problems:
-            if attempts.deadline is not None and now >= attempts.deadline:
-                said = f"node {failed.node}'s host" if failed.node is not None else "this host"
-                failure = Failure(
-                    None, failed.node, now, "restart", f"{said} was not healthy again in time: {'; '.join(problems)}"
-                )
-                self.attempts.current.refused = f"not restarted: {failure.summary}"
-                return self._end("failed", failure)
-            return None
-        return self._start_again(failed.number + 1, remote)
-
-    def _node_of(self, failure: Failure | None) -> int | None:
-        """The node a failure names: its own, else its rank's."""
-        if failure is None:
-            return None
-        if failure.node is not None:
-            return failure.node
-        return self.state.node_of(failure.rank) if failure.rank is not None else None
-
-    def _start_again(self, number: int, health: Mapping[int, list[str]]) -> str | None:
-        """Start attempt `number`: a fresh state and engine, the same run folder, status stream and token.
-
-        The hosts may change (wizard/run/hosts.py): a spare in a failed node's place, a Slurm node kept off.
-        """
-        old_pids = {view.pid for view in self.state.ranks.values() if view.pid is not None}
-        self.nodes = self.attempts.next_nodes(self.nodes, self.state.root_cause())
-        old_engine, self.engine = self.engine, engine_for(self.answers)
-        launch = replace(self.submitted_launch or self.launch(), nodes=tuple(self.nodes))
-        try:
-            launch = self.hosts.start_on(old_engine, self.engine, launch, self.failed_node, health, number)
-        except EngineError as error:
-            failure = Failure(None, self.failed_node, self.clock(), "restart", str(error))
-            self.attempts.current.refused = f"not restarted: {error}"
-            return self._end("failed", failure)
-        self.engine_lines.extend(self.hosts.said)
-        self.submitted_launch = launch
-        # what the last attempt's ranks said is read into its own state first: a remote rank's lost connection,
-        # recorded in the run folder as it ended, would otherwise be read again as the new attempt's rank vanishing
-        self.intake.ingest()
-        self.state = self._new_state()
-        self.intake.state = self.state
-        self.intake.stale_pids |= old_pids
-        self.attempts.started_again(self.clock())
-        self.engine_lines.append(f"attempt {number}: starting node(s) {', '.join(map(str, self.nodes))} again")
-        self.job_id = self.engine.submit(launch)
-        with contextlib.suppress(OSError):  # run.json names the first attempt's job otherwise: no harm
-            info = json.loads((self.run_dir / RUN_FILE).read_text())
-            write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id, "attempt": number})
-        return None
 
     # ---- stop ----------------------------------------------------------------------
 
@@ -514,7 +385,7 @@ class Job:
         try:
             write_json(self.run_dir / "summary.json", self.summary)
         except OSError as error:  # the summary is still printed; the run folder lacks it
-            self.unwritten.append(_cannot_write(self.run_dir / "summary.json", error))
+            self.unwritten.append(cannot_write(self.run_dir / "summary.json", error))
         return outcome
 
     def _stop_processes(self) -> None:
@@ -576,8 +447,3 @@ class Job:
             print_bandwidth_report(self.run_dir, self.answers, out)
         else:  # rank 0 reports to node 0's runner, through the status stream
             print("bandwidth: measured by rank 0: node 0's runner prints the table and writes bandwidth.json", file=out)
-
-
-def _cannot_write(path: Path, error: OSError, then: str = "") -> str:
-    """One line for a record of the run that could not be written, `then` saying what became of the job."""
-    return f"cannot write {path} ({error.strerror}){then}: {write_advice(error)}"
