@@ -9,6 +9,7 @@ refuses a deliberately broken manifest.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,18 @@ def test_pytorchjob_sets_processes_per_node_explicitly(tmp_path: Path) -> None:
 def test_one_node_is_a_master_alone(tmp_path: Path, engine: str) -> None:
     _project, job, _configmap = rendered(tmp_path, engine, nodes=1)
     assert list(replicas(job)) == ["Master"]
+
+
+@pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
+def test_pods_outwait_the_save_grace_of_their_launch_script(tmp_path: Path, engine: str) -> None:
+    # A pod's SIGTERM makes its ranks save; the kubelet's own SIGKILL must not come before run-node.sh's.
+    project, job, _configmap = rendered(tmp_path, engine)
+    save_grace = re.search(
+        r'SAVE_GRACE="\$\{NPU_WIZARD_SAVE_GRACE:-(\d+)\}"', (project / "launch/run-node.sh").read_text()
+    )
+    assert save_grace, "run-node.sh's default save grace"
+    for replica in replicas(job).values():
+        assert replica["template"]["spec"]["terminationGracePeriodSeconds"] > int(save_grace[1])
 
 
 @pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])

@@ -32,6 +32,10 @@ CONFIGMAP_FILE = "k8s/project.yaml"
 ASCENDJOB_PORT = ("ascendjob-port", OPERATOR_MASTER_PORTS["ascendjob"])
 PYTORCHJOB_PORT = ("pytorchjob-port", OPERATOR_MASTER_PORTS["pytorchjob"])
 # The card type label the Ascend Volcano plug-in schedules by. A3 under ascend-910b is not confirmed on a cluster.
+# A pod's SIGTERM (an eviction, a delete) makes its ranks save at their next logged step: launch/run-node.sh
+# gives them NPU_WIZARD_SAVE_GRACE (60 s) before it kills them, so the kubelet must wait longer than that
+# before its own SIGKILL (its default is 30 s).
+TERMINATION_GRACE_S = 90
 RING_CONTROLLER = {"atlas-training": "ascend-910", "atlas-a2": "ascend-910b", "atlas-a3": "ascend-910b"}
 
 
@@ -185,7 +189,11 @@ def _pod_template(
         "ports": [{"name": port[0], "containerPort": port[1]}],
         "volumeMounts": mounts,
     }
-    spec: dict[str, Any] = {"containers": [container_spec], "volumes": volumes}
+    spec: dict[str, Any] = {
+        "containers": [container_spec],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+    }
     if _uses_npus(answers):
         count = answers["devices_per_node"]
         container_spec["resources"] = {"requests": {NPU_RESOURCE: count}, "limits": {NPU_RESOURCE: count}}
