@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import tracemalloc
 from pathlib import Path
@@ -12,6 +13,8 @@ from wizard.run_page import trace_reader
 from wizard.run_page.profile_section import profile_section
 from wizard.run_page.profiles import find_traces, read_profile
 from wizard.run_page.trace_reader import Reading, trace_events
+
+DEVICE_TRACE = "h200-resnet18-reduce-overhead.pt.trace.json.gz"
 
 
 def span(name: str, start: float, length: float, tid: int = 1, cat: str = "cpu_op") -> dict:
@@ -130,3 +133,17 @@ def test_the_newest_trace_of_each_rank_is_found_npu_ones_too(tmp_path: Path) -> 
 
 def test_no_profile_no_section(tmp_path: Path) -> None:
     assert profile_section(tmp_path, {}) == ""
+
+
+def test_a_cuda_trace_counts_each_step_once_and_its_kernels_as_operators(tmp_path: Path) -> None:
+    # A real window of 10 steps recorded on an H200 by the generated train.py (ResNet-18, bf16, batch 256,
+    # training.compile reduce-overhead) with NPU_WIZARD_PROFILE=20:30: torch marks each step on the host and
+    # again on the device's stream (gpu_user_annotation), which read as 20 steps before.
+    trace = tmp_path / "rank-0.pt.trace.json"
+    trace.write_bytes(gzip.decompress((Path(__file__).parent / "data" / DEVICE_TRACE).read_bytes()))
+
+    profile = read_profile(0, trace)
+
+    assert profile.steps == 10 and not profile.reading.capped
+    assert "cudaGraphLaunch" in profile.operators  # reduce-overhead replays the step as a CUDA graph
+    assert sum(profile.categories.values()) == pytest.approx(profile.step_us, rel=0.01)

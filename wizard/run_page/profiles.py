@@ -38,6 +38,7 @@ COMMUNICATION = re.compile(
 )
 DATA_WAIT = re.compile(r"DataLoader|data wait", re.IGNORECASE)
 LEFT_OUT_CATEGORIES = {"python_function", "Trace", "overhead"}
+GPU_STEP_CATEGORY = "gpu_user_annotation"
 
 
 @dataclass
@@ -91,6 +92,8 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
         if not isinstance(name, str) or not _number(start) or not _number(length):
             continue
         thread = (event.get("pid"), event.get("tid"))
+        if STEP_SPAN.match(name) and event.get("cat") == GPU_STEP_CATEGORY:
+            continue  # a CUDA trace marks each step again on the device's stream: the host's mark counts
         if STEP_SPAN.match(name):
             step_threads.add(thread)
             profile.steps += 1
