@@ -145,6 +145,7 @@ def test_the_ssh_engine_probes_a_rank_on_its_host_for_its_state_and_stacks(
         answers={"devices_per_node": 2, "network.host_ips": ["127.0.0.1", "127.0.0.1"]},
         project=tmp_path,
         run_dir=run_dir,
+        spares={},  # no spare host took a node's place
     )
     code = (
         "import faulthandler, signal, time\n"
