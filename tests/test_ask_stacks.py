@@ -172,3 +172,63 @@ def test_the_ssh_engine_probes_a_rank_on_its_host_for_its_state_and_stacks(
         child.wait()
     probe = read_probe(*SshEngine().probe_rank(launch, 3, "h1", child.pid))  # type: ignore[arg-type, misc]
     assert probe.note == "its process is gone from its host"
+
+
+def test_a_rank_with_torch_npus_dump_pipe_is_asked_for_its_hccl_dump_through_it(tmp_path: Path) -> None:
+    # The child stands in for an HCCL rank: TORCH_HCCL_DEBUG_INFO_PIPE_FILE in its environment (as run-node.sh
+    # sets it), a thread reading its pipe as torch_npu's monitor thread does, faulthandler on SIGUSR2.
+    hccl = tmp_path / "hccl"
+    hccl.mkdir()
+    os.mkfifo(hccl / "pipe_rank_3.pipe")
+    code = (
+        "import faulthandler, os, select, signal, threading, time\n"
+        f"faulthandler.register(signal.SIGUSR2, file=open({str(tmp_path / 'logs' / 'rank-3.stacks.txt')!r}, 'a'),"
+        " all_threads=True)\n"
+        # opened for reading without blocking before the rank is ready, as torch_npu's DumpPipe does
+        f"pipe = os.open({str(hccl / 'pipe_rank_3.pipe')!r}, os.O_RDONLY | os.O_NONBLOCK)\n"
+        "def monitor():\n"
+        "    while True:\n"
+        "        select.select([pipe], [], [])\n"
+        "        got = os.read(pipe, 2)\n"
+        "        if got:\n"
+        f"            open({str(hccl / 'asked')!r}, 'wb').write(got)\n"
+        "            return\n"
+        "        time.sleep(0.05)\n"
+        "threading.Thread(target=monitor, daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    (tmp_path / "logs").mkdir()
+    env = {
+        **os.environ,
+        "TORCH_HCCL_DEBUG_INFO_PIPE_FILE": "hccl/pipe_rank_",
+        "TORCH_HCCL_DEBUG_INFO_TEMP_FILE": "hccl/trace_rank_",
+    }
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        probe = probe_local(tmp_path, 3, child.pid)
+        assert f"asked through {hccl / 'pipe_rank_3.pipe'}: torch_npu writes hccl/trace_rank_3" in str(probe.note)
+        wait_for(lambda: (hccl / "asked").exists() and (hccl / "asked").read_bytes() == b"1\n", 30, "the byte")
+        assert probe.faulthandler is not None and "most recent call first" in probe.faulthandler
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_rank_without_a_dump_pipe_is_not_asked_through_one(tmp_path: Path) -> None:
+    code = (
+        "import faulthandler, signal, time\nfaulthandler.register(signal.SIGUSR2, all_threads=True)\n"
+        "print('ready', flush=True)\ntime.sleep(600)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TORCH_HCCL_")}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        probe = probe_local(tmp_path, 0, child.pid, wait_s=0.5)
+        assert probe.note == "SIGUSR2 sent: faulthandler's stacks follow"
+    finally:
+        child.kill()
+        child.wait()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.stacks import ASK, FAULT_SIGNAL, as_text, fault_path
+from runtime.stacks import ASK, FAULT_SIGNAL, as_text, ask_hccl_dump, fault_path
 from wizard.monitor.run_files import RunFileError, read_bounded, read_tail
 from wizard.monitor.summary_text import write_atomically, write_json
 from wizard.run.intake import Intake
@@ -35,6 +35,8 @@ ASK_FILE = "ask"  # RUN/hang/ask: `npu-wizard monitor RUN --stacks` asks the run
 MAX_ASK_FILE_BYTES = 4096
 ANSWER_WAIT_S = 10.0  # a rank waiting in a collective answers at once; a loaded host may take seconds
 FAULT_WAIT_S = 2.0  # for faulthandler to write after SIGUSR2
+HCCL_PIPE_ENV = "TORCH_HCCL_DEBUG_INFO_PIPE_FILE"
+MAX_ENVIRON_BYTES = 1 << 20
 MAX_RECORD_BYTES = 2 << 20
 MAX_TEXT_BYTES = 1 << 20
 MAX_DUMP_BYTES = 1 << 20
@@ -103,11 +105,43 @@ def probe_local(run_dir: Path, rank: int, pid: int, wait_s: float = FAULT_WAIT_S
             state,
             note="stopped: SIGUSR2 was sent and waits until the process is continued (SIGCONT); it was not resumed",
         )
+    pipe = hccl_dump_asked(rank, pid)  # an HCCL rank's recorder, dumped by torch_npu's own thread
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and _size(path) <= before:
         time.sleep(0.1)
     time.sleep(0.2)  # faulthandler writes thread after thread
-    return Unanswered(state, faulthandler=_new_text(path, before), note="SIGUSR2 sent: faulthandler's stacks follow")
+    note = "SIGUSR2 sent: faulthandler's stacks follow" + (f"; {pipe}" if pipe else "")
+    return Unanswered(state, faulthandler=_new_text(path, before), note=note)
+
+
+def hccl_dump_asked(rank: int, pid: int) -> str | None:
+    """Where the rank runs torch_npu's recorder with a dump pipe (its environment says so), ask it for a dump.
+
+    torch_npu's monitor thread needs no GIL: a rank that cannot answer (a thread holds the GIL) still dumps
+    its HCCL collectives to TORCH_HCCL_DEBUG_INFO_TEMP_FILE + rank. None where the rank has no such pipe.
+    """
+    env = process_environment(pid)
+    prefix = env.get(HCCL_PIPE_ENV)
+    if not prefix:
+        return None
+    if not os.path.isabs(prefix):  # relative to the rank's own folder
+        try:
+            cwd = os.readlink(PROC / str(pid) / "cwd")
+        except OSError:
+            return None
+        env = {**env, HCCL_PIPE_ENV: os.path.join(cwd, prefix)}
+    return ask_hccl_dump(rank, env)
+
+
+def process_environment(pid: int) -> dict[str, str]:
+    """The environment `pid` started with (bounded), or {} where it cannot be read."""
+    try:
+        with (PROC / str(pid) / "environ").open("rb") as handle:
+            raw = handle.read(MAX_ENVIRON_BYTES)
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
 
 
 def _size(path: Path) -> int:
