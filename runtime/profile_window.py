@@ -47,6 +47,7 @@ ASCEND_DIR = "ascend"
 STRAGGLER = "straggler"
 ASK = "profile"  # the runner's ask on the status stream (wizard/run/profile_asks.py)
 DEFAULT_STEPS = 10  # a straggler's window, when --profile gives no length
+MAX_ASKED_STEPS = 1000  # the longest window an ask may start
 WAIT, WARMUP = 1, 1
 
 
@@ -308,6 +309,9 @@ def _asked(ask: Mapping[str, Any]) -> dict[str, Any]:
     """The runner's {"ask": "profile", "steps": N} on the status stream: a window from the next step."""
     steps = ask.get("steps")
     steps = steps if isinstance(steps, int) and steps > 0 else DEFAULT_STEPS
+    steps = min(
+        steps, MAX_ASKED_STEPS
+    )  # a window is a look at a few steps, never the rest of the run
     request(steps)
     return {"steps": steps}
 

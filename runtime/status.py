@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import json
 import os
-import select
+import selectors
 import socket
 import threading
 import time
@@ -49,6 +49,7 @@ CLOSE_WAIT_S = 2.0
 ENV_TEST_BUFFER = "NPU_WIZARD_TEST_STATUS_BUFFER"
 ASK_FIELD = "ask"
 MAX_ASK_BYTES = 4096  # an ask is a short line; more is not one
+MAX_ASKS_AT_ONCE = 4  # asks of different kinds answered at the same time
 # the status server takes lines of at most 256 KiB; json.dumps writes a character as at most 6
 ANSWER_PART_CHARS = 32 * 1024
 MAX_ANSWER_CHARS = 8 << 20
@@ -111,6 +112,8 @@ class StatusPublisher:
         self._token_line = encode({TOKEN_FIELD: token})
         self._queue: collections.deque[bytes] = collections.deque(maxlen=QUEUE_LIMIT)
         self._wake = threading.Event()
+        self._asks_lock = threading.Lock()
+        self._answering: set[str] = set()  # the kinds of ask being answered now
         self._closing = threading.Event()
         self._socket: socket.socket | None = None
         self._buffer = test_buffer_size()
@@ -172,18 +175,30 @@ class StatusPublisher:
     def _read_asks(self) -> None:
         """Read the runner's asks from whichever connection is open; answer each on a thread."""
         pending, reading = b"", None
+        # a selector, not select.select: a rank late in a run may hold descriptors past 1024
+        watch = selectors.DefaultSelector()
         while not self._closing.is_set():
             connection = self._socket
             if connection is None:
                 self._closing.wait(0.2)
                 continue
             if connection is not reading:
-                pending, reading = b"", connection
+                pending = b""
+                try:
+                    if reading is not None:
+                        watch.unregister(reading)
+                    watch.register(connection, selectors.EVENT_READ)
+                except (OSError, ValueError, KeyError):
+                    self._closing.wait(0.2)  # closed by the sending thread meanwhile
+                    reading = None
+                    continue
+                reading = connection
             try:
-                ready, _, _ = select.select([connection], [], [], 0.5)
+                ready = watch.select(0.5)
                 chunk = connection.recv(MAX_ASK_BYTES) if ready else None
             except (OSError, ValueError):  # closed by the sending thread meanwhile
-                chunk = None
+                self._closing.wait(0.2)
+                continue
             if chunk is None:
                 continue
             if not chunk:  # the runner closed it: the sending thread reconnects
@@ -198,18 +213,34 @@ class StatusPublisher:
     def _take_ask(self, line: bytes) -> None:
         try:
             ask = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if not isinstance(ask, dict) or not isinstance(ask.get(ASK_FIELD), str):
             return
+        name = ask[ASK_FIELD]
+        with self._asks_lock:
+            # one answer of each kind at a time: a flood of asks never becomes a flood of threads
+            if name in self._answering or len(self._answering) >= MAX_ASKS_AT_ONCE:
+                busy = {"error": f"this rank is still answering {name!r}"}
+                for event in answer_events(name, ask.get("id"), self.rank, busy):
+                    self.publish(event)
+                return
+            self._answering.add(name)
         threading.Thread(
             target=self._answer,
             args=(ask,),
-            name=f"status-ask-{ask[ASK_FIELD]}",
+            name=f"status-ask-{name}",
             daemon=True,
         ).start()
 
     def _answer(self, ask: dict[str, Any]) -> None:
+        try:
+            self._answer_now(ask)
+        finally:
+            with self._asks_lock:
+                self._answering.discard(ask[ASK_FIELD])
+
+    def _answer_now(self, ask: dict[str, Any]) -> None:
         name, ask_id = ask[ASK_FIELD], ask.get("id")
         handler = _handlers.get(name)
         if handler is None:

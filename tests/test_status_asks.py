@@ -10,6 +10,8 @@ apart from the events the job's state folds in.
 from __future__ import annotations
 
 import os
+import resource
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,3 +112,55 @@ def test_an_ask_without_a_name_is_refused_at_once(stream: tuple[Intake, list]) -
     intake, _ = stream
     with pytest.raises(ValueError, match="an ask needs a string 'ask'"):
         intake.server.ask({"id": "x"})
+
+
+def test_a_flood_of_asks_is_answered_one_at_a_time_not_by_a_thread_each(stream: tuple[Intake, list]) -> None:
+    # A peer at the status address may send asks as fast as it likes: each kind is answered once at a time.
+    intake, publishers = stream
+    release = threading.Event()
+    on_ask("slow", lambda ask: {"done": release.wait(60)})
+    threads_before = threading.active_count()
+    first = intake.ask("slow", ranks={0})
+    flood = [intake.ask("slow", ranks={0}) for _ in range(200)]
+    busy = answers(intake, flood[-1], 1)[0]
+    assert busy["error"] == "this rank is still answering 'slow'"
+    assert threading.active_count() - threads_before <= 2  # the one answering, not one per ask
+    release.set()
+    assert answers(intake, first, 1)[0]["done"] is True
+
+
+def test_parts_nested_past_what_json_reads_are_no_answer_and_no_crash(stream: tuple[Intake, list]) -> None:
+    # The server checks a line's depth outside strings; an answer's parts are strings, joined by the runner.
+    intake, _ = stream
+    ask_id = intake.ask("deep", ranks={0})
+    text = "[" * 200_000 + "]" * 200_000
+    parts = [text[i : i + ANSWER_PART_CHARS] for i in range(0, len(text), ANSWER_PART_CHARS)]
+    for index, part in enumerate(parts):
+        event = {"event": "deep", "id": ask_id, "rank": 0, "parts": len(parts), "part": index, "text": part}
+        assert intake.answers.take(event)
+    assert intake.answers.received(ask_id)[0]["error"] == "its answer's parts did not join"
+
+
+def test_asks_are_read_from_a_descriptor_past_1024(tmp_path: Path) -> None:
+    # select.select refuses descriptors past FD_SETSIZE: a rank late in a run holds many (loaders, sockets).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"this machine allows {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    intake = Intake(JobState(1), tmp_path)
+    intake.server = StatusServer("127.0.0.1", 0, TOKEN)
+    publisher = StatusPublisher(("127.0.0.1", intake.server.bound_port), 0, TOKEN)
+    try:
+        publisher.publish({"event": "heartbeat", "time": 1.0, "rank": 0, "pid": os.getpid()})
+        wait_for(lambda: intake.server.connected_ranks() == {0}, 60, "the rank to connect")
+        assert publisher._socket is not None and publisher._socket.fileno() >= 1024
+        on_ask("echo", lambda ask: {"said": "past 1024"})
+        assert answers(intake, intake.ask("echo"), 1)[0]["said"] == "past 1024"
+    finally:
+        publisher.close()
+        intake.close()
+        status._handlers.clear()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

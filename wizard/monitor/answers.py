@@ -55,7 +55,7 @@ class Answers:
             del asked.parts[rank]
             try:
                 whole = json.loads("".join(received[i] for i in range(parts)))
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, RecursionError):  # nested past what json can read: no answer
                 whole = {"error": "its answer's parts did not join"}
             if not isinstance(whole, dict):
                 whole = {"error": "its answer is no JSON object"}
