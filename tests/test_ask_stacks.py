@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +23,8 @@ from tests.runs import wait_for
 from wizard.monitor.app import MonitorApp
 from wizard.monitor.state import JobState
 from wizard.run.engines.ssh import SshEngine
-from wizard.run.hang_stacks import catches, probe_local, process_state, read_probe, take_ask
+from wizard.run.hang_stacks import Unanswered, catches, collect, probe_local, process_state, read_probe, take_ask
+from wizard.run.intake import Intake
 
 
 class CollectingJob:
@@ -232,3 +234,26 @@ def test_a_rank_without_a_dump_pipe_is_not_asked_through_one(tmp_path: Path) -> 
     finally:
         child.kill()
         child.wait()
+
+
+def test_probing_silent_ranks_stops_when_its_time_is_spent(tmp_path: Path) -> None:
+    # A partition silences 8 ranks on another host, each probe an ssh that runs into its time limit (here a wait
+    # of 0.4 s standing in for it): after the budget the ranks left are said not probed, the runner goes on.
+    state = JobState(8)
+    for rank in range(8):
+        state.ingest({"event": "hello", "time": 1.0, "rank": rank, "pid": 4000 + rank, "host": "h1"})
+    intake = Intake(state, tmp_path)  # no status stream: nobody answers
+    probed: list[int] = []
+    never = threading.Event()
+
+    def slow_probe(rank: int, host: str | None, pid: int) -> Unanswered:
+        probed.append(rank)
+        never.wait(0.4)
+        return Unanswered("S (sleeping)", note="probed over ssh")
+
+    records = collect(tmp_path, intake, range(8), "hang", slow_probe, wait_s=0, probe_budget_s=1.0)
+
+    assert 1 <= len(probed) < 8
+    assert records[probed[0]]["note"] == "probed over ssh"
+    assert records[7]["note"] == "not probed: the 1 s for probing silent ranks were spent"
+    assert sorted(records) == list(range(8)) and (tmp_path / "hang" / "rank-7.json").is_file()

@@ -35,6 +35,7 @@ ASK_FILE = "ask"  # RUN/hang/ask: `npu-wizard monitor RUN --stacks` asks the run
 MAX_ASK_FILE_BYTES = 4096
 ANSWER_WAIT_S = 10.0  # a rank waiting in a collective answers at once; a loaded host may take seconds
 FAULT_WAIT_S = 2.0  # for faulthandler to write after SIGUSR2
+PROBE_BUDGET_S = 30.0  # for probing every silent rank of one collection
 HCCL_PIPE_ENV = "TORCH_HCCL_DEBUG_INFO_PIPE_FILE"
 MAX_ENVIRON_BYTES = 1 << 20
 MAX_RECORD_BYTES = 2 << 20
@@ -246,8 +247,13 @@ def collect(
     wait_s: float = ANSWER_WAIT_S,
     on_progress: Callable[[int, int], None] | None = None,
     asked_id: str | None = None,
+    probe_budget_s: float = PROBE_BUDGET_S,
 ) -> dict[int, dict[str, Any]]:
-    """Ask every rank of `ranks` where it is, probe those that do not answer, write RUN/hang/; return the records."""
+    """Ask every rank of `ranks` where it is, probe those that do not answer, write RUN/hang/; return the records.
+
+    Probing the silent ranks stops after `probe_budget_s`: the ranks left are said not probed, so a partition
+    that silences a whole cluster holds the runner (and the restart, the stop) for seconds, not for minutes.
+    """
     ranks = sorted(ranks)
     asked_at = time.time()
     ask_id = intake.ask(ASK)
@@ -261,6 +267,7 @@ def collect(
         answers = wait_for_answers(received, ranks, wait_s, on_progress)
         intake.answers.close(ask_id)
     records: dict[int, dict[str, Any]] = {}
+    probes_end = time.monotonic() + probe_budget_s  # probes run one after another: many silent ranks share this
     for rank in ranks:
         answer = answers.get(rank)
         if answer is not None and "error" not in answer:
@@ -270,6 +277,8 @@ def collect(
         host, pid = (view.host, view.pid) if view is not None else (None, None)
         if pid is None:
             probe = Unanswered(note="it never said its pid to this runner")
+        elif time.monotonic() >= probes_end:
+            probe = Unanswered(note=f"not probed: the {probe_budget_s:g} s for probing silent ranks were spent")
         elif rank in intake.local_ranks:
             probe = probe_local(run_dir, rank, pid)
         else:
