@@ -98,7 +98,7 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         [
             "npu-wizard run --restarts 1 (manual engine): ",
             "by hand with torchrun (stop, find the checkpoint",
-            "--restarts / by hand: ",
+            "--restarts / by hand (manual engine): ",
         ],
     ),
     "cluster_start.py": (
