@@ -18,7 +18,7 @@ import pytest
 
 from runtime import events
 from runtime.preemption import main
-from tests.test_launch_scripts import render_project, run_node, script_env, wait_for
+from tests.test_launch_scripts import alive, render_project, run_node, script_env, wait_for
 from tests.test_runtime_preemption import render_slurm, write_events
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +81,36 @@ def test_a_launcher_whose_ranks_saved_in_this_attempt_is_preempted(tmp_path: Pat
     result = run_node(project, 0, env)
     assert result.returncode == 75, result.stdout + result.stderr
     assert "node 0: ranks 0-1 preempted at step 7, checkpoint saved; exiting with code 75 (preempted)" in result.stdout
+
+
+def test_a_save_grace_that_is_no_number_is_noted_and_the_signal_still_stops_the_launcher(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "p", launcher="torchrun")
+    record = tmp_path / "record"
+    record.mkdir()
+    pid_file = record / "torchrun.pid"
+    fakes = fake_launcher(tmp_path, f"echo $$ >{shlex.quote(str(pid_file))}\nexec sleep 60")
+    env = script_env(record, fakes, NPU_WIZARD_RUN_DIR=str(tmp_path / "run"), NPU_WIZARD_SAVE_GRACE="60s")
+    script = subprocess.Popen(
+        ["bash", str(project / "launch" / "node0.sh")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+        script.send_signal(signal.SIGTERM)
+        out, _ = script.communicate(timeout=20)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert "node 0: NOTE: NPU_WIZARD_SAVE_GRACE=60s is not a whole number of seconds: using 60" in out.splitlines()
+    # was "(SIGTERM; killed after 60ss)", then "60s: value too great for base" ended the trap before
+    # its grace and KILL (a launcher ignoring TERM was never killed) and its preempted check
+    assert "node 0: got SIGTERM; asking 1 process(es) to save a checkpoint and stop (SIGTERM; killed after 60s)" in out
+    assert "value too great" not in out
+    assert script.returncode == 143, out
+    assert not alive(int(pid_file.read_text()))
 
 
 # ---- the Slurm batch script, with srun, scancel and scontrol stood in for ----------------

@@ -187,6 +187,12 @@ LAUNCHER_BETWEEN=1
 declare -A CHILDREN=()
 STOP_GRACE="${NPU_WIZARD_STOP_GRACE:-5}"
 SAVE_GRACE="${NPU_WIZARD_SAVE_GRACE:-60}"
+# (checked here: a word like 60s would end the signal traps below before they stop anything)
+if ! [[ "$SAVE_GRACE" =~ ^[0-9]{1,6}$ ]]; then
+    echo "node $NODE_RANK: NOTE: NPU_WIZARD_SAVE_GRACE=$SAVE_GRACE is not a whole number of seconds: using 60"
+    SAVE_GRACE=60
+fi
+SAVE_GRACE=$((10#$SAVE_GRACE))
 # When this attempt started (unix seconds): a rank's `preempted` event from before, which an
 # earlier attempt wrote into the same run folder (Slurm's requeue), is not this attempt's.
 STARTED_AT="$(date +%s)"
