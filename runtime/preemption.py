@@ -8,8 +8,11 @@ every rank stops at the same step, saves, and exits with PREEMPTED_EXIT. The
 launch scripts and `npu-wizard run` read that code, or the ranks' `preempted`
 events, as "preempted, checkpoint saved", never as a crash.
 
-`python -m runtime.preemption RUN_DIR FIRST_RANK COUNT` says whether the ranks
-FIRST_RANK .. FIRST_RANK + COUNT - 1 all ended that way (exit 0) or not (1).
+`python -m runtime.preemption RUN_DIR FIRST_RANK COUNT [--since T]` says whether
+the ranks FIRST_RANK .. FIRST_RANK + COUNT - 1 all ended that way (exit 0) or not
+(1). The events files grow across Slurm's requeues: with `--since T` (unix
+seconds, when the calling script started) a `preempted` event written before T,
+by an earlier attempt, does not count.
 """
 
 from __future__ import annotations
@@ -117,15 +120,28 @@ def barrier() -> None:
         dist.barrier()
 
 
-def preempted_step(run_dir: Path, ranks: Iterable[int]) -> int | None:
-    """The step at which every one of `ranks` ended preempted (from its events file); None otherwise."""
+def preempted_step(
+    run_dir: Path, ranks: Iterable[int], since: float | None = None
+) -> int | None:
+    """The step at which every one of `ranks` ended preempted (from its events file); None otherwise.
+
+    With `since`, a `preempted` event whose time is before it (an earlier attempt's) does not count.
+    """
     steps = set()
     for rank in ranks:
         last = _last_event(events.events_path(run_dir, rank))
         if last is None or last.get("event") != "preempted":
             return None
+        if since is not None and not _at_or_after(last.get("time"), since):
+            return None
         steps.add(last.get("step"))
     return steps.pop() if len(steps) == 1 else None
+
+
+def _at_or_after(when: object, since: float) -> bool:
+    return (
+        isinstance(when, (int, float)) and not isinstance(when, bool) and when >= since
+    )
 
 
 def _last_event(path: Path) -> dict | None:
@@ -151,9 +167,22 @@ def _last_event(path: Path) -> dict | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print whether the node's ranks all ended preempted, and at which step; 0 if they did."""
-    run_dir, first, count = (argv if argv is not None else sys.argv[1:])[:3]
+    args = list(argv if argv is not None else sys.argv[1:])
+    since = None
+    if "--since" in args:
+        at = args.index("--since")
+        try:
+            since = float(args[at + 1])
+        except (IndexError, ValueError):
+            print(
+                "runtime.preemption: --since needs a time in unix seconds",
+                file=sys.stderr,
+            )
+            return 2
+        del args[at : at + 2]
+    run_dir, first, count = args[:3]
     ranks = range(int(first), int(first) + int(count))
-    step = preempted_step(Path(run_dir), ranks)
+    step = preempted_step(Path(run_dir), ranks, since)
     if step is None:
         return 1
     print(f"ranks {ranks[0]}-{ranks[-1]} preempted at step {step}, checkpoint saved")

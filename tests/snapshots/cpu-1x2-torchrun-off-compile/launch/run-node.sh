@@ -141,6 +141,15 @@ LAUNCHER_BETWEEN=1
 declare -A CHILDREN=()
 STOP_GRACE="${NPU_WIZARD_STOP_GRACE:-5}"
 SAVE_GRACE="${NPU_WIZARD_SAVE_GRACE:-60}"
+# (checked here: a word like 60s would end the signal traps below before they stop anything)
+if ! [[ "$SAVE_GRACE" =~ ^[0-9]{1,6}$ ]]; then
+    echo "node $NODE_RANK: NOTE: NPU_WIZARD_SAVE_GRACE=$SAVE_GRACE is not a whole number of seconds: using 60"
+    SAVE_GRACE=60
+fi
+SAVE_GRACE=$((10#$SAVE_GRACE))
+# When this attempt started (unix seconds): a rank's `preempted` event from before, which an
+# earlier attempt wrote into the same run folder (Slurm's requeue), is not this attempt's.
+STARTED_AT="$(date +%s)"
 # A rank that saved a checkpoint on SIGTERM or SIGUSR1 exits with this (runtime/preemption.py),
 # and so does this script once every rank of the node did: preempted, not failed.
 PREEMPTED_EXIT=75
@@ -184,7 +193,7 @@ preempted_ranks() {
     # Say so and return 0 when every rank of this node saved a checkpoint on a stop signal and exited.
     local said
     said="$("${PYTHON:-python3}" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
-        $((NODE_RANK * NPROC_PER_NODE)) "$NPROC_PER_NODE" 2>/dev/null)" || return 1
+        $((NODE_RANK * NPROC_PER_NODE)) "$NPROC_PER_NODE" --since "$STARTED_AT" 2>/dev/null)" || return 1
     echo "node $NODE_RANK: $said; exiting with code $PREEMPTED_EXIT (preempted)"
 }
 
