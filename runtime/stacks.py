@@ -62,6 +62,7 @@ TraceUtils.h, ProcessGroupHCCL.cpp and Init.cpp of each release branch):
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import io
 import json
@@ -69,6 +70,7 @@ import os
 import pickle
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -269,13 +271,17 @@ def ask_hccl_dump(rank: int, env: Mapping[str, str] = os.environ) -> str:
     if not prefix:
         return "TORCH_HCCL_DEBUG_INFO_PIPE_FILE is unset: torch_npu has no dump pipe"
     pipe = f"{prefix}{rank}.pipe"
-    try:
-        handle = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    try:  # a link or a regular file in its place is never written
+        handle = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return f"{pipe} does not exist (torch_npu's monitor did not start)"
     except OSError as error:  # ENXIO: a FIFO no process has open for reading
+        if error.errno == errno.ELOOP:
+            return f"{pipe} is a symbolic link, not a pipe: nothing written"
         return f"{pipe} cannot be written: {error.strerror or error}"
     try:
+        if not stat.S_ISFIFO(os.fstat(handle).st_mode):
+            return f"{pipe} is not a pipe: nothing written"
         os.write(handle, b"1\n")
     except OSError as error:
         return f"{pipe} cannot be written: {error.strerror or error}"
@@ -353,7 +359,10 @@ def _bytes(sizes: list[Any], dtypes: list[Any]) -> int | None:
             return None
         count = 1
         for extent in shape:
-            count *= int(extent)
+            try:
+                count *= int(extent)
+            except (TypeError, ValueError, OverflowError):
+                return None  # a size that is no number (None, a word): the bytes are unknown
         total += count * width
     return total
 

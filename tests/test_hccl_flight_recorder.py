@@ -217,3 +217,27 @@ def test_a_dump_is_asked_for_through_torch_npu_s_pipe_without_blocking(tmp_path:
     finally:
         os.close(reader)
     assert stacks.ask_hccl_dump(3, {}) == "TORCH_HCCL_DEBUG_INFO_PIPE_FILE is unset: torch_npu has no dump pipe"
+
+
+def test_a_link_or_a_regular_file_in_place_of_the_pipe_is_never_written(tmp_path: Path) -> None:
+    prefix = f"{tmp_path}/hccl/rank-"
+    (tmp_path / "hccl").mkdir()
+    env = {"TORCH_HCCL_DEBUG_INFO_PIPE_FILE": prefix}
+    somefile = tmp_path / "somefile"
+    somefile.write_bytes(b"private data\n")
+    os.symlink(somefile, f"{prefix}3.pipe")
+    assert stacks.ask_hccl_dump(3, env) == f"{prefix}3.pipe is a symbolic link, not a pipe: nothing written"
+    Path(f"{prefix}4.pipe").write_bytes(b"plain\n")
+    assert stacks.ask_hccl_dump(4, env) == f"{prefix}4.pipe is not a pipe: nothing written"
+    assert somefile.read_bytes() == b"private data\n"
+    assert Path(f"{prefix}4.pipe").read_bytes() == b"plain\n"
+
+
+def test_a_size_that_is_no_number_leaves_the_bytes_unknown_not_the_snapshot_broken() -> None:
+    entries = [
+        {"collective_seq_id": 1, "pg_id": 0, "input_sizes": [[4, None]], "input_dtypes": ["Float"]},
+        {"collective_seq_id": 2, "pg_id": 0, "input_sizes": [["four", 2]], "input_dtypes": ["Float"]},
+        {"collective_seq_id": 3, "pg_id": 0, "input_sizes": [[4, 2]], "input_dtypes": ["Float"]},
+    ]
+    collectives = stacks.read_dump({"entries": entries}, backend="hccl", source="torch_npu")
+    assert [(e["seq"], e["bytes"]) for e in collectives["entries"]] == [(1, None), (2, None), (3, 32)]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -147,3 +150,70 @@ def test_a_cuda_trace_counts_each_step_once_and_its_kernels_as_operators(tmp_pat
     assert profile.steps == 10 and not profile.reading.capped
     assert "cudaGraphLaunch" in profile.operators  # reduce-overhead replays the step as a CUDA graph
     assert sum(profile.categories.values()) == pytest.approx(profile.step_us, rel=0.01)
+
+
+def test_a_deeply_nested_element_breaks_off_the_reading_and_the_section_says_so(tmp_path: Path) -> None:
+    trace = tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text("[" + "[" * 100_000 + "]" * 100_000 + "]")
+    reading = Reading()
+    assert list(trace_events(trace, 1000, reading)) == []
+    assert reading.broken == "an element nested too deep for the JSON decoder"
+    assert "could not be read to its end: an element nested too deep" in profile_section(tmp_path, {})
+
+
+def test_events_whose_pid_or_tid_is_a_list_are_left_out_and_counted(tmp_path: Path) -> None:
+    events = step_events(0, 0) + [{**span("aten::odd", 0, 5), "pid": [1]}, {**span("aten::odd", 0, 5), "tid": {}}]
+    write_trace(tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json", events)
+    profile = read_profile(0, tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json")
+    assert (profile.steps, profile.odd_threads) == (1, 2)
+    assert "aten::odd" not in profile.operators
+    assert "2 events left out: their pid or tid is no number or string" in profile_section(tmp_path, {})
+
+
+def test_elements_that_are_no_events_and_stray_commas_count_against_the_cap(tmp_path: Path) -> None:
+    trace = tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text("[" + "0," * 5_000 + ",,," * 5_000 + "]")
+    reading = Reading()
+    assert list(trace_events(trace, 1000, reading)) == []
+    assert (reading.elements, reading.events, reading.capped) == (1000, 0, True)
+    trace.write_text("[" + ",," * 5_000 + "]")  # commas alone: each is an element left out
+    reading = Reading()
+    assert list(trace_events(trace, 1000, reading)) == []
+    assert (reading.elements, reading.capped) == (1000, True)
+    html = profile_section(tmp_path, {}, cap=1000)
+    assert "capped: only the first 1,000 events of the trace were read (0 of them events)" in html
+
+
+def test_keys_skipped_before_the_events_count_against_the_cap(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text("{" + ",".join(f'"k{n}": 0' for n in range(5_000)) + ', "traceEvents": []}')
+    reading = Reading()
+    assert list(trace_events(trace, 1000, reading)) == []
+    assert reading.broken == "more than 1,000 keys before traceEvents"
+
+
+def test_a_fifo_in_place_of_a_trace_does_not_block_the_report(tmp_path: Path) -> None:
+    (tmp_path / "events").mkdir()
+    trace = tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    os.mkfifo(trace)
+    done = subprocess.run(
+        [sys.executable, "-m", "wizard", "report", str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "report.html").read_text()
+    assert f"could not be read to its end: {trace} is a FIFO, not a regular file" in html
+
+
+def test_a_link_in_place_of_a_trace_is_not_followed(tmp_path: Path) -> None:
+    private = write_trace(tmp_path / "private.json", step_events(0, 0))
+    trace = tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    trace.symlink_to(private)
+    profile = read_profile(0, trace)
+    assert profile.steps == 0
+    assert profile.reading.broken == f"{trace} is a symbolic link, not a regular file: " + (
+        "npu-wizard reads only regular files in a run folder (move it away)"
+    )

@@ -64,8 +64,12 @@ def _rank(profile: RankProfile) -> str:
         f"<tr><td>{escape(name)}</td><td>{ms:.3f}</td><td>{calls}</td></tr>" for name, ms, calls in profile.top()
     )
     notes = []
-    if profile.reading.capped:
-        notes.append(f"capped: only the first {profile.reading.events:,} events of the trace were read")
+    reading = profile.reading
+    if reading.capped:
+        objects = "" if reading.elements == reading.events else f" ({reading.events:,} of them events)"
+        notes.append(f"capped: only the first {reading.elements:,} events of the trace were read{objects}")
+    if profile.odd_threads:
+        notes.append(f"{profile.odd_threads:,} events left out: their pid or tid is no number or string")
     if profile.reading.broken:
         notes.append(f"the trace could not be read to its end: {profile.reading.broken}")
     if not profile.steps:

@@ -39,6 +39,7 @@ COMMUNICATION = re.compile(
 DATA_WAIT = re.compile(r"DataLoader|data wait", re.IGNORECASE)
 LEFT_OUT_CATEGORIES = {"python_function", "Trace", "overhead"}
 GPU_STEP_CATEGORY = "gpu_user_annotation"
+THREAD_ID = (str, int, float, type(None))  # what a pid or tid may be (a chrome trace writes numbers or names)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class RankProfile:
     categories: dict[str, float] = field(default_factory=dict)  # microseconds
     operators: dict[str, list[float]] = field(default_factory=dict)  # name: [self microseconds, calls]
     reading: Reading = field(default_factory=Reading)
+    odd_threads: int = 0  # events left out: their pid or tid is no number or string
 
     def per_step_ms(self, microseconds: float) -> float:
         """`microseconds` over the window, in milliseconds per recorded step."""
@@ -92,6 +94,9 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
         if not isinstance(name, str) or not _number(start) or not _number(length):
             continue
         thread = (event.get("pid"), event.get("tid"))
+        if not all(isinstance(part, THREAD_ID) for part in thread):  # a list would be no key of `spans`
+            profile.odd_threads += 1
+            continue
         if STEP_SPAN.match(name) and event.get("cat") == GPU_STEP_CATEGORY:
             continue  # a CUDA trace marks each step again on the device's stream: the host's mark counts
         if STEP_SPAN.match(name):

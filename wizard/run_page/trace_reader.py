@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from wizard.monitor.run_files import RunFileError, open_regular
+
 CHUNK = 1 << 20
 LARGEST_ELEMENT = 16 << 20  # an event (or a skipped value) longer than this is no trace we can read
 WHITESPACE = " \t\r\n"
@@ -33,6 +35,7 @@ class Reading:
     """What one read took: the events yielded, whether it stopped at the cap, and any reason it broke off."""
 
     events: int = 0
+    elements: int = 0  # every element of the array read (events or not) and every stray comma: what the cap counts
     capped: bool = False
     broken: str | None = None  # why the reading stopped early (a cut file, bad JSON)
 
@@ -73,6 +76,8 @@ class _Buffer:
         while True:
             try:
                 value, end = _decoder.raw_decode(self.text, self.pos)
+            except RecursionError:
+                raise TraceUnreadable("an element nested too deep for the JSON decoder") from None
             except json.JSONDecodeError as error:
                 if self.eof:
                     raise TraceUnreadable(f"{error.msg} (the file breaks off or is not JSON)") from None
@@ -97,17 +102,29 @@ class _Buffer:
 def trace_events(path: Path, limit: int, reading: Reading | None = None) -> Iterator[dict]:
     """The events of the chrome trace at `path`, at most `limit` of them; `reading` says how it went."""
     reading = reading if reading is not None else Reading()
-    with path.open("rb") as handle:
+    try:  # a run folder is anyone's to write into: no link followed, no FIFO waited on
+        handle = open_regular(path)
+    except RunFileError as error:
+        reading.broken = str(error)
+        return
+    if handle is None:
+        reading.broken = f"{path} is gone"
+        return
+    with handle:
         buffer = _Buffer(handle)
         try:
-            if _to_events(buffer):
+            if _to_events(buffer, limit):
                 yield from _elements(buffer, limit, reading)
         except TraceUnreadable as error:
             reading.broken = str(error)
 
 
-def _to_events(buffer: _Buffer) -> bool:
-    """Move to the first event: into a bare array, or past the object's keys up to `traceEvents`."""
+def _to_events(buffer: _Buffer, limit: int) -> bool:
+    """Move to the first event: into a bare array, or past the object's keys up to `traceEvents`.
+
+    More than `limit` keys before `traceEvents` is no trace: an object of endless keys stops there.
+    """
+    keys = 0
     first = buffer.peek()
     if first == "[":
         buffer.pos += 1
@@ -119,6 +136,9 @@ def _to_events(buffer: _Buffer) -> bool:
         if key == "traceEvents":
             buffer.expect("[")
             return True
+        keys += 1
+        if keys > limit:
+            raise TraceUnreadable(f"more than {limit:,} keys before traceEvents")
         buffer.value()  # another key's value, decoded and dropped (bounded by LARGEST_ELEMENT)
         if buffer.peek() == ",":
             buffer.pos += 1
@@ -126,19 +146,27 @@ def _to_events(buffer: _Buffer) -> bool:
 
 
 def _elements(buffer: _Buffer, limit: int, reading: Reading) -> Iterator[dict]:
+    """The array's objects; every element read, and every comma that follows no element, counts against `limit`."""
+    after_element = False
     while True:
         char = buffer.peek()
         if char == "]":
             return
-        if char == ",":
-            buffer.pos += 1
-            continue
         if char == "":
             raise TraceUnreadable("the file ends inside the events (a cut file?)")
-        if reading.events >= limit:
+        if char == "," and after_element:  # the separator after an element is part of it
+            buffer.pos += 1
+            after_element = False
+            continue
+        if reading.elements >= limit:
             reading.capped = True
             return
+        reading.elements += 1
+        if char == ",":  # a stray comma
+            buffer.pos += 1
+            continue
         event = buffer.value()
+        after_element = True
         if isinstance(event, dict):
             reading.events += 1
             yield event
