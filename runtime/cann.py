@@ -9,7 +9,7 @@ tries the answer (or CANN_SET_ENV) first, then these, in this order.
 
 from __future__ import annotations
 
-import platform
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,7 +97,7 @@ def toolkit_version(home: str, machine: str = "") -> str | None:
     if not home:
         return None
     root = Path(home)
-    arch = f"{machine or platform.machine()}-linux"
+    arch = f"{machine or os.uname().machine}-linux"
     for line in _read_small(root / arch / INSTALL_INFO_NAME).splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "version" and value.strip():

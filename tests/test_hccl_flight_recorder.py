@@ -39,7 +39,7 @@ WITH_RECORDER = {
 
 # A rank of a one-rank "hccl" group: three all_reduce of 1000 float32 and a barrier, then its snapshot.
 RANK = """
-import json, os, sys, tempfile
+import json, os, sys, tempfile, time
 import torch
 import torch.distributed as dist
 import torch_npu
@@ -50,6 +50,13 @@ tensor = torch.zeros(1000)
 for _ in range(3):
     dist.all_reduce(tensor)
 dist.barrier()
+# gloo retires a collective's entry just after the call returns: wait for the barrier's, in torch's own record
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    entries = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False)).get("entries", [])
+    if len(entries) == 4 and all(entry.get("retired") for entry in entries):
+        break
+    time.sleep(0.05)
 print(json.dumps(stacks.snapshot(0)))
 """
 

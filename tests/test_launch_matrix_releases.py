@@ -34,6 +34,8 @@ def for_release(case: str, release: str) -> Any:
     values["environment.torch_version"] = hardware.base_version(release)
     for derived in ("network.hccl_port_count", "environment.cann_set_env"):
         values.pop(derived, None)
+    if values.get("training.compile") == "reduce-overhead" and not hardware.has_torchair_reduce_overhead(release):
+        values["training.compile"] = "default"  # the release has no aclgraph mode: the answers would refuse it
     return resolve(values)
 
 
