@@ -327,7 +327,7 @@ class Job(JobStacks, JobRestarts):
             self.stop("interrupted", signum)
             return
         self.intake.close()
-        self.outcome, self.stop_signal = self.outcome or "interrupted", signum
+        self.outcome, self.stop_signal, self.stopped = self.outcome or "interrupted", signum, True
 
     def abandon(self, error: BaseException) -> None:
         """The runner itself failed (`error`): stop every process of the job rather than leave it unsupervised.
