@@ -234,6 +234,8 @@ def check_late(run: HangRun, script: Path, ranks: range) -> None:
     records = {rank: run.record("late", rank) for rank in ranks}
     assert all(record["answered"] for record in records.values()), run.output[-3000:]
     waiting = [rank for rank in ranks if rank != LATE_RANK]
+    without = {rank: r["collectives"] for rank, r in records.items() if "last_entered" not in r["collectives"]}
+    assert not without, f"{without}\n{run.output[-3000:]}"
     (seq,) = {records[rank]["collectives"]["last_entered"] for rank in waiting}
     late = records[LATE_RANK]["collectives"]
     assert (late["last_entered"], late["last_completed"]) == (seq - 1, seq - 1)

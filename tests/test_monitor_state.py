@@ -351,3 +351,17 @@ def test_ranks_that_all_saved_on_a_stop_signal_end_the_watch_as_preempted_not_fa
     assert folder.state.state(0) == "preempted"
     assert folder.summary is not None and folder.summary["preempted"] == {"step": 8, "signal": "SIGUSR1"}
     assert "preempted at step 8 (SIGUSR1), checkpoint saved" in format_summary(folder.summary)
+
+
+def test_ranks_waiting_for_one_still_starting_are_no_hang_until_it_started() -> None:
+    now = [40.0]
+    state = JobState(3, hang_after=10, clock=lambda: now[0])
+    for rank in (0, 1):  # in their first collective, waiting for rank 2 (slow to import, to load its data)
+        state.ingest(event(rank, "started", 10.0, world_size=3))
+        state.ingest(event(rank, "heartbeat", 39.0, step=0))
+    assert not state.stalled()  # the start-up deadline names rank 2 if it never comes
+    state.ingest(event(2, "started", 39.5, world_size=3))
+    now[0] = 50.0
+    for rank in range(3):
+        state.ingest(event(rank, "heartbeat", 49.0, step=0))
+    assert state.stalled()

@@ -58,6 +58,7 @@ class RankView:
     resumed_step: int = 0
     started_at: float | None = None
     first_step_at: float | None = None
+    first_step: int | None = None  # the step its first step event named (a user's script resumed one before)
     last_seen: float | None = None
     progress_at: float | None = None
     ended_at: float | None = None

@@ -108,7 +108,8 @@ class JobState:
 
     def _on_step(self, view: RankView, event: dict, at: float) -> None:
         self._progress(view, event, at)
-        view.first_step_at = view.first_step_at or event["time"]
+        if view.first_step_at is None:
+            view.first_step_at, view.first_step = event["time"], view.step
         # a user's script says its total with its steps (runtime/report.py)
         view.total_steps = _count(event.get("total_steps"), view.total_steps)
         loss, samples_per_s = event.get("loss"), number(event.get("samples_per_s"))
@@ -226,9 +227,17 @@ class JobState:
         return [rank for rank in self.ranks if self.state(rank, now) == HUNG]
 
     def stalled(self, now: float | None = None) -> bool:
-        """True when no running rank made a step for hang_after: the whole job waits."""
-        states = [self.state(rank, now) for rank in self.ranks]
-        live = [s for s in states if s in (RUNNING, STALLED, HUNG)]
+        """True when no running rank made a step for hang_after: the whole job waits.
+
+        Not while a rank is still starting: the others wait for it in their first collective,
+        and the start-up deadline (late) names it if it never comes.
+        """
+        states = {rank: self.state(rank, now) for rank in self.ranks}
+        if any(
+            state == STARTING and (self.expected is None or rank in self.expected) for rank, state in states.items()
+        ):
+            return False
+        live = [s for s in states.values() if s in (RUNNING, STALLED, HUNG)]
         return bool(live) and all(s == STALLED for s in live)
 
     def hang_report(self, now: float | None = None) -> str:

@@ -158,8 +158,10 @@ class Attempts:
             return
         before.recovered_at = min(view.first_step_at for view in stepped if view.first_step_at is not None)
         said = [view.resumed_step for view in state.ranks.values() if view.starts and view.resumed_step]
-        # a user's own script does not say where it resumed: its first reported step after the restart tells
-        before.resumed_from_step = max(said) if said else max(0, min(view.step for view in stepped) - 1)
+        # a user's own script does not say where it resumed: its first reported step after the restart tells,
+        # not the newest (several steps may have come in since the last tick)
+        firsts = [view.first_step for view in stepped if view.first_step is not None]
+        before.resumed_from_step = max(said) if said else max(0, min(firsts, default=1) - 1)
 
     def words(self, now: float) -> str:
         """For the live view: the restart under way, or which attempt runs; empty for a job started once."""
