@@ -95,7 +95,10 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int
         f"SlurmctldPort={ctld_port}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root / 'munge.sock'}",
+        # cred_expire (default 120 s) is also how long Slurm holds a requeued job before it may start again:
+        # the preemption test's requeued job waits 30 s, not two minutes (30 s: a step launched on a loaded machine
+        # must still find its credential valid)
+        f"AuthInfo=socket={root / 'munge.sock'},cred_expire=30",
         "SlurmUser=root",
         "SlurmdUser=root",
         "ProctrackType=proctrack/linuxproc",

@@ -25,7 +25,7 @@ from tests.runs import node_env
 from tests.test_cann_version import fake_toolkit
 from tests.test_user_script import render_own, run_to_the_end
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bundle-failed-run")]  # one worker makes failed_run once
 
 PLANTED = "planted-secret-7f3a"  # a secret value the test plants; it must never reach a bundle
 

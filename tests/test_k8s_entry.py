@@ -141,6 +141,7 @@ def train_pods(project: Path, engine: str, tmp_path: Path) -> list[tuple[int, st
     return results
 
 
+@pytest.mark.xdist_group("k8s-manual-outcome")  # one worker makes the manual engine's run once for both
 @pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
 def test_pods_train_like_the_manual_engine(
     engine: str, tmp_path: Path, manual_outcome: dict[int, tuple[int, int, str]]

@@ -188,7 +188,7 @@ def test_max_restarts_resumes_from_the_checkpoint_after_a_kill(tmp_path: Path, l
 def test_a_node_that_never_joins_is_named_at_the_start_up_deadline(tmp_path: Path) -> None:
     project = render_cpu(tmp_path, "shell", nodes=2, **LONG_RUN)
     # node 1 is never started: node 0's ranks wait at init for ever, heartbeat-less "starting"
-    args = ("--node", "0", "--interval", "1", "--hang-after", "20", "--abort-on-hang", "--start-timeout", "40")
+    args = ("--node", "0", "--interval", "1", "--hang-after", "20", "--abort-on-hang", "--start-timeout", "20")
     node0 = start_runner(project, *args)
     try:
         output, _ = node0.communicate(timeout=300)
@@ -198,7 +198,7 @@ def test_a_node_that_never_joins_is_named_at_the_start_up_deadline(tmp_path: Pat
     assert node0.returncode == 3, output
     # on a loaded machine node 0's own ranks may still be importing torch: they are named too, first
     assert "START-UP DEADLINE: " in output
-    assert "\nnode 1 never joined: no status from its ranks 2, 3 within 40s" in output.replace("DEADLINE: ", "\n")
+    assert "\nnode 1 never joined: no status from its ranks 2, 3 within 20s" in output.replace("DEADLINE: ", "\n")
     assert "root cause: the job: start-up deadline passed: " in output
     summary = summary_of(run_dirs(project)[0])
     assert summary["outcome"] == "hung" and summary["never_reported"] == [2, 3]

@@ -94,8 +94,9 @@ def test_a_single_process_job_trains_without_ddp(tmp_path: Path) -> None:
 
 
 def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
-    # Enough steps (512 an epoch) that the job is still running when its first checkpoint lands.
-    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=32768, epochs=2, checkpoint_every=64)
+    # Enough steps (128 an epoch) that the job is still running when its first checkpoint (step 64) lands,
+    # few enough that the second run trains the rest quickly.
+    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=8192, epochs=2, checkpoint_every=64)
     first_run = tmp_path / "first"
     nodes = start_nodes(project, node_env(first_run))
     deadline = time.monotonic() + 120
@@ -119,7 +120,7 @@ def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
 
 
 def test_nodes_without_shared_storage_each_keep_checkpoints_and_resume(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "shell", nodes=2, samples=32768, epochs=2, checkpoint_every=64)
+    project = render_cpu(tmp_path, "shell", nodes=2, samples=8192, epochs=2, checkpoint_every=64)  # 256 steps
     folders = [tmp_path / "node0-checkpoints", tmp_path / "node1-checkpoints"]
 
     def start(run_dir: Path) -> list[subprocess.Popen[bytes]]:
