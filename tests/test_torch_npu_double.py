@@ -7,6 +7,7 @@ it to run launch scripts cannot pass on a flag the release would reject.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -109,3 +110,11 @@ def test_the_release_table_agrees_with_the_wizards_facts() -> None:
         assert release.torchair_reduce_overhead == hardware.has_torchair_reduce_overhead(version), version
         assert release.profiler_async_parse == hardware.has_profiler_async_parse(version), version
         assert hardware.base_version(version) == release.torch, version
+
+
+def test_loading_the_double_in_this_process_leaves_its_environment_alone(tmp_path: Path) -> None:
+    # test_runtime_amp loads the double here: a TORCH_FR_BUFFER_SIZE=0 it set at import reached every process
+    # the xdist worker started after it (a Slurm job's ranks then recorded no collectives)
+    before = dict(os.environ)
+    load_package(tmp_path, "2.9.0.post6")
+    assert dict(os.environ) == before

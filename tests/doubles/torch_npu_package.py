@@ -317,10 +317,12 @@ def _register_hccl_on_gloo() -> None:
 
     if not dist.is_available() or "hccl" in dist.Backend.backend_list:
         return
-    # the real recorder is sized when the process group is made: torch's, which the double reads, too
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(_hccl_buffer_size()))
 
     def new_group(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        # the real recorder is sized when the process group is made: torch's, which the double reads, too.
+        # Not at import: a test that loads the double in its own process would leave TORCH_FR_BUFFER_SIZE=0
+        # to every process it starts later (a Slurm job's ranks then recorded nothing).
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(_hccl_buffer_size()))
         return dist.ProcessGroupGloo(store, rank, size, timeout)
 
     dist.Backend.register_backend("hccl", new_group, devices=["cpu"])
