@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+# NPU_WIZARD_TEST_COSTS=FOLDER records what each test and fixture costs (benchmarks/suite_costs.py sums it)
+pytest_plugins = ["tests.costs"]
+
 if TYPE_CHECKING:
     from tests.runs import RunEnded
     from wizard.monitor.hang_records import HangFolder

@@ -1,0 +1,80 @@
+"""Where the test suite's time goes: per test file and per fixture, in wall and CPU seconds.
+
+Record a run, then sum it:
+
+    NPU_WIZARD_TEST_COSTS=/tmp/costs make test
+    python benchmarks/suite_costs.py /tmp/costs [--top 30] [--against /tmp/costs-before]
+
+With --against, each file's figures are printed beside those of an earlier recording (the baseline), so one
+command shows what a change to the suite saved. A test's setup includes the fixtures it set up first; the
+fixture table shows them apart (a session fixture is paid once per worker that sets it up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """Per file [wall, cpu, tests], per fixture [wall, cpu, set-ups], and the number of tests run."""
+    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    fixtures: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    tests: set[str] = set()
+    for path in sorted(folder.glob("costs-*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if record["phase"] == "fixture":
+                entry = fixtures[f"{record['fixture']} ({record['scope']})"]
+                entry[2] += 1
+            else:
+                entry = files[record["test"].split("::")[0]]
+                if record["phase"] == "call":
+                    entry[2] += 1
+                    tests.add(record["test"])
+            entry[0] += record["wall"]
+            entry[1] += record["cpu"]
+    return files, fixtures, len(tests)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, help="the folder NPU_WIZARD_TEST_COSTS named")
+    parser.add_argument("--top", type=int, default=30, help="rows per table (default 30)")
+    parser.add_argument("--against", type=Path, help="an earlier recording to compare each file with")
+    args = parser.parse_args(argv)
+    if not any(args.folder.glob("costs-*.jsonl")):
+        print(f"suite_costs: no costs-*.jsonl in {args.folder}", file=sys.stderr)
+        return 1
+    files, fixtures, count = read(args.folder)
+    before = read(args.against)[0] if args.against else {}
+    total_wall = sum(entry[0] for entry in files.values())
+    total_cpu = sum(entry[1] for entry in files.values())
+    print(f"{count} tests, {total_wall:.0f} test-seconds of wall time, {total_cpu:.0f} CPU seconds")
+    if args.against:
+        old = read(args.against)
+        print(
+            f"baseline: {old[2]} tests, {sum(e[0] for e in old[0].values()):.0f} test-seconds of wall time, "
+            f"{sum(e[1] for e in old[0].values()):.0f} CPU seconds"
+        )
+    print(f"\nthe {args.top} costliest files (wall s, CPU s, tests)")
+    header = f"{'file':<44} {'wall':>7} {'cpu':>7} {'tests':>5}"
+    print(header + ("   baseline wall    cpu" if before else ""))
+    ranked = sorted(files.items(), key=lambda item: -item[1][0])
+    for name, (wall, cpu, tests) in ranked[: args.top]:
+        line = f"{name.removeprefix('tests/'):<44} {wall:7.0f} {cpu:7.0f} {tests:5d}"
+        if before:
+            old_wall, old_cpu, _ = before.get(name, [0.0, 0.0, 0])
+            line += f"   {old_wall:13.0f} {old_cpu:6.0f}"
+        print(line)
+    print(f"\nthe {args.top} costliest fixtures (wall s, CPU s, set-ups)")
+    for name, (wall, cpu, setups) in sorted(fixtures.items(), key=lambda item: -item[1][0])[: args.top]:
+        print(f"{name:<44} {wall:7.0f} {cpu:7.0f} {setups:5d}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
