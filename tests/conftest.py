@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-# NPU_WIZARD_TEST_COSTS=FOLDER records what each test and fixture costs (benchmarks/suite_costs.py sums it)
-pytest_plugins = ["tests.costs"]
+# tests.costs: NPU_WIZARD_TEST_COSTS=FOLDER records what each test and fixture costs (benchmarks/suite_costs.py sums
+# it); tests.leaks: no test leaves a process behind (each is killed by PID and the test or the run fails)
+pytest_plugins = ["tests.costs", "tests.leaks"]
 
 if TYPE_CHECKING:
     from tests.runs import RunEnded

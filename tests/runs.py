@@ -241,6 +241,24 @@ def processes_in(folder: Path) -> list[int]:
     return found
 
 
+def kill_left_in(folder: Path, timeout: float = 30) -> list[int]:
+    """SIGKILL every live process whose working directory lies in `folder`; wait until they are gone.
+
+    A launcher's workers live in sessions of their own (torchrun's do), so killing the launcher's process group
+    leaves them running: a test that started a job outside `npu-wizard run` ends what is left of it this way.
+    """
+    left = processes_in(folder)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while processes_in(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def clean_up(project: Path, *runners: subprocess.Popen[str]) -> None:
     """Kill the runners and whatever of their jobs is left (a failed test must not leak processes)."""
     from wizard.monitor.procs import kill_job

@@ -56,7 +56,9 @@ def failed_run(tmp_path_factory: pytest.TempPathFactory) -> FailedRun:
     with (run_dir / "logs" / "rank-1.log").open("a") as log:
         log.write(f"env: {{'MY_API_KEY': '{PLANTED}', 'NPU_WIZARD_STATUS_TOKEN': '{token}'}}\n")
         log.write(f"export NPU_WIZARD_STATUS_TOKEN={token}\n")
-    (run_dir / "hang").mkdir()  # what the hang collector writes (another part of the issue); bundled when there
+    # what the hang collector writes, bundled when there; on a loaded machine the runner may have collected stacks
+    # itself before the failure ended the job, so the folder may exist already
+    (run_dir / "hang").mkdir(exist_ok=True)
     (run_dir / "hang" / "rank-0.txt").write_text(f"Thread main\n  File train.py, line 9\nMY_API_KEY={PLANTED}\n")
     pids = {}
     for rank in range(4):

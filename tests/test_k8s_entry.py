@@ -266,7 +266,7 @@ def test_a_rank_in_a_pod_dumps_its_stacks_on_sigusr2_at_a_hang(engine: str, tmp_
     import signal as signals
 
     from tests.hang_runs import LATE_RANK, LATE_STEP
-    from tests.runs import kill_groups, wait_for
+    from tests.runs import kill_groups, kill_left_in, wait_for
 
     answers = {**cpu_answers(engine, free_port()), "training.samples": 4096, "training.log_every": 2}
     project = render(resolve(answers), tmp_path).project_dir
@@ -310,3 +310,6 @@ def test_a_rank_in_a_pod_dumps_its_stacks_on_sigusr2_at_a_hang(engine: str, tmp_
         )
     finally:
         kill_groups(pods)
+        # torchrun's workers live in sessions of their own: the sleeping rank, which ignores SIGTERM, and the
+        # others outlive their pod's process group
+        kill_left_in(tmp_path)
