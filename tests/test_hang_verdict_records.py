@@ -70,3 +70,32 @@ def test_ranks_below_the_newest_collective_never_entered_it_however_many_they_ar
         "; ranks 0-2 never entered #440: their last collective is #439 and they are at train.py:118 in load_batch"
     )
     assert said.groups[0].ranks == [3] and said.odd_ones_out == [0, 1, 2]
+
+
+def subgroup_chatter(count: int) -> list[dict[str, Any]]:
+    """`count` completed collectives of a subgroup, after the default group's."""
+    return [dump_entry(seq, group="1", op="broadcast") for seq in range(1, count + 1)]
+
+
+def test_a_subgroup_s_collectives_leave_the_default_group_s_newest_in_the_record() -> None:
+    entries = [*(dump_entry(s) for s in range(1, 440)), dump_entry(440, done=False), *subgroup_chatter(100)]
+    kept = stacks.read_dump({"entries": entries}, backend="gloo")
+    default = [(e["seq"], e["state"]) for e in kept["entries"] if e["group"] == "0"]
+    assert default[-1] == (440, "scheduled") and len(kept["entries"]) <= stacks.MAX_COLLECTIVES
+    assert any(e["group"] == "1" for e in kept["entries"])
+    assert (kept["last_entered"], kept["last_completed"]) == (440, 439)
+
+
+def test_ranks_waiting_in_the_default_group_are_not_said_to_have_completed_it_after_subgroup_chatter() -> None:
+    entries = [*(dump_entry(s) for s in range(1, 440)), dump_entry(440, done=False), *subgroup_chatter(100)]
+    said = judge({0: record(entries, REDUCE), 1: record(entries, REDUCE)})
+    assert said.text.startswith("hang: ranks 0-1 wait in all_reduce #440 (gloo, 4.0 KB float32)"), said.text
+
+
+def test_an_outside_rank_is_said_to_have_completed_only_the_collective_it_completed() -> None:
+    """A record whose entries lack the default group's newest (an older runtime's): not called completed."""
+    raw = record([dump_entry(s, group="1", op="broadcast") for s in range(1, 33)], LOAD)
+    raw["collectives"].update(last_entered=440, last_completed=439)
+    said = judge({0: raw, 1: raw})
+    assert "#440, completed" not in said.text
+    assert said.text.endswith("(their last collective entered is #440, the last completed #439)"), said.text

@@ -248,9 +248,19 @@ def _main_group(ranks: list[_Rank], answered: list[_Rank]) -> Group:
     words = f"{'no rank is in a collective: ' if everyone else ''}{who} {_is(ranks)} {_at(first.place)}"
     words += "" if everyone else ", outside any collective"
     if first.record.recorded:
-        its = "their" if len(ranks) > 1 else "its"
-        words += f" ({its} last collective, #{last}, completed)" if last is not None else " (no collective yet)"
+        words += f" ({_last_collective(first.record, 'their' if len(ranks) > 1 else 'its')})"
     return Group(_numbers(ranks), "outside", words, None, last, first.place)
+
+
+def _last_collective(record: RankRecord, its: str) -> str:
+    """`its last collective, #439, completed`: called completed only where the recorder said so."""
+    last, completed = record.last_entered, record.last_completed
+    if last is None:
+        return "no collective yet"
+    if completed == last:
+        return f"{its} last collective, #{last}, completed"
+    done = f"the last completed #{completed}" if completed is not None else "none completed"
+    return f"{its} last collective entered is #{last}, {done}"
 
 
 def _against(ranks: list[_Rank], main: list[_Rank], newest: int | None) -> Group:
