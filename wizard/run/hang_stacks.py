@@ -27,6 +27,7 @@ from typing import Any
 from runtime.stacks import ASK, FAULT_SIGNAL, as_text, ask_hccl_dump, fault_path
 from wizard.monitor.run_files import RunFileError, read_bounded, read_tail
 from wizard.monitor.summary_text import write_atomically, write_json
+from wizard.run.hang_record_size import bounded_record
 from wizard.run.intake import Intake
 
 HANG_DIR = "hang"
@@ -38,7 +39,6 @@ FAULT_WAIT_S = 2.0  # for faulthandler to write after SIGUSR2
 PROBE_BUDGET_S = 30.0  # for probing every silent rank of one collection
 HCCL_PIPE_ENV = "TORCH_HCCL_DEBUG_INFO_PIPE_FILE"
 MAX_ENVIRON_BYTES = 1 << 20
-MAX_RECORD_BYTES = 2 << 20
 MAX_TEXT_BYTES = 1 << 20
 MAX_DUMP_BYTES = 1 << 20
 MAX_FAULT_BYTES = 64 * 1024
@@ -184,12 +184,7 @@ def wait_for_answers(
 def write_rank(folder: Path, rank: int, record: dict[str, Any]) -> None:
     """hang/rank-N.json, and for an answer hang/rank-N.txt and hang/rank-N.fr.json, each bounded."""
     dump = record.pop("recorder_dump", None)
-    text = json.dumps(record, indent=2, default=str)
-    if len(text) > MAX_RECORD_BYTES:  # the threads are what grows: keep the main thread's
-        record["threads"] = record.get("threads", [])[:1]
-        record["truncated"] = True
-        text = json.dumps(record, indent=2, default=str)[:MAX_RECORD_BYTES]
-    write_atomically(folder / f"rank-{rank}.json", (text + "\n").encode())
+    write_atomically(folder / f"rank-{rank}.json", (bounded_record(record) + "\n").encode())
     if record.get("answered"):
         write_atomically(folder / f"rank-{rank}.txt", as_text(record).encode()[:MAX_TEXT_BYTES])
     if isinstance(dump, str):
