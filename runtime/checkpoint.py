@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from runtime import events
+from runtime.checkpoint_owner import PROJECT_KEY, written_by
 from runtime.errors import SetupError
 from runtime.folders import keep_out_of_git
 
@@ -37,7 +38,6 @@ ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"
 NAME = re.compile(r"step-(\d+)\.pt")
 KEEP = 2
 SET_ASIDE = ".unreadable"  # step-000000009.pt -> step-000000009.pt.unreadable: no longer a checkpoint name
-PROJECT_KEY = "npu_wizard_project"  # the project that wrote a checkpoint, kept in it
 READ_CHUNK = 8 * 1024 * 1024
 # what torch.load raises on a truncated, zeroed or foreign file that read whole
 # (torch 2.1 reads a non-zip file as a legacy tar archive: KeyError or TarError);
@@ -174,7 +174,7 @@ def save_checkpoint(
             ) from error
         raise
     _fsync_folder(directory)
-    prune_checkpoints(directory, keep)
+    prune_checkpoints(directory, keep, project)
     return final
 
 
@@ -197,9 +197,18 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def prune_checkpoints(directory: Path, keep: int = KEEP) -> list[Path]:
-    """Delete all but the newest `keep` checkpoints; return what was deleted."""
+def prune_checkpoints(
+    directory: Path, keep: int = KEEP, project: str | None = None
+) -> list[Path]:
+    """Delete all but the newest `keep` checkpoints of `project`; return what was deleted.
+
+    Another project's checkpoints in a shared folder are never deleted (nor
+    counted); one that names no project is taken as this project's, as
+    `resume_point` takes it.
+    """
     found = list_checkpoints(directory)
+    if project is not None:
+        found = [path for path in found if written_by(path) in (None, project)]
     doomed = found[:-keep] if keep > 0 else found
     for path in doomed:
         path.unlink(missing_ok=True)

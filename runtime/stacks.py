@@ -100,6 +100,7 @@ DTYPE_BYTES = {
 # the states a recorder entry can be in, in order
 SCHEDULED, STARTED, COMPLETED = "scheduled", "started", "completed"
 ASK = "stacks"
+DEFAULT_GROUP = "0"  # the recorder's pg_id of the default process group
 FAULT_SIGNAL = signal.SIGUSR2
 _fault_file: IO[str] | None = None  # kept open: faulthandler writes to its descriptor
 
@@ -307,22 +308,51 @@ def read_dump(
     dump: Mapping[str, Any], backend: str, source: str = "torch"
 ) -> dict[str, Any]:
     """The recorder's dump (torch's or torch_npu's) as the snapshot's `collectives`."""
-    entries = [_entry(entry) for entry in dump.get("entries") or []]
-    entries = [entry for entry in entries if entry is not None]
-    entries.sort(key=lambda entry: (entry["group"], entry["seq"]))
-    entered = [entry["seq"] for entry in entries if entry["group"] == "0"]
-    completed = [
-        entry["seq"]
-        for entry in entries
-        if entry["group"] == "0" and entry["state"] == COMPLETED
-    ]
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for entry in dump.get("entries") or []:
+        read = _entry(entry)
+        if read is not None:  # a group moves last each time it is named
+            named = by_group.pop(read["group"], [])
+            named.append(read)
+            by_group[read["group"]] = named
+    for entries in by_group.values():
+        entries.sort(key=lambda entry: entry["seq"])
+    default = by_group.get(DEFAULT_GROUP, [])
+    completed = [entry["seq"] for entry in default if entry["state"] == COMPLETED]
     return {
         "source": source,
         "backend": backend,
-        "entries": entries[-MAX_COLLECTIVES:],
-        "last_entered": max(entered, default=None),
+        "entries": newest_of_each_group(by_group),
+        "last_entered": max((entry["seq"] for entry in default), default=None),
         "last_completed": max(completed, default=None),
     }
+
+
+def newest_of_each_group(
+    by_group: Mapping[str, list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """MAX_COLLECTIVES entries at most, taken a newest one of each group in turn.
+
+    The default group's come first, then those of the group the dump named last,
+    and so on (a subgroup's many collectives never push the default group's
+    out). Kept in order: the default group's, then the others', the group named
+    last in the dump last.
+    """
+    default = [DEFAULT_GROUP] if DEFAULT_GROUP in by_group else []
+    others = [group for group in by_group if group != DEFAULT_GROUP]
+    taking = default + others[::-1]
+    kept = dict.fromkeys(taking, 0)
+    left = MAX_COLLECTIVES
+    while left and any(kept[group] < len(by_group[group]) for group in taking):
+        for group in taking:
+            if left and kept[group] < len(by_group[group]):
+                kept[group] += 1
+                left -= 1
+    return [
+        entry
+        for group in default + others
+        for entry in by_group[group][len(by_group[group]) - kept[group] :]
+    ]
 
 
 def _entry(entry: Mapping[str, Any]) -> dict[str, Any] | None:

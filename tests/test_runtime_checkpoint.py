@@ -37,6 +37,19 @@ def test_only_the_newest_two_are_kept(tmp_path: Path) -> None:
     assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["step-000000020.pt", "step-000000030.pt"]
 
 
+def test_pruning_keeps_another_projects_checkpoints_in_a_shared_folder(tmp_path: Path) -> None:
+    theirs = [checkpoint.save_checkpoint(tmp_path, step, state(step), keep=9, project="other") for step in (1, 2)]
+    unnamed = checkpoint.save_checkpoint(tmp_path, 3, state(3), keep=9)  # ours, written before names were kept
+    for step in (4, 5, 6):
+        checkpoint.save_checkpoint(tmp_path, step, state(step), project="mine")
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == [
+        *(path.name for path in theirs),
+        "step-000000005.pt",
+        "step-000000006.pt",
+    ]
+    assert not unnamed.exists()
+
+
 def test_latest_goes_by_step_number_not_name_or_time(tmp_path: Path) -> None:
     checkpoint.save_checkpoint(tmp_path, 100, state(100), keep=5)
     checkpoint.save_checkpoint(tmp_path, 9, state(9), keep=5)

@@ -18,6 +18,8 @@ def write_advice(error: OSError) -> str:
     writable."""
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         return "free space on that disk (or raise your quota)"
+    if error.errno == errno.ENOTDIR:
+        return "move it away (npu-wizard never writes through a link, nor in place of a file)"
     if error.errno == errno.EROFS:
         return "that file system is mounted read-only: remount it read-write, or copy the folder to a writable disk"
     return "make the folder writable for you"

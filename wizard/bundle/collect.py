@@ -30,6 +30,8 @@ WHY_ABSENT = {
     "report.html": "not drawn yet (npu-wizard report RUN, or run --report)",
 }
 FOLDERS = ("events", "logs", "hang")
+ATTEMPT_FOLDERS = ("logs", "hang")  # where the runner keeps a failed attempt's files, in attempt-N/
+ATTEMPT_NAME = re.compile(r"attempt-\d+")
 HCCL_FOLDER = "hccl"  # torch_npu's flight recorder dumps (launch/run-node.sh points TORCH_HCCL_DEBUG_INFO_* there)
 MAX_FILES = 8192  # files of one folder the bundle takes at most
 TOTAL_LIMIT = 256 * 1024 * 1024  # bytes of all members together: what is left over is named, not taken
@@ -98,15 +100,21 @@ def _cut(read: Read) -> int | None:
 
 
 def _check_folders(run_dir: Path) -> dict[str, list[str]]:
-    """The regular files of each folder the bundle reads; anything else in one is refused before a byte is read."""
+    """The regular files of each folder the bundle reads, then those of its attempt-N folders (newest first);
+    anything else in one is refused before a byte is read."""
     names = {}
     for folder in FOLDERS:
-        found = []
+        found, attempts = [], []
         if is_folder(run_dir / folder):
             for name, mode in entries(run_dir / folder):
-                if not stat.S_ISREG(mode):
+                if folder in ATTEMPT_FOLDERS and stat.S_ISDIR(mode) and ATTEMPT_NAME.fullmatch(name):
+                    attempts.append(name)
+                elif not stat.S_ISREG(mode):
                     raise refuse(run_dir / folder / name, mode)
-                found.append(name)
+                else:
+                    found.append(name)
+        for attempt in sorted(attempts, key=lambda name: -int(name.removeprefix("attempt-"))):
+            found += [f"{attempt}/{name}" for name in _regular_files(run_dir / folder / attempt)]
         names[folder] = found
     for name in RUN_FILES:
         try:
@@ -115,6 +123,16 @@ def _check_folders(run_dir: Path) -> dict[str, list[str]]:
             continue
         if not stat.S_ISREG(mode):
             raise refuse(run_dir / name, mode)
+    return names
+
+
+def _regular_files(folder: Path) -> list[str]:
+    """The names in `folder`, each a regular file (anything else is refused); one level, never deeper."""
+    names = []
+    for name, mode in entries(folder):
+        if not stat.S_ISREG(mode):
+            raise refuse(folder / name, mode)
+        names.append(name)
     return names
 
 

@@ -8,8 +8,9 @@
 
 Ranks are grouped by where they wait: the collective they are in (sequence number, operation, sizes, dtypes)
 and the innermost frame of the user's own code in their main thread (not torch's, a library's, Python's or
-npu-wizard's runtime). The largest group comes first; every other group is said against it: a rank that never
-entered its collective, a collective that differs at the same sequence number, a rank elsewhere. Ranks that
+npu-wizard's runtime). The largest group of those that entered the newest collective any rank entered comes
+first, whatever the ranks' numbers; every other group is said against it: a rank whose last collective is older
+than that one never entered it, a collective that differs at the same sequence number, a rank elsewhere. Ranks that
 did not answer are named with their process state. Without a flight recorder the stacks alone are judged, and
 the verdict says so.
 """
@@ -150,13 +151,14 @@ def judge(
     answered = [_read(record) for record in found if record.answered]
     silent = [record for record in found if not record.answered]
     at = time_at if time_at is not None else max((r.time for r in found if r.time is not None), default=None)
-    groups = _group(answered)
+    newest = max((r.record.last_entered for r in answered if r.record.last_entered is not None), default=None)
+    groups = _group(answered, newest)
     head = "stacks asked" if asked else "hang"
     head += f" at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC" if at is not None else ""
     said: list[Group] = []
     if groups:
         said.append(_main_group(groups[0], answered))
-        said += [_against(group, groups[0]) for group in groups[1:]]
+        said += [_against(group, groups[0], newest) for group in groups[1:]]
     said += [_silent(record) for record in silent]
     recorded = [r.record.rank for r in answered if r.record.recorded]
     recorder = "all" if len(recorded) == len(answered) and answered else "some" if recorded else "none"
@@ -219,12 +221,20 @@ def stack_collective(frames: list[Frame]) -> str | None:
     return None
 
 
-def _group(answered: list[_Rank]) -> list[list[_Rank]]:
-    """Ranks grouped by where they are, the largest group first (then the lowest rank)."""
+def _group(answered: list[_Rank], newest: int | None) -> list[list[_Rank]]:
+    """Ranks grouped by where they are: the largest group of those that entered the `newest` collective any rank
+    entered first (then the lowest rank); a group that never entered it is never the one the others are said against.
+    """
     groups: dict[tuple[Any, ...], list[_Rank]] = {}
     for rank in answered:
         groups.setdefault(rank.key(), []).append(rank)
-    return sorted(groups.values(), key=lambda ranks: (-len(ranks), ranks[0].record.rank))
+    return sorted(groups.values(), key=lambda ranks: (_behind(ranks, newest), -len(ranks), ranks[0].record.rank))
+
+
+def _behind(ranks: list[_Rank], newest: int | None) -> bool:
+    """Whether these ranks' last collective entered is older than the `newest` any rank entered."""
+    last = ranks[0].record.last_entered
+    return newest is not None and last is not None and last < newest
 
 
 def _main_group(ranks: list[_Rank], answered: list[_Rank]) -> Group:
@@ -238,23 +248,33 @@ def _main_group(ranks: list[_Rank], answered: list[_Rank]) -> Group:
     words = f"{'no rank is in a collective: ' if everyone else ''}{who} {_is(ranks)} {_at(first.place)}"
     words += "" if everyone else ", outside any collective"
     if first.record.recorded:
-        its = "their" if len(ranks) > 1 else "its"
-        words += f" ({its} last collective, #{last}, completed)" if last is not None else " (no collective yet)"
+        words += f" ({_last_collective(first.record, 'their' if len(ranks) > 1 else 'its')})"
     return Group(_numbers(ranks), "outside", words, None, last, first.place)
 
 
-def _against(ranks: list[_Rank], main: list[_Rank]) -> Group:
-    """A group other than the largest, said against it."""
+def _last_collective(record: RankRecord, its: str) -> str:
+    """`its last collective, #439, completed`: called completed only where the recorder said so."""
+    last, completed = record.last_entered, record.last_completed
+    if last is None:
+        return "no collective yet"
+    if completed == last:
+        return f"{its} last collective, #{last}, completed"
+    done = f"the last completed #{completed}" if completed is not None else "none completed"
+    return f"{its} last collective entered is #{last}, {done}"
+
+
+def _against(ranks: list[_Rank], main: list[_Rank], newest: int | None) -> Group:
+    """A group other than the main one, said against it (`newest`: the newest collective any rank entered)."""
     first, lead = ranks[0], main[0]
     who = ranks_text([r.record.rank for r in ranks])
     mine, theirs = first.collective, lead.collective
     last = first.record.last_entered
-    if first.status == OUTSIDE and lead.status == IN and theirs is not None and theirs.seq is not None:
-        if last is None or last < theirs.seq:
-            its, it = ("their", "they") if len(ranks) > 1 else ("its", "it")
-            previous = f"{its} last collective is #{last}" if last is not None else f"{it} entered no collective yet"
-            words = f"{who} never entered #{theirs.seq}: {previous} and {it} {_is(ranks)} {_at(first.place)}"
-            return Group(_numbers(ranks), "never_entered", words, None, last, first.place)
+    before_newest = newest is not None and (last < newest if last is not None else first.record.recorded)
+    if first.status == OUTSIDE and before_newest:
+        its, it = ("their", "they") if len(ranks) > 1 else ("its", "it")
+        previous = f"{its} last collective is #{last}" if last is not None else f"{it} entered no collective yet"
+        words = f"{who} never entered #{newest}: {previous} and {it} {_is(ranks)} {_at(first.place)}"
+        return Group(_numbers(ranks), "never_entered", words, None, last, first.place)
     if first.status == OUTSIDE:
         words = f"{who} {_is(ranks)} {_at(first.place)}, outside any collective"
         if first.record.recorded:

@@ -31,6 +31,7 @@ from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
 from wizard.run.engines.common import run_command
 from wizard.run.hang_stacks import ASK_FILE, HANG_DIR
+from wizard.run.safe_folder import Folder, NotAFolder
 
 BACKOFF_S = 1.0  # before the first restart; doubled for each one after, at most BACKOFF_MAX_S
 BACKOFF_MAX_S = 30.0
@@ -246,19 +247,21 @@ def _bindable(host: str, port: int) -> bool:
 
 def keep_logs(run_dir: Path, number: int) -> Path | None:
     """Move the failed attempt's logs into logs/attempt-N/, its hang stacks into hang/attempt-N/."""
-    hang = run_dir / HANG_DIR
-    if hang.is_dir():  # a pending `monitor --stacks` ask stays for the next attempt to answer
-        _move_files(hang, hang / f"attempt-{number}", keep=ASK_FILE)
-    logs = run_dir / "logs"
-    if not logs.is_dir():
+    # a pending `monitor --stacks` ask stays for the next attempt to answer
+    _move_files(run_dir / HANG_DIR, f"attempt-{number}", keep=ASK_FILE)
+    return _move_files(run_dir / "logs", f"attempt-{number}")
+
+
+def _move_files(path: Path, into: str, keep: str = "") -> Path | None:
+    """Move the regular files of the folder `path` (all but `keep`) into its subfolder `into`; that subfolder.
+
+    None where there is no such folder, or a link or a file is in the place of either: nothing is moved through one.
+    """
+    try:
+        with Folder.open(path) as folder, folder.folder(into, make=True) as kept:
+            for name in folder.names():
+                if name != keep and folder.is_file(name):
+                    folder.move(name, kept)
+    except (FileNotFoundError, NotAFolder):
         return None
-    return _move_files(logs, logs / f"attempt-{number}")
-
-
-def _move_files(folder: Path, into: Path, keep: str = "") -> Path:
-    """Move the plain files of `folder` (all but `keep`) into its subfolder `into`."""
-    into.mkdir(exist_ok=True)
-    for path in folder.iterdir():
-        if path.is_file() and path.name != keep:
-            path.rename(into / path.name)
-    return into
+    return path / into

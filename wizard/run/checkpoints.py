@@ -9,23 +9,18 @@ whether the checkpoint already completes the epochs.
 from __future__ import annotations
 
 import os
-import pickletools
 import re
 import time
-import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from runtime.checkpoint_owner import written_by
 from wizard.errors import TargetError
 from wizard.monitor.state import JobState
 
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"  # the same variable runtime/checkpoint.py reads
-PROJECT_KEY = "npu_wizard_project"  # where runtime/checkpoint.py keeps the project that wrote a checkpoint
 CHECKPOINT_FILE = re.compile(r"step-\d+\.pt(\.unreadable(\.\d+)?)?|\.step-\d+\.pt\..+\.tmp")
 ASIDE_PREFIX = "set-aside-"
-PICKLE_READ_LIMIT = 64 * 1024 * 1024  # a checkpoint's pickle holds names and shapes, the tensors are apart
-STRING_OPCODES = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
 
 
 def checkpoint_dir(project: Path, env: Mapping[str, str] = os.environ) -> Path:
@@ -74,47 +69,6 @@ def set_aside(folder: Path, project: str) -> Path | None:
             raise TargetError(f"--fresh: cannot move {path} into {aside}: {error.strerror}") from None
         return aside
     raise TargetError(f"--fresh: cannot find a free name in {folder}")
-
-
-def written_by(path: Path) -> str | None:
-    """The project a checkpoint names (runtime/checkpoint.py keeps it in the file), read without unpickling.
-
-    None for a checkpoint without a name (written before names were kept), a
-    damaged file, or one that is not a torch zip archive.
-    """
-    try:
-        with zipfile.ZipFile(path) as archive:
-            inner = next((name for name in archive.namelist() if name.rsplit("/", 1)[-1] == "data.pkl"), None)
-            if inner is None:
-                return None
-            with archive.open(inner) as file:
-                data = file.read(PICKLE_READ_LIMIT)
-        return _value_after(pickletools.genops(data), PROJECT_KEY)
-    except Exception:  # noqa: BLE001 - whatever a damaged or crafted file raises (zlib.error, lzma...), it names no project
-        return None
-    return None
-
-
-def _value_after(opcodes: Iterator[tuple[Any, Any, Any]], key: str) -> str | None:
-    """The string pickled right after the string `key` (a dict's item), following the pickle's memo."""
-    memo: dict[int, str | None] = {}
-    previous = latest = None
-    for opcode, argument, _position in opcodes:
-        name = opcode.name
-        if name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[argument] = latest  # storing the value just read for later does not end the pair
-            continue
-        if name == "MEMOIZE":
-            memo[len(memo)] = latest
-            continue
-        if name in ("GET", "BINGET", "LONG_BINGET"):
-            value = memo.get(argument)  # a string pickled before is referred to, not repeated
-        else:
-            value = argument if name in STRING_OPCODES else None
-        if previous == key and isinstance(value, str):
-            return value
-        previous = latest = value
-    return None
 
 
 def nothing_to_train(state: JobState, epochs: int, folder: Path) -> str | None:

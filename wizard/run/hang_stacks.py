@@ -11,13 +11,16 @@ and pid, its process state where the runner can read it, and the C-level
 stacks its faulthandler writes on SIGUSR2 where the signal can be sent: the
 runner sends it to this host's ranks, and to a rank on another host where the
 engine can run a command there (`Engine.probe_rank`). hang/collected.json
-says when, why, and which ranks answered. Every file is bounded in size.
+says when, why, and which ranks answered. Every file is bounded in size, and
+written relative to hang/ opened once (wizard/run/safe_folder.py): a link or a
+file planted in its place is refused, never written through.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from runtime.stacks import ASK, FAULT_SIGNAL, as_text, ask_hccl_dump, fault_path
-from wizard.monitor.run_files import RunFileError, read_bounded, read_tail
-from wizard.monitor.summary_text import write_atomically, write_json
+from wizard.monitor.run_files import RunFileError, read_tail
+from wizard.run.hang_record_size import bounded_record
 from wizard.run.intake import Intake
+from wizard.run.safe_folder import Folder
 
 HANG_DIR = "hang"
 COLLECTED = "collected.json"
@@ -38,7 +42,6 @@ FAULT_WAIT_S = 2.0  # for faulthandler to write after SIGUSR2
 PROBE_BUDGET_S = 30.0  # for probing every silent rank of one collection
 HCCL_PIPE_ENV = "TORCH_HCCL_DEBUG_INFO_PIPE_FILE"
 MAX_ENVIRON_BYTES = 1 << 20
-MAX_RECORD_BYTES = 2 << 20
 MAX_TEXT_BYTES = 1 << 20
 MAX_DUMP_BYTES = 1 << 20
 MAX_FAULT_BYTES = 64 * 1024
@@ -181,19 +184,14 @@ def wait_for_answers(
     return answers
 
 
-def write_rank(folder: Path, rank: int, record: dict[str, Any]) -> None:
+def write_rank(folder: Folder, rank: int, record: dict[str, Any]) -> None:
     """hang/rank-N.json, and for an answer hang/rank-N.txt and hang/rank-N.fr.json, each bounded."""
     dump = record.pop("recorder_dump", None)
-    text = json.dumps(record, indent=2, default=str)
-    if len(text) > MAX_RECORD_BYTES:  # the threads are what grows: keep the main thread's
-        record["threads"] = record.get("threads", [])[:1]
-        record["truncated"] = True
-        text = json.dumps(record, indent=2, default=str)[:MAX_RECORD_BYTES]
-    write_atomically(folder / f"rank-{rank}.json", (text + "\n").encode())
+    folder.write(f"rank-{rank}.json", (bounded_record(record) + "\n").encode())
     if record.get("answered"):
-        write_atomically(folder / f"rank-{rank}.txt", as_text(record).encode()[:MAX_TEXT_BYTES])
+        folder.write(f"rank-{rank}.txt", as_text(record).encode()[:MAX_TEXT_BYTES])
     if isinstance(dump, str):
-        write_atomically(folder / f"rank-{rank}.fr.json", dump.encode()[-MAX_DUMP_BYTES:])
+        folder.write(f"rank-{rank}.fr.json", dump.encode()[-MAX_DUMP_BYTES:])
 
 
 def answered_record(rank: int, answer: dict[str, Any]) -> dict[str, Any]:
@@ -217,22 +215,20 @@ def unanswered_record(rank: int, host: str | None, pid: int | None, probe: Unans
 
 
 def write_collected(
-    folder: Path, reason: str, records: dict[int, dict[str, Any]], asked_at: float, asked_id: str | None = None
+    folder: Folder, reason: str, records: dict[int, dict[str, Any]], asked_at: float, asked_id: str | None = None
 ) -> None:
     """hang/collected.json: when, why (and for which ask), and which ranks answered."""
-    write_json(
-        folder / COLLECTED,
-        {
-            "time": time.time(),
-            "asked_at": asked_at,
-            "reason": reason,
-            "asked_id": asked_id,
-            "ask": ASK,
-            "ranks": sorted(records),
-            "answered": sorted(rank for rank, record in records.items() if record.get("answered")),
-            "not_answered": sorted(rank for rank, record in records.items() if not record.get("answered")),
-        },
-    )
+    collected = {
+        "time": time.time(),
+        "asked_at": asked_at,
+        "reason": reason,
+        "asked_id": asked_id,
+        "ask": ASK,
+        "ranks": sorted(records),
+        "answered": sorted(rank for rank, record in records.items() if record.get("answered")),
+        "not_answered": sorted(rank for rank, record in records.items() if not record.get("answered")),
+    }
+    folder.write(COLLECTED, (json.dumps(collected, indent=2, default=str) + "\n").encode())
 
 
 Probe = Callable[[int, "str | None", int], "Unanswered | None"]  # (rank, host, pid): another host's rank
@@ -288,28 +284,36 @@ def collect(
         if answer is not None:
             probe.note = f"it answered with an error: {answer['error']}; {probe.note or ''}".rstrip("; ")
         records[rank] = unanswered_record(rank, host, pid, probe)
-    folder = run_dir / HANG_DIR
-    folder.mkdir(exist_ok=True)
-    for old in folder.glob("rank-*"):  # a new collection replaces an older one's files
-        old.unlink(missing_ok=True)
-    for rank, record in records.items():
-        write_rank(folder, rank, dict(record))
-    write_collected(folder, reason, records, asked_at, asked_id)
+    with Folder.open(run_dir / HANG_DIR, make=True) as folder:  # a link or a file in its place is refused
+        for name in folder.names():  # a new collection replaces an older one's files
+            if name.startswith("rank-") and not stat.S_ISDIR(folder.mode(name) or 0):
+                folder.remove(name)
+        for rank, record in records.items():
+            write_rank(folder, rank, dict(record))
+        write_collected(folder, reason, records, asked_at, asked_id)
     for record in records.values():
         record.pop("recorder_dump", None)
     return records
 
 
 def take_ask(run_dir: Path) -> str | None:
-    """The id in RUN/hang/ask, removing the file; None when there is none (or it is no regular file)."""
-    path = run_dir / HANG_DIR / ASK_FILE
+    """The id in RUN/hang/ask, removing the file; None when there is none (or RUN/hang is no folder of its own).
+
+    An ask that is no regular file (a link, a FIFO someone put there) is never followed: it is taken away, for
+    no ask id ("").
+    """
     try:
-        data = read_bounded(path, MAX_ASK_FILE_BYTES)
-    except RunFileError:  # a link or a FIFO someone put there: never followed, taken away
-        data = b"{}"
-    if data is None:
+        folder = Folder.open(run_dir / HANG_DIR)
+    except OSError:  # no hang/, or a link or a file in its place: nothing is asked, nothing acted on through it
         return None
-    path.unlink(missing_ok=True)
+    with folder:
+        try:
+            data = folder.read(ASK_FILE, MAX_ASK_FILE_BYTES)
+        except RunFileError:
+            data = b"{}"
+        if data is None:
+            return None
+        folder.remove(ASK_FILE)
     try:
         ask = json.loads(data)
     except ValueError:
