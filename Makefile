@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test snapshots bench clean torch21
+.PHONY: demo test test-fast snapshots bench clean torch21
 
 $(BIN)/npu-wizard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it
 # --dist loadgroup: the tests that read one shared run (tests/conftest.py) go to one worker, which makes it once.
 test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowest tests (setup, call or teardown)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -rs --durations=20
+
+# The inner loop: the tests that start no training process (-m "not slow"): renders, answers, the TUI, parsing,
+# verdicts and reports on recorded or hand-made folders, launch scripts under test doubles. `make test` before a push.
+test-fast: $(BIN)/npu-wizard  ## the tests that start no training process, in a few minutes
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q -m "not slow" -rs --durations=10
 
 snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
 	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py

@@ -48,10 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _measured(record: dict[str, Any]) -> Iterator[None]:
-    wall, cpu = time.monotonic(), _cpu()
+    began, wall, cpu = time.time(), time.monotonic(), _cpu()
     yield
     if _recorder is not None:
-        _recorder.write({**record, "wall": round(time.monotonic() - wall, 3), "cpu": round(_cpu() - cpu, 3)})
+        spent = {"wall": round(time.monotonic() - wall, 3), "cpu": round(_cpu() - cpu, 3), "began": round(began, 3)}
+        _recorder.write({**record, **spent})
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -61,7 +62,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    yield from _measured({"test": item.nodeid, "phase": "call"})
+    yield from _measured({"test": item.nodeid, "phase": "call", "slow": item.get_closest_marker("slow") is not None})
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -136,6 +136,7 @@ ON_HOSTS = {"cluster_start.py", "ssh_copy_history.py"}
 """Benchmarks that need the ssh hosts (root, sshd): smoke-run below, skipped without them."""
 
 
+@pytest.mark.slow  # most start training processes; all of them run for seconds to minutes
 @pytest.mark.parametrize("script", sorted(set(SMOKE_RUNS) - ON_HOSTS - {"render_vs_accelerate.py"}))
 def test_the_benchmark_runs_and_prints_its_figures(script: str) -> None:
     output = smoke(script)
@@ -153,6 +154,7 @@ def test_render_vs_accelerate_times_npu_wizard_and_compares_where_accelerate_is(
         assert "accelerate config default: not timed, accelerate is not installed" in output, output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (have_ssh_hosts() and have_slurm()),
     reason="needs root, sshd, ssh, rsync, ip, slurm-wlm and munge (.ci/run installs them)",
@@ -163,6 +165,7 @@ def test_cluster_start_runs_on_the_ssh_hosts_and_the_slurm_cluster() -> None:
         assert figure in output, output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not have_ssh_hosts(), reason="needs root, sshd, ssh, rsync and ip (.ci/run installs them)")
 def test_the_copy_with_a_big_history_is_timed_before_and_after_on_the_ssh_hosts() -> None:
     output = smoke("ssh_copy_history.py")

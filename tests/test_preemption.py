@@ -47,6 +47,7 @@ def preempted_events(run_dir: Path) -> dict[int, list[dict]]:
     return {rank: kinds(found, "preempted") for rank, found in events_of(run_dir).items()}
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("preempted-2x2-run")
 def test_sigusr1_to_one_rank_saves_every_rank_at_one_step_and_a_second_run_resumes_there(tmp_path: Path) -> None:
     project = render_cpu(tmp_path, "shell", nodes=2, epochs=EPOCHS, checkpoint_every=0)
@@ -107,6 +108,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_users_script_asking_report_should_stop_saves_and_ends_preempted(tmp_path: Path) -> None:
     project = render_own_one_rank(tmp_path, "own-stop", "mine.py", ASKING_SCRIPT)
     runner = start_runner(project, "--interval", "1")

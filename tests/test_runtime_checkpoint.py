@@ -179,6 +179,7 @@ def _resume_on_rank(rank: int, port: int, folders: list[Path], results: Any) -> 
         distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_when_one_nodes_newest_copy_is_corrupt_every_rank_resumes_from_the_older_step(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 
@@ -300,6 +301,7 @@ def _resume_as(rank: int, port: int, folders: list[Path], uids: list[int], resul
         distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to read as another uid")
 def test_a_checkpoint_one_rank_may_not_read_stops_every_rank_and_is_not_set_aside(open_folder: Path) -> None:
     import torch.multiprocessing as mp
