@@ -217,3 +217,18 @@ def test_a_link_in_place_of_a_trace_is_not_followed(tmp_path: Path) -> None:
     assert profile.reading.broken == f"{trace} is a symbolic link, not a regular file: " + (
         "npu-wizard reads only regular files in a run folder (move it away)"
     )
+
+
+def test_a_median_ranks_long_wait_leads_the_differences_over_small_excesses_of_the_straggler(tmp_path: Path) -> None:
+    """The median rank waits 40 ms a step in all_reduce for the straggler: the largest difference, either way."""
+    folder = tmp_path / "profile"
+    small = [span(f"aten::op_{n}", 1_000 + n * 200, 100) for n in range(12)]  # the straggler's 0.1 ms excesses
+    slow = [span("ProfilerStep#0", 0, 50_000, cat="user_annotation"), *small]
+    median = [span("ProfilerStep#0", 0, 50_000, cat="user_annotation"), span("c10d::allreduce_", 5_000, 40_000)]
+    write_trace(folder / "rank-3" / "rank-3.5.pt.trace.json", slow)
+    write_trace(folder / "rank-1" / "rank-1.5.pt.trace.json", median)
+    summary = {"profile": {"asked": [{"straggler": 3, "median": 1, "steps": 1, "at": 1.0}], "windows": []}}
+    html = profile_section(tmp_path, summary)
+    comparison = html[html.index("Straggler rank 3 beside median rank 1") :]
+    first_row = comparison[comparison.index("<th>difference</th></tr>") :]
+    assert first_row.startswith("<th>difference</th></tr><tr><td>c10d::allreduce_</td><td>0.00</td><td>40.00</td>")

@@ -48,7 +48,7 @@ def _comparison(pair: dict[str, Any], profiles: dict[int, RankProfile]) -> str:
     return (
         f'<div class="box"><h3>{title}</h3>'
         f"<table><tr><th>category</th><th>rank {slow} ms/step</th><th>rank {median} ms/step</th></tr>{times}</table>"
-        "<p>operators whose time differs most, the straggler's excess first:</p>"
+        "<p>operators whose time differs most, either way (+: the straggler spends more, -: the median rank does):</p>"
         f"<table><tr><th>operator</th><th>rank {slow} ms/step</th><th>rank {median} ms/step</th>"
         f"<th>difference</th></tr>{rows}</table></div>"
     )

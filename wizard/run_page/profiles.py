@@ -208,8 +208,8 @@ def _category(name: str) -> str:
 def differences(slow: RankProfile, median: RankProfile, count: int = TOP) -> list[tuple[str, float, float]]:
     """The operators whose time per step differs most between two ranks: (name, slow ms, median ms).
 
-    The straggler's excess first: an operator it spends more time in leads, one the median rank spends more time
-    in (waiting in a collective for the straggler, say) follows, after the ones where they agree.
+    Ranked by the size of the difference, either way: the median rank's wait in a collective for the straggler
+    counts as much as the straggler's own excess (the sign of slow ms - median ms tells which).
     """
     names = set(slow.operators) | set(median.operators)
     rows = [
@@ -220,5 +220,5 @@ def differences(slow: RankProfile, median: RankProfile, count: int = TOP) -> lis
         )
         for name in names
     ]
-    rows.sort(key=lambda row: row[2] - row[1])
+    rows.sort(key=lambda row: (-abs(row[1] - row[2]), row[0]))
     return rows[:count]
