@@ -232,3 +232,31 @@ def test_a_median_ranks_long_wait_leads_the_differences_over_small_excesses_of_t
     comparison = html[html.index("Straggler rank 3 beside median rank 1") :]
     first_row = comparison[comparison.index("<th>difference</th></tr>") :]
     assert first_row.startswith("<th>difference</th></tr><tr><td>c10d::allreduce_</td><td>0.00</td><td>40.00</td>")
+
+
+NPU_TRACE = Path(__file__).parent / "data" / "torch_npu_trace_view.json"
+
+
+def test_torch_npus_trace_view_with_times_as_strings_is_read(tmp_path: Path) -> None:
+    """torch_npu writes ts and dur as strings ("1700000000123.456"): two 10 ms steps, a collective on the device."""
+    trace = tmp_path / "profile" / "ascend" / "rank-0_1_20261127_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    trace.mkdir(parents=True)
+    (trace / "trace_view.json").write_bytes(NPU_TRACE.read_bytes())
+
+    profile = read_profile(0, trace / "trace_view.json")
+
+    assert (profile.steps, profile.per_step_ms(profile.step_us)) == (2, pytest.approx(10.0))
+    per_step = {name: profile.per_step_ms(us) for name, us in profile.categories.items()}
+    assert per_step == pytest.approx({"compute": 3.0, "communication": 5.2, "idle": 1.8})
+    assert profile.top(3) == [("hcom_allReduce__123_0_1", 5.0, 2), ("aten::mm", 3.0, 2), ("HcclAllreduce", 1.5, 2)]
+    assert profile.odd_times == 0
+
+
+@pytest.mark.parametrize("ts", ["nan", "inf", "-Infinity", "1e400", "twelve", "", "0x10", "1_000", True, None, [1]])
+def test_times_that_are_no_finite_number_are_left_out_and_counted(tmp_path: Path, ts: object) -> None:
+    events = [{**span("ProfilerStep#0", 0, 10_000), "ts": "0.5", "dur": "10000"}, {**span("aten::odd", 1, 5), "ts": ts}]
+    write_trace(tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json", events)
+    profile = read_profile(0, tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json")
+    assert (profile.steps, profile.odd_times) == (1, 1)
+    assert "aten::odd" not in profile.operators
+    assert "1 events left out: their ts or dur is no finite number" in profile_section(tmp_path, {})

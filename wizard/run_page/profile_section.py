@@ -70,6 +70,8 @@ def _rank(profile: RankProfile) -> str:
         notes.append(f"capped: only the first {reading.elements:,} events of the trace were read{objects}")
     if profile.odd_threads:
         notes.append(f"{profile.odd_threads:,} events left out: their pid or tid is no number or string")
+    if profile.odd_times:
+        notes.append(f"{profile.odd_times:,} events left out: their ts or dur is no finite number")
     if profile.reading.broken:
         notes.append(f"the trace could not be read to its end: {profile.reading.broken}")
     if not profile.steps:

@@ -19,6 +19,7 @@ events ("ph": "X"):
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections import defaultdict
@@ -39,6 +40,8 @@ COMMUNICATION = re.compile(
 DATA_WAIT = re.compile(r"DataLoader|data wait", re.IGNORECASE)
 LEFT_OUT_CATEGORIES = {"python_function", "Trace", "overhead"}
 GPU_STEP_CATEGORY = "gpu_user_annotation"
+# torch_npu's trace_view.json writes ts and dur as strings ("1700000000123.456"), on every release
+DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")
 THREAD_ID = (str, int, float, type(None))  # what a pid or tid may be (a chrome trace writes numbers or names)
 
 
@@ -54,6 +57,7 @@ class RankProfile:
     operators: dict[str, list[float]] = field(default_factory=dict)  # name: [self microseconds, calls]
     reading: Reading = field(default_factory=Reading)
     odd_threads: int = 0  # events left out: their pid or tid is no number or string
+    odd_times: int = 0  # events left out: their ts or dur is no finite number (as a number or a string)
 
     def per_step_ms(self, microseconds: float) -> float:
         """`microseconds` over the window, in milliseconds per recorded step."""
@@ -90,8 +94,12 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
     for event in trace_events(trace, cap, profile.reading):
         if event.get("ph") != "X" or event.get("cat") in LEFT_OUT_CATEGORIES:
             continue
-        start, length, name = event.get("ts"), event.get("dur"), event.get("name")
-        if not isinstance(name, str) or not _number(start) or not _number(length):
+        name = event.get("name")
+        if not isinstance(name, str):
+            continue
+        start, length = _time(event.get("ts")), _time(event.get("dur"))
+        if start is None or length is None:
+            profile.odd_times += 1
             continue
         thread = (event.get("pid"), event.get("tid"))
         if not all(isinstance(part, THREAD_ID) for part in thread):  # a list would be no key of `spans`
@@ -102,8 +110,8 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
         if STEP_SPAN.match(name):
             step_threads.add(thread)
             profile.steps += 1
-            profile.step_us += float(length)
-        spans[thread].append((float(start), float(length), sys.intern(name)))  # a name is one string, however often
+            profile.step_us += length
+        spans[thread].append((start, length, sys.intern(name)))  # a name is one string, however often
     gaps: list[tuple[float, float]] = []
     for thread, events in spans.items():
         gaps += _add_thread(profile, events, on_step_thread=thread in step_threads)
@@ -145,8 +153,13 @@ def _overlap(gaps: list[tuple[float, float]], busy: list[tuple[float, float]]) -
     return total
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and value == value and abs(value) < 1e18
+def _time(value: object) -> float | None:
+    """A ts or dur in microseconds: a JSON number, or a decimal string as torch_npu writes them; None if neither."""
+    if isinstance(value, str) and DECIMAL.fullmatch(value):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and abs(value) < 1e18 else None
 
 
 def _add_thread(
