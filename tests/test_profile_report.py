@@ -260,3 +260,27 @@ def test_times_that_are_no_finite_number_are_left_out_and_counted(tmp_path: Path
     assert (profile.steps, profile.odd_times) == (1, 1)
     assert "aten::odd" not in profile.operators
     assert "1 events left out: their ts or dur is no finite number" in profile_section(tmp_path, {})
+
+
+def test_the_newest_npu_trace_is_chosen_by_its_stamp_not_its_name(tmp_path: Path) -> None:
+    """From the 7.0.0 branches the folder is <worker>_<pid>_<stamp>_ascend_pt: after a restart pid 999 sorts last."""
+    ascend = tmp_path / "profile" / "ascend"
+    older = write_trace(
+        ascend / "rank-0_999_20261127100000123_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", []
+    )
+    newer = write_trace(
+        ascend / "rank-0_12345_20261127110000456_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", []
+    )
+    six = write_trace(ascend / "rank-1_20261127110000456_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    write_trace(ascend / "rank-1_20261127100000123_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    os.utime(older, (2e9, 2e9))  # the stamp counts, not when the file was last written (parsed later, copied)
+    assert find_traces(tmp_path) == {0: newer, 1: six}
+
+
+def test_an_npu_trace_folder_without_a_stamp_is_ordered_by_its_time(tmp_path: Path) -> None:
+    ascend = tmp_path / "profile" / "ascend"
+    old = write_trace(ascend / "rank-0_b_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    new = write_trace(ascend / "rank-0_a_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    os.utime(old, (1e9, 1e9))
+    os.utime(new, (2e9, 2e9))
+    assert find_traces(tmp_path) == {0: new}

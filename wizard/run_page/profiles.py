@@ -42,6 +42,9 @@ LEFT_OUT_CATEGORIES = {"python_function", "Trace", "overhead"}
 GPU_STEP_CATEGORY = "gpu_user_annotation"
 # torch_npu's trace_view.json writes ts and dur as strings ("1700000000123.456"), on every release
 DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")
+# rank-<R>.<stamp>.pt.trace.json (torch); rank-<R>_<pid>_<stamp>_ascend_pt (torch_npu from the 7.0.0 branches,
+# whose pid sorts by name before the stamp), rank-<R>_<stamp>_ascend_pt (6.0.0)
+TRACE_STAMP = re.compile(r"rank-\d+(?:\.(?P<ns>\d+)\.pt\.trace\.json|(?:_\d+)?_(?P<stamp>\d+)_ascend_pt)")
 THREAD_ID = (str, int, float, type(None))  # what a pid or tid may be (a chrome trace writes numbers or names)
 
 
@@ -70,20 +73,31 @@ class RankProfile:
 
 
 def find_traces(run_dir: Path) -> dict[int, Path]:
-    """Each profiled rank's newest chrome trace in the run folder's profile/."""
-    found: dict[int, Path] = {}
+    """Each profiled rank's newest chrome trace in profile/, by the stamp in its name, then its time."""
+    newest: dict[int, tuple[tuple[int, int], Path]] = {}
     folder = run_dir / "profile"
     candidates = [*folder.glob("rank-*/rank-*.pt.trace.json"), *folder.glob("ascend/rank-*_ascend_pt")]
-    for path in sorted(candidates, key=lambda p: p.name):
+    for path in candidates:
         match = re.match(r"rank-(\d+)", path.name)
         if match is None:
             continue
+        stamp = TRACE_STAMP.fullmatch(path.name)
         if path.is_dir():  # torch_npu: the parsed chrome trace inside its folder
             path = path / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
             if not path.is_file():
                 continue
-        found[int(match.group(1))] = path  # sorted by name: the newest stamp last
-    return found
+        key = (int(stamp.group("ns") or stamp.group("stamp")) if stamp else -1, _modified(path))
+        rank = int(match.group(1))
+        if rank not in newest or key > newest[rank][0]:
+            newest[rank] = (key, path)
+    return {rank: path for rank, (_, path) in sorted(newest.items())}
+
+
+def _modified(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
 
 
 def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
