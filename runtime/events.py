@@ -36,6 +36,7 @@ from runtime.event_reading import (
     read_events,
     read_rank_events,
 )
+from runtime.secret_shapes import scrub
 
 __all__ = [
     "FOLLOW_CHUNK",
@@ -219,8 +220,10 @@ class EventWriter:
         return self.emit(
             "error",
             type=type(error).__name__,
-            message=clip(str(error), keep="start"),
-            traceback=clip("".join(traceback.format_exception(error)), keep="end"),
+            message=clip(scrub(str(error)), keep="start"),
+            traceback=clip(
+                scrub("".join(traceback.format_exception(error))), keep="end"
+            ),
             step=self.step,
             **extra,
         )
@@ -230,7 +233,7 @@ class EventWriter:
         return self.emit(
             "warning",
             kind=kind,
-            message=clip(message, keep="start", limit=2000),
+            message=clip(scrub(message), keep="start", limit=2000),
             step=self.step,
         )
 

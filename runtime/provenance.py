@@ -3,7 +3,8 @@
 Standard library only; nothing is imported to learn a version (an imported
 module's __version__, else the installed distribution, says it). A variable
 whose name says token, key, secret, password (passwd) or credential, in any
-case, keeps its name and loses its value.
+case, keeps its name and loses its value; the others lose any secret of a known
+shape (runtime/secret_shapes.py), and NPU_WIZARD_SSH_COMMAND keeps only its program.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from collections.abc import Mapping
 from importlib import metadata
 
 from runtime import cann as cann_install
+from runtime.secret_shapes import REDACTED, SSH_COMMAND_VARIABLE, program_only, scrub
 
 PREFIXES = ("HCCL_", "ASCEND_", "NPU_WIZARD_")
 HIDDEN = re.compile(r"token|key|secret|passw(?:or)?d|credential", re.IGNORECASE)
-REDACTED = "<removed: secret>"
 CANN_VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 # the started event crosses the status stream (one line of 256 KiB at most): bound what it carries
 MAX_VARIABLES = 200
@@ -55,7 +56,13 @@ def versions(env: Mapping[str, str] = os.environ) -> dict[str, str | None]:
 def environment(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The HCCL_, ASCEND_ and NPU_WIZARD_ variables, secrets' values replaced by a marker (bounded)."""
     names = [name for name in sorted(env) if name.startswith(PREFIXES)][:MAX_VARIABLES]
-    return {
-        name: REDACTED if HIDDEN.search(name) else env[name][:MAX_VALUE]
-        for name in names
-    }
+    return {name: _recorded(name, env[name]) for name in names}
+
+
+def _recorded(name: str, value: str) -> str:
+    if HIDDEN.search(name):
+        return REDACTED
+    # sshpass -p PASSWORD ssh ...: the program says enough
+    if name == SSH_COMMAND_VARIABLE:
+        return program_only(value)
+    return scrub(value[:MAX_VALUE])

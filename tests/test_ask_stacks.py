@@ -7,6 +7,7 @@ link, and the probe of a process that is stopped or has no SIGUSR2 handler.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -20,7 +21,9 @@ import pytest
 from textual.widgets import Static
 
 from tests.runs import wait_for
+from wizard.monitor import ask_stacks as ask_stacks_module
 from wizard.monitor.app import MonitorApp
+from wizard.monitor.attach import RunFolder
 from wizard.monitor.state import JobState
 from wizard.run.engines.ssh import SshEngine
 from wizard.run.hang_stacks import Unanswered, catches, collect, probe_local, process_state, read_probe, take_ask
@@ -257,3 +260,27 @@ def test_probing_silent_ranks_stops_when_its_time_is_spent(tmp_path: Path) -> No
     assert records[probed[0]]["note"] == "probed over ssh"
     assert records[7]["note"] == "not probed: the 1 s for probing silent ranks were spent"
     assert sorted(records) == list(range(8)) and (tmp_path / "hang" / "rank-7.json").is_file()
+
+
+def test_monitor_stacks_prints_the_verdict_and_problems_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank's stack is anyone's text: `monitor --stacks` prints its verdict escaped, as every other path does."""
+    hostile = "\x1b[2J\x1b]0;owned\x07"
+    run_dir = tmp_path / "run"
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"runner_pid": os.getpid(), "world_size": 2}))
+    (run_dir / "hang").mkdir()
+    (run_dir / "hang" / "collected.json").write_text(json.dumps({"asked_id": "feedfacefeedface"}))
+    monkeypatch.setattr(ask_stacks_module.procs, "is_runner", lambda pid: True)
+    monkeypatch.setattr(ask_stacks_module.secrets, "token_hex", lambda size: "feedfacefeedface")
+    verdict = {"text": f"rank 1 in {hostile}", "problems": [f"rank 1's stack says {hostile}"]}
+    monkeypatch.setattr(ask_stacks_module, "hang_summary", lambda run_dir: verdict)
+    out = io.StringIO()
+
+    ask_stacks_module.ask_stacks(RunFolder.open(run_dir), out, wait_s=5)
+
+    printed = out.getvalue()
+    assert "\x1b" not in printed and "\x07" not in printed
+    assert "WHERE EACH RANK IS: rank 1 in \\x1b[2J\\x1b]0;owned\\x07\n" in printed
+    assert "  rank 1's stack says \\x1b[2J" in printed

@@ -217,3 +217,70 @@ def test_a_link_in_place_of_a_trace_is_not_followed(tmp_path: Path) -> None:
     assert profile.reading.broken == f"{trace} is a symbolic link, not a regular file: " + (
         "npu-wizard reads only regular files in a run folder (move it away)"
     )
+
+
+def test_a_median_ranks_long_wait_leads_the_differences_over_small_excesses_of_the_straggler(tmp_path: Path) -> None:
+    """The median rank waits 40 ms a step in all_reduce for the straggler: the largest difference, either way."""
+    folder = tmp_path / "profile"
+    small = [span(f"aten::op_{n}", 1_000 + n * 200, 100) for n in range(12)]  # the straggler's 0.1 ms excesses
+    slow = [span("ProfilerStep#0", 0, 50_000, cat="user_annotation"), *small]
+    median = [span("ProfilerStep#0", 0, 50_000, cat="user_annotation"), span("c10d::allreduce_", 5_000, 40_000)]
+    write_trace(folder / "rank-3" / "rank-3.5.pt.trace.json", slow)
+    write_trace(folder / "rank-1" / "rank-1.5.pt.trace.json", median)
+    summary = {"profile": {"asked": [{"straggler": 3, "median": 1, "steps": 1, "at": 1.0}], "windows": []}}
+    html = profile_section(tmp_path, summary)
+    comparison = html[html.index("Straggler rank 3 beside median rank 1") :]
+    first_row = comparison[comparison.index("<th>difference</th></tr>") :]
+    assert first_row.startswith("<th>difference</th></tr><tr><td>c10d::allreduce_</td><td>0.00</td><td>40.00</td>")
+
+
+NPU_TRACE = Path(__file__).parent / "data" / "torch_npu_trace_view.json"
+
+
+def test_torch_npus_trace_view_with_times_as_strings_is_read(tmp_path: Path) -> None:
+    """torch_npu writes ts and dur as strings ("1700000000123.456"): two 10 ms steps, a collective on the device."""
+    trace = tmp_path / "profile" / "ascend" / "rank-0_1_20261127_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    trace.mkdir(parents=True)
+    (trace / "trace_view.json").write_bytes(NPU_TRACE.read_bytes())
+
+    profile = read_profile(0, trace / "trace_view.json")
+
+    assert (profile.steps, profile.per_step_ms(profile.step_us)) == (2, pytest.approx(10.0))
+    per_step = {name: profile.per_step_ms(us) for name, us in profile.categories.items()}
+    assert per_step == pytest.approx({"compute": 3.0, "communication": 5.2, "idle": 1.8})
+    assert profile.top(3) == [("hcom_allReduce__123_0_1", 5.0, 2), ("aten::mm", 3.0, 2), ("HcclAllreduce", 1.5, 2)]
+    assert profile.odd_times == 0
+
+
+@pytest.mark.parametrize("ts", ["nan", "inf", "-Infinity", "1e400", "twelve", "", "0x10", "1_000", True, None, [1]])
+def test_times_that_are_no_finite_number_are_left_out_and_counted(tmp_path: Path, ts: object) -> None:
+    events = [{**span("ProfilerStep#0", 0, 10_000), "ts": "0.5", "dur": "10000"}, {**span("aten::odd", 1, 5), "ts": ts}]
+    write_trace(tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json", events)
+    profile = read_profile(0, tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json")
+    assert (profile.steps, profile.odd_times) == (1, 1)
+    assert "aten::odd" not in profile.operators
+    assert "1 events left out: their ts or dur is no finite number" in profile_section(tmp_path, {})
+
+
+def test_the_newest_npu_trace_is_chosen_by_its_stamp_not_its_name(tmp_path: Path) -> None:
+    """From the 7.0.0 branches the folder is <worker>_<pid>_<stamp>_ascend_pt: after a restart pid 999 sorts last."""
+    ascend = tmp_path / "profile" / "ascend"
+    older = write_trace(
+        ascend / "rank-0_999_20261127100000123_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", []
+    )
+    newer = write_trace(
+        ascend / "rank-0_12345_20261127110000456_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", []
+    )
+    six = write_trace(ascend / "rank-1_20261127110000456_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    write_trace(ascend / "rank-1_20261127100000123_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    os.utime(older, (2e9, 2e9))  # the stamp counts, not when the file was last written (parsed later, copied)
+    assert find_traces(tmp_path) == {0: newer, 1: six}
+
+
+def test_an_npu_trace_folder_without_a_stamp_is_ordered_by_its_time(tmp_path: Path) -> None:
+    ascend = tmp_path / "profile" / "ascend"
+    old = write_trace(ascend / "rank-0_b_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    new = write_trace(ascend / "rank-0_a_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", [])
+    os.utime(old, (1e9, 1e9))
+    os.utime(new, (2e9, 2e9))
+    assert find_traces(tmp_path) == {0: new}

@@ -316,7 +316,8 @@ def build_bundle_parser() -> argparse.ArgumentParser:
         "the versions and HCCL_/ASCEND_/NPU_WIZARD_ variables each rank started with, doctor's output and, on an "
         "NPU host, the ranks' newest plog files and npu-smi / hccn_tool outputs; each bounded, MANIFEST.txt lists "
         "what is in and what is missing and why. The status token and every variable named *TOKEN*, *KEY*, "
-        "*SECRET*, *PASSWORD* or *CREDENTIAL* are removed.",
+        "*SECRET*, *PASSWORD* or *CREDENTIAL* are removed, and so are secrets of a known shape (sshpass -p, a URL's "
+        "password, a bearer header, mysql -p, hf_ tokens); NPU_WIZARD_SSH_COMMAND keeps only its program.",
         epilog="Exit codes: 0 written (its path printed), 1 no such run folder, a file in it that is not a regular "
         "file, or FILE there already without --force (nothing written).",
     )

@@ -54,7 +54,8 @@ def manifest(run_dir: Path, found: Bundle, stamp: str) -> bytes:
     lines = [
         f"npu-wizard bundle of {run_dir}, written {stamp}",
         f"Secrets removed: the status token and the value of every variable whose name says TOKEN, KEY, SECRET, "
-        f"PASSWORD or CREDENTIAL read {REDACTED}.",
+        f"PASSWORD or CREDENTIAL, and every secret of a known shape (sshpass -p, a URL's password, a bearer header, "
+        f"mysql -p, hf_ and other service tokens) read {REDACTED}; NPU_WIZARD_SSH_COMMAND keeps only its program.",
         "",
         "In this bundle:",
         *(f"  {line}" for line in found.included),

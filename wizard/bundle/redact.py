@@ -1,6 +1,9 @@
 """Taking secrets out: the status token and every variable whose name says TOKEN, KEY, SECRET, PASSWORD or
 CREDENTIAL, in JSON (by key, {"name": NAME, "value": ...}, an argv's word after --NAME) and in text (NAME=value,
-NAME: value, 'NAME': 'value', a quoted value whole, --NAME value, and known values anywhere).
+NAME: value, 'NAME': 'value', a quoted value whole, --NAME value, and known values anywhere); secrets of a known
+shape (sshpass -p, a URL's password, a bearer header, mysql -p, hf_ tokens: runtime/secret_shapes.py) wherever
+they are; NPU_WIZARD_SSH_COMMAND as its program only. ssh's options that say KEY (StrictHostKeyChecking, ...)
+are settings, not secrets.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runtime.provenance import HIDDEN, REDACTED
+from runtime.provenance import HIDDEN
+from runtime.secret_shapes import REDACTED, SSH_COMMAND_VARIABLE, program_only, scrub
 from runtime.status import ENV_STATUS_TOKEN
 
 WORDS = r"(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
@@ -26,6 +30,19 @@ ASSIGNMENT = re.compile(rf"(?P<name>{AT_START}{NAME})(?P<sep>['\"]?\s*[=:]\s*['\
 # a command line's option that says a secret, then its value as the next word: --api-key VALUE
 OPTION = re.compile(rf"(?P<name>(?<![^\s'\"(\[,])--?{NAME})(?P<sep>\s+)(?!-){VALUE}", re.IGNORECASE)
 NOT_SECRETS = ("error", "exception")  # KeyError: 'lr' says which key, not a secret
+# ssh's options whose names say KEY: StrictHostKeyChecking=no is a setting (ssh_config(5))
+SSH_SETTINGS = (
+    "stricthostkeychecking",
+    "hostkeyalgorithms",
+    "hostkeyalias",
+    "pubkeyauthentication",
+    "pubkeyacceptedkeytypes",
+    "pubkeyacceptedalgorithms",
+    "updatehostkeys",
+    "verifyhostkeydns",
+    "revokedhostkeys",
+    "addkeystoagent",
+)
 SHORTEST_KNOWN = 6  # a known value shorter than this is too likely to be an ordinary word to replace everywhere
 
 
@@ -42,21 +59,17 @@ class Redactor:
         return cls(env[name] for name in names)
 
     def text(self, text: str) -> str:
+        """`text` with every secret it holds replaced by the marker."""
         for value in self.known:
             text = text.replace(value, REDACTED)
-        return OPTION.sub(_hide, ASSIGNMENT.sub(_hide, text))
+        return OPTION.sub(_hide, ASSIGNMENT.sub(_hide, scrub(text)))
 
     def value(self, value: Any) -> Any:
         """A JSON value with every secret-named key's value replaced and every string redacted."""
         if isinstance(value, dict):
             # {"name": "HF_TOKEN", "value": ...}: a Kubernetes container's variable
             named = isinstance(value.get("name"), str) and HIDDEN.search(value["name"]) is not None
-            return {
-                key: REDACTED
-                if isinstance(key, str) and (HIDDEN.search(key) or (named and key == "value"))
-                else self.value(item)
-                for key, item in value.items()
-            }
+            return {key: self._item(key, item, named) for key, item in value.items()}
         if isinstance(value, list):  # an argv: the word after an option that says a secret is its value
             return [
                 REDACTED
@@ -67,6 +80,14 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         return value
+
+    def _item(self, key: object, item: Any, named: bool) -> Any:
+        """The value of `key` in a JSON object (`named`: the object names a secret variable)."""
+        if isinstance(key, str) and (HIDDEN.search(key) or (named and key == "value")):
+            return REDACTED
+        if key == SSH_COMMAND_VARIABLE and isinstance(item, str):  # as an older runtime recorded it: whole
+            return program_only(item)
+        return self.value(item)
 
     def json_lines(self, data: bytes) -> bytes:
         """A JSON-lines file (or one JSON document) with its secrets removed; a line that is no JSON as text."""
@@ -87,7 +108,7 @@ class Redactor:
 
 def _hide(match: re.Match[str]) -> str:
     value = match.group("value")
-    if value == REDACTED or match.group("name").lower().endswith(NOT_SECRETS):
+    if value == REDACTED or match.group("name").lower().endswith(NOT_SECRETS + SSH_SETTINGS):
         return match.group(0)
     quote = value[0] if value[0] in "'\"" and len(value) > 1 and value[-1] == value[0] else ""
     return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"

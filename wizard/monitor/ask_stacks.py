@@ -22,6 +22,7 @@ from wizard.monitor.attach import RunFolder
 from wizard.monitor.hang_verdict import hang_summary
 from wizard.monitor.run_files import RunFileError, read_json_object
 from wizard.monitor.summary_text import write_json
+from wizard.monitor.terminal import PrintableOut
 
 HANG_DIR, ASK_FILE, COLLECTED = "hang", "ask", "collected.json"  # as wizard/run/hang_stacks.py names them
 ASK_WAIT_S = 60.0  # the runner waits 10 s for the ranks' answers, then probes those that did not answer
@@ -40,6 +41,7 @@ def ask_stacks(
     clock: Callable[[], float] = time.monotonic,
 ) -> Path:
     """Have the run's runner collect every rank's stack; print the verdict; return the hang/ folder."""
+    out = PrintableOut(out)  # the verdict quotes the ranks' stacks: anyone's text, shown escaped
     run_dir = folder.run_dir
     pid = folder.runner_pid
     if pid is None or not procs.is_alive(pid) or not procs.is_runner(pid):

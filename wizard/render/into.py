@@ -160,7 +160,7 @@ def render_into(
             folder, tuple(names), warnings, earlier, README, tuple(_no_longer_made(folder, before, new)[1])
         )
     # One render or update of the folder at a time; what it holds is checked again under the lock.
-    with update_lock(folder, f"npu-wizard --into {folder}{' --force' if force else ''}"):
+    with update_lock(folder, f"npu-wizard --into {folder}{' --force' if force else ''}") as unlocked:
         earlier, before, note = _check(folder, names, force)
         if earlier:
             alive = live_runs(folder)
@@ -169,6 +169,8 @@ def render_into(
         removes, kept = _no_longer_made(folder, before, new)
         writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
         _write(folder, writes, removes, new.executable, made_state=not earlier)
+    if unlocked:  # a file system without flock: the render went ahead unlocked
+        warnings = (*warnings, Problem(FILE, NO_VALUE, unlocked, "warning"))
     return RenderResult(folder, tuple(names), warnings, earlier, README, tuple(kept))
 
 

@@ -27,7 +27,8 @@ from wizard.render.replace import (
 )
 from wizard.render.staging import make_staging, recover_leftovers, replace_project
 from wizard.render.template_cache import PrivateBytecodeCache, template_cache
-from wizard.render.templates import TEMPLATE_SETTINGS, project_template
+from wizard.render.template_tree import render_tree
+from wizard.render.templates import project_template
 from wizard.stopping import stop_signals_raise
 
 
@@ -156,19 +157,8 @@ def _refuse_into_folder(target: Path) -> None:
 
 
 def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None) -> Path:
-    from cookiecutter.generate import generate_files
-
     context = to_context(answers)
-    # cookiecutter's `_jinja2_env_vars`: the compiled-template cache, where there is one.
-    environment = {"_jinja2_env_vars": {"bytecode_cache": cache}} if cache else {}
-    project = Path(
-        generate_files(
-            repo_dir=str(project_template()),
-            context={"cookiecutter": {**context, **TEMPLATE_SETTINGS, **environment}},
-            output_dir=str(into),
-            accept_hooks=False,
-        )
-    )
+    project = render_tree(project_template(), context, into, cache)  # as cookiecutter would, without cookiecutter
     finish(project, context, answers)
     return project
 

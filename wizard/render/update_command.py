@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from wizard.answers.model import Answers, load_text
@@ -21,7 +22,9 @@ def update(args: argparse.Namespace) -> int:
     project = Path(args.project)
     if not project.is_dir():
         raise TargetError(f"{project} is not a folder; name a project rendered by npu-wizard")
-    with update_lock(project, _command_line(args), optional=args.dry_run):
+    with update_lock(project, _command_line(args), optional=args.dry_run) as unlocked:
+        if unlocked:
+            print(f"warning: {unlocked}", file=sys.stderr, flush=True)
         return _update_locked(project, args)
 
 

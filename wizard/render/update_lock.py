@@ -3,7 +3,9 @@
 Two updates at once would share one staging folder and mix their files. The
 lock file holds the pid and command of the update that holds it, so a second
 one can say who is at work; the kernel drops the lock when its holder dies,
-so a killed update never blocks the next one.
+so a killed update never blocks the next one. On a file system that takes
+no flock (NFS without lockd, Lustre without -o flock) the update goes ahead
+unlocked: the lock yields the one line that says so.
 """
 
 from __future__ import annotations
@@ -17,16 +19,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wizard.errors import TargetError, write_advice
+from wizard.file_locks import takes_no_locks, unlocked_warning
 from wizard.render.pristine import STATE_DIR
 
 LOCK = f"{STATE_DIR}/update.lock"
 HOLDER_LIMIT = 300  # characters of the holder's line shown
 ATTEMPTS = 20  # opens that may race with a holder removing the file as it lets go
+UNGUARDED = "this update holds no update lock: nothing stops a second update or a run of this project meanwhile"
 
 
 @contextmanager
-def update_lock(project: Path, command: str, *, optional: bool = False) -> Iterator[None]:
+def update_lock(project: Path, command: str, *, optional: bool = False) -> Iterator[str | None]:
     """Hold `project`'s update lock for `command`; TargetError naming the holder when another process has it.
+
+    Yields None, or the line to say where the file system takes no locks (the update then goes ahead unlocked).
 
     A project with no `.npu-wizard/` (its pristine copy lost: `update --rebase`)
     gets one (0700) to hold the lock; it goes again if the update leaves it empty.
@@ -56,9 +62,16 @@ def update_lock(project: Path, command: str, *, optional: bool = False) -> Itera
         )
     path = project / LOCK
     fd = None
+    unlocked = None
     try:
-        fd = _take(path, project, command, optional)
-        yield
+        try:
+            fd = _take(path, project, command, optional)
+        except OSError as error:
+            if not takes_no_locks(error):
+                raise
+            _remove(path)  # no lock in it: a file left would only mislead
+            unlocked = unlocked_warning(path, error, UNGUARDED)
+        yield unlocked
     finally:
         if fd is not None:
             _let_go(path, fd)
@@ -136,6 +149,13 @@ def _holder(fd: int) -> str:
     return f"held by {line}" if line else "its holder has not said who it is yet"
 
 
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass  # gone already, or the disk turned read-only: nothing holds it either way
+
+
 def _let_go(path: Path, fd: int) -> None:
     """Remove the lock file while still holding it, then release it."""
     try:
@@ -159,6 +179,10 @@ def update_at_work(project: Path) -> str | None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: refused while an update holds it
     except BlockingIOError:
         return _holder(fd)
+    except OSError as error:
+        if not takes_no_locks(error):
+            raise
+        return None  # no lock tells who is at work
     finally:
         os.close(fd)
     return None

@@ -45,6 +45,8 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
         return
     answers = load_project(project.resolve())
     with run_lock(project.resolve(), nodes_to_start(answers, options.node, options.all_nodes)) as lock:
+        if lock.unlocked:
+            print(f"npu-wizard: warning: {lock.unlocked}", file=sys.stderr, flush=True)
         refuse_update_at_work(project)
         _run_locked(project, options, lock, fresh=fresh, live=live, report=report)
 

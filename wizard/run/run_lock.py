@@ -10,7 +10,9 @@ job still runs: its processes are named, and nothing starts); a runner that ends
 removes its file while it still holds it. The runners of the
 other nodes of a cluster (`run --node N` on a folder every host shares) hold
 locks of their own. The descriptors are not inherited: the lock is the
-runner's, not its job's.
+runner's, not its job's. On a file system that takes no flock (NFS without
+lockd, Lustre without -o flock) the run goes ahead unlocked, and the lock's
+`unlocked` says so in one line.
 """
 
 from __future__ import annotations
@@ -23,20 +25,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wizard.errors import TargetError, write_advice
+from wizard.file_locks import takes_no_locks, unlocked_warning
 from wizard.render.pristine import STATE_DIR
 
 LOCK_NAME = "run-node-{node}.lock"
 LOCK_GLOB = "run-node-*.lock"
 HOLDER_LIMIT = 300  # characters of the holder's line shown
 ATTEMPTS = 20  # opens that may race with a holder removing the file as it lets go
+UNGUARDED = "this run holds no run lock: nothing stops a second run of this project, or an update under it"
 
 
 class RunLock:
     """The locks a runner holds, one per node it starts; `name_run` says which run folder holds them."""
 
-    def __init__(self, project: Path, fds: dict[Path, int]) -> None:
+    def __init__(self, project: Path, fds: dict[Path, int], unlocked: str | None = None) -> None:
         self.project = project
         self._fds = fds
+        self.unlocked = unlocked  # why no lock is held (a file system without flock), to be said; None: held
 
     def name_run(self, run_dir: Path | None) -> None:
         """Write who holds the locks: this runner's pid and its run folder (None: not made yet)."""
@@ -68,12 +73,20 @@ def run_lock(project: Path, nodes: Iterable[int]) -> Iterator[RunLock]:
             "there and never writes through a link: remove it, then run again"
         )
     fds: dict[Path, int] = {}
+    unlocked = None
     try:
         for node in sorted(set(nodes)):
             path = state / LOCK_NAME.format(node=node)
-            fds[path] = _take(path, project)
+            try:
+                fds[path] = _take(path, project)
+            except OSError as error:
+                if not takes_no_locks(error):
+                    raise
+                _remove(path)  # no lock in it: a file left would only mislead
+                unlocked = unlocked_warning(path, error, UNGUARDED)
+                break
         _refuse_orphaned_jobs(project)
-        lock = RunLock(project, fds)
+        lock = RunLock(project, fds, unlocked)
         lock.name_run(None)
         yield lock
     finally:
@@ -108,6 +121,10 @@ def live_run(project: Path) -> str | None:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: refused while a runner holds it
             except BlockingIOError:
                 return _holder(fd, path)
+            except OSError as error:
+                if not takes_no_locks(error):
+                    raise
+                return None  # no lock tells: the caller looks for the job's processes
         finally:
             os.close(fd)
     return None
@@ -170,6 +187,13 @@ def _holder(fd: int, path: Path) -> str:
     text = raw.decode("utf-8", errors="replace").split("\n", 1)[0]
     line = "".join(c for c in text if c.isprintable())[:HOLDER_LIMIT]
     return line or f"{path.name} is held by a runner that has not said who it is yet"
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass  # gone already, or the disk turned read-only: nothing holds it either way
 
 
 def _relative(path: Path, project: Path) -> str:

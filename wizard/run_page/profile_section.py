@@ -48,7 +48,7 @@ def _comparison(pair: dict[str, Any], profiles: dict[int, RankProfile]) -> str:
     return (
         f'<div class="box"><h3>{title}</h3>'
         f"<table><tr><th>category</th><th>rank {slow} ms/step</th><th>rank {median} ms/step</th></tr>{times}</table>"
-        "<p>operators whose time differs most, the straggler's excess first:</p>"
+        "<p>operators whose time differs most, either way (+: the straggler spends more, -: the median rank does):</p>"
         f"<table><tr><th>operator</th><th>rank {slow} ms/step</th><th>rank {median} ms/step</th>"
         f"<th>difference</th></tr>{rows}</table></div>"
     )
@@ -70,6 +70,8 @@ def _rank(profile: RankProfile) -> str:
         notes.append(f"capped: only the first {reading.elements:,} events of the trace were read{objects}")
     if profile.odd_threads:
         notes.append(f"{profile.odd_threads:,} events left out: their pid or tid is no number or string")
+    if profile.odd_times:
+        notes.append(f"{profile.odd_times:,} events left out: their ts or dur is no finite number")
     if profile.reading.broken:
         notes.append(f"the trace could not be read to its end: {profile.reading.broken}")
     if not profile.steps:

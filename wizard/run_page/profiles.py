@@ -19,6 +19,7 @@ events ("ph": "X"):
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections import defaultdict
@@ -39,6 +40,11 @@ COMMUNICATION = re.compile(
 DATA_WAIT = re.compile(r"DataLoader|data wait", re.IGNORECASE)
 LEFT_OUT_CATEGORIES = {"python_function", "Trace", "overhead"}
 GPU_STEP_CATEGORY = "gpu_user_annotation"
+# torch_npu's trace_view.json writes ts and dur as strings ("1700000000123.456"), on every release
+DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")
+# rank-<R>.<stamp>.pt.trace.json (torch); rank-<R>_<pid>_<stamp>_ascend_pt (torch_npu from the 7.0.0 branches,
+# whose pid sorts by name before the stamp), rank-<R>_<stamp>_ascend_pt (6.0.0)
+TRACE_STAMP = re.compile(r"rank-\d+(?:\.(?P<ns>\d+)\.pt\.trace\.json|(?:_\d+)?_(?P<stamp>\d+)_ascend_pt)")
 THREAD_ID = (str, int, float, type(None))  # what a pid or tid may be (a chrome trace writes numbers or names)
 
 
@@ -54,6 +60,7 @@ class RankProfile:
     operators: dict[str, list[float]] = field(default_factory=dict)  # name: [self microseconds, calls]
     reading: Reading = field(default_factory=Reading)
     odd_threads: int = 0  # events left out: their pid or tid is no number or string
+    odd_times: int = 0  # events left out: their ts or dur is no finite number (as a number or a string)
 
     def per_step_ms(self, microseconds: float) -> float:
         """`microseconds` over the window, in milliseconds per recorded step."""
@@ -66,20 +73,31 @@ class RankProfile:
 
 
 def find_traces(run_dir: Path) -> dict[int, Path]:
-    """Each profiled rank's newest chrome trace in the run folder's profile/."""
-    found: dict[int, Path] = {}
+    """Each profiled rank's newest chrome trace in profile/, by the stamp in its name, then its time."""
+    newest: dict[int, tuple[tuple[int, int], Path]] = {}
     folder = run_dir / "profile"
     candidates = [*folder.glob("rank-*/rank-*.pt.trace.json"), *folder.glob("ascend/rank-*_ascend_pt")]
-    for path in sorted(candidates, key=lambda p: p.name):
+    for path in candidates:
         match = re.match(r"rank-(\d+)", path.name)
         if match is None:
             continue
+        stamp = TRACE_STAMP.fullmatch(path.name)
         if path.is_dir():  # torch_npu: the parsed chrome trace inside its folder
             path = path / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
             if not path.is_file():
                 continue
-        found[int(match.group(1))] = path  # sorted by name: the newest stamp last
-    return found
+        key = (int(stamp.group("ns") or stamp.group("stamp")) if stamp else -1, _modified(path))
+        rank = int(match.group(1))
+        if rank not in newest or key > newest[rank][0]:
+            newest[rank] = (key, path)
+    return {rank: path for rank, (_, path) in sorted(newest.items())}
+
+
+def _modified(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
 
 
 def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
@@ -90,8 +108,12 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
     for event in trace_events(trace, cap, profile.reading):
         if event.get("ph") != "X" or event.get("cat") in LEFT_OUT_CATEGORIES:
             continue
-        start, length, name = event.get("ts"), event.get("dur"), event.get("name")
-        if not isinstance(name, str) or not _number(start) or not _number(length):
+        name = event.get("name")
+        if not isinstance(name, str):
+            continue
+        start, length = _time(event.get("ts")), _time(event.get("dur"))
+        if start is None or length is None:
+            profile.odd_times += 1
             continue
         thread = (event.get("pid"), event.get("tid"))
         if not all(isinstance(part, THREAD_ID) for part in thread):  # a list would be no key of `spans`
@@ -102,8 +124,8 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
         if STEP_SPAN.match(name):
             step_threads.add(thread)
             profile.steps += 1
-            profile.step_us += float(length)
-        spans[thread].append((float(start), float(length), sys.intern(name)))  # a name is one string, however often
+            profile.step_us += length
+        spans[thread].append((start, length, sys.intern(name)))  # a name is one string, however often
     gaps: list[tuple[float, float]] = []
     for thread, events in spans.items():
         gaps += _add_thread(profile, events, on_step_thread=thread in step_threads)
@@ -145,8 +167,13 @@ def _overlap(gaps: list[tuple[float, float]], busy: list[tuple[float, float]]) -
     return total
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and value == value and abs(value) < 1e18
+def _time(value: object) -> float | None:
+    """A ts or dur in microseconds: a JSON number, or a decimal string as torch_npu writes them; None if neither."""
+    if isinstance(value, str) and DECIMAL.fullmatch(value):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and abs(value) < 1e18 else None
 
 
 def _add_thread(
@@ -208,8 +235,8 @@ def _category(name: str) -> str:
 def differences(slow: RankProfile, median: RankProfile, count: int = TOP) -> list[tuple[str, float, float]]:
     """The operators whose time per step differs most between two ranks: (name, slow ms, median ms).
 
-    The straggler's excess first: an operator it spends more time in leads, one the median rank spends more time
-    in (waiting in a collective for the straggler, say) follows, after the ones where they agree.
+    Ranked by the size of the difference, either way: the median rank's wait in a collective for the straggler
+    counts as much as the straggler's own excess (the sign of slow ms - median ms tells which).
     """
     names = set(slow.operators) | set(median.operators)
     rows = [
@@ -220,5 +247,5 @@ def differences(slow: RankProfile, median: RankProfile, count: int = TOP) -> lis
         )
         for name in names
     ]
-    rows.sort(key=lambda row: row[2] - row[1])
+    rows.sort(key=lambda row: (-abs(row[1] - row[2]), row[0]))
     return rows[:count]
