@@ -34,6 +34,7 @@ from tests.runs import (
 )
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import format_summary, summarize
 from wizard.run.attempts import Attempts, node_health
 from wizard.run.job import Job
 
@@ -419,3 +420,22 @@ def test_a_hang_in_the_last_attempt_ends_the_job_when_the_restarts_are_used_up()
     assert Job._hang_ends_attempt(hanging_job(allowed=1, restarts_used=0))
     assert Job._hang_ends_attempt(hanging_job(allowed=1, restarts_used=1))
     assert not Job._hang_ends_attempt(hanging_job(allowed=0, restarts_used=0))  # no --restarts: the hang is watched
+
+
+def test_the_headline_covers_every_attempt_not_the_last_one_alone() -> None:
+    """After a restart the first logged step is the first attempt's, and the job's restart is counted."""
+    first = JobState(1, nodes=1)
+    first.ingest({"event": "started", "rank": 0, "time": 1.0, "node": 0, "pid": 11})
+    first.ingest({"event": "step", "rank": 0, "time": 4.0, "step": 4})
+    attempts = Attempts(1, clock=lambda: 0.0)
+    attempts.note_progress(first)
+    attempts.failed(Failure(0, 0, 5.0, "vanished", "its process 11 vanished"), first, 5.0)
+    attempts.started_again(50.0)
+    last = JobState(1, nodes=1)
+    last.ingest({"event": "started", "rank": 0, "time": 51.0, "node": 0, "pid": 12})
+    last.ingest({"event": "step", "rank": 0, "time": 60.0, "step": 8})
+    attempts.note_progress(last)
+    summary = summarize(last, started_at=0.0, ended_at=70.0, outcome="finished")
+    attempts.cover_summary(summary, last, started_at=0.0)
+    assert (summary["time_to_first_step_s"], summary["restarts"]) == (4.0, 1)
+    assert "first logged step after 4.0s" in format_summary(summary).splitlines()[1]

@@ -377,6 +377,7 @@ class Job(JobStacks, JobRestarts):
         self.summary.update(self.hosts.summary_fields())  # spares that took a node's place, nodes kept off
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
+        self.attempts.cover_summary(self.summary, self.state, started_at=self.started_at)
         self.summary["job_restarts"] = self.attempts.restarts
         self.summary["attempts"] = self.attempts.records()
         hang = hang_summary(self.run_dir)  # the ranks' stacks, where they were collected at a hang
