@@ -284,3 +284,33 @@ def test_monitor_stacks_prints_the_verdict_and_problems_escaped(
     assert "\x1b" not in printed and "\x07" not in printed
     assert "WHERE EACH RANK IS: rank 1 in \\x1b[2J\\x1b]0;owned\\x07\n" in printed
     assert "  rank 1's stack says \\x1b[2J" in printed
+
+
+def test_a_second_monitor_stacks_waits_for_the_ask_in_progress_and_never_replaces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `monitor --stacks` at once: the second leaves the first's ask in place and is answered by its collection."""
+    run_dir = tmp_path / "run"
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"runner_pid": os.getpid(), "world_size": 2}))
+    (run_dir / "hang").mkdir()
+    (run_dir / "hang" / "ask").write_text(json.dumps({"id": "aaaaaaaaaaaaaaaa", "time": 1.0}))
+    monkeypatch.setattr(ask_stacks_module.procs, "is_runner", lambda pid: True)
+    monkeypatch.setattr(ask_stacks_module.secrets, "token_hex", lambda size: "bbbbbbbbbbbbbbbb")
+    monkeypatch.setattr(ask_stacks_module, "hang_summary", lambda run_dir: None)
+
+    out = io.StringIO()
+
+    def runner_collects() -> None:  # the runner's next tick, once the second has asked: it answers the ask there is
+        wait_for(out.getvalue, 30, "the second monitor to ask")
+        asked = take_ask(run_dir)
+        (run_dir / "hang" / "collected.json").write_text(json.dumps({"asked_id": asked}))
+
+    runner = threading.Thread(target=runner_collects)
+    runner.start()
+    try:
+        ask_stacks_module.ask_stacks(RunFolder.open(run_dir), out, wait_s=10)
+    finally:
+        runner.join()
+    assert json.loads((run_dir / "hang" / "collected.json").read_text())["asked_id"] == "aaaaaaaaaaaaaaaa"
+    assert "another ask for the stacks is in progress" in out.getvalue()

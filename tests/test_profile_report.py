@@ -284,3 +284,20 @@ def test_an_npu_trace_folder_without_a_stamp_is_ordered_by_its_time(tmp_path: Pa
     os.utime(old, (1e9, 1e9))
     os.utime(new, (2e9, 2e9))
     assert find_traces(tmp_path) == {0: new}
+
+
+def test_each_straggler_ask_compares_the_traces_of_that_ask(tmp_path: Path) -> None:
+    """Rank 1 was the median of two asks: the first ask's comparison reads rank 1's first trace, not its newest."""
+    folder = tmp_path / "profile"
+    steady = [e for s in range(4) for e in step_events(s, s * 20_000)]
+    slowed = [e for s in range(4) for e in step_events(s, s * 20_000, slow_ms=6.0)]
+    write_trace(folder / "rank-1" / "rank-1.5.pt.trace.json", steady)
+    write_trace(folder / "rank-3" / "rank-3.5.pt.trace.json", slowed)
+    write_trace(folder / "rank-1" / "rank-1.9.pt.trace.json", slowed)  # later, rank 1 slowed down too
+    write_trace(folder / "rank-5" / "rank-5.9.pt.trace.json", steady)
+    asked = [{"straggler": 3, "median": 1, "steps": 4, "at": 1.0}, {"straggler": 5, "median": 1, "steps": 4, "at": 2.0}]
+    html = profile_section(tmp_path, {"profile": {"asked": asked, "windows": []}})
+    first = html[html.index("Straggler rank 3 beside median rank 1") : html.index("Straggler rank 5")]
+    rows = first[first.index("<th>difference</th></tr>") :]
+    assert rows.startswith("<th>difference</th></tr><tr><td>test_slow_op</td><td>6.00</td><td>0.00</td>"), rows[:200]
+    assert "rank-1.5.pt.trace.json" in first and "rank-1.9.pt.trace.json" not in first

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,7 +34,9 @@ from tests.runs import (
 )
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
+from wizard.monitor.summary_text import format_summary, summarize
 from wizard.run.attempts import Attempts, node_health
+from wizard.run.job import Job
 
 pytestmark = pytest.mark.slow
 
@@ -399,3 +402,40 @@ def test_an_attempts_logs_and_hang_stacks_are_kept_apart_and_a_pending_ask_stays
     assert sorted(p.name for p in (tmp_path / "logs" / "attempt-1").iterdir()) == ["node-0.log", "rank-0.log"]
     assert sorted(p.name for p in (tmp_path / "hang" / "attempt-1").iterdir()) == ["collected.json", "rank-0.txt"]
     assert sorted(p.name for p in (tmp_path / "hang").iterdir() if p.is_file()) == ["ask"]
+
+
+def hanging_job(allowed: int, restarts_used: int) -> SimpleNamespace:
+    """What Job._hang_ends_attempt reads of a job whose rank 0 stepped and then hung (no --abort-on-hang)."""
+    state = JobState(1, nodes=1, hang_after=5.0, clock=lambda: 100.0)
+    state.ingest({"event": "started", "rank": 0, "time": 1.0, "node": 0, "pid": 11})
+    state.ingest({"event": "step", "rank": 0, "time": 2.0, "step": 4})
+    attempts = Attempts(allowed, clock=lambda: 0.0)
+    for _ in range(restarts_used):
+        attempts.started_again(1.0)
+    return SimpleNamespace(options=SimpleNamespace(abort_on_hang=False), attempts=attempts, state=state)
+
+
+def test_a_hang_in_the_last_attempt_ends_the_job_when_the_restarts_are_used_up() -> None:
+    """--restarts 1, no --abort-on-hang: the last attempt's hang is its failure too (restarts used up, exit 3)."""
+    assert Job._hang_ends_attempt(hanging_job(allowed=1, restarts_used=0))
+    assert Job._hang_ends_attempt(hanging_job(allowed=1, restarts_used=1))
+    assert not Job._hang_ends_attempt(hanging_job(allowed=0, restarts_used=0))  # no --restarts: the hang is watched
+
+
+def test_the_headline_covers_every_attempt_not_the_last_one_alone() -> None:
+    """After a restart the first logged step is the first attempt's, and the job's restart is counted."""
+    first = JobState(1, nodes=1)
+    first.ingest({"event": "started", "rank": 0, "time": 1.0, "node": 0, "pid": 11})
+    first.ingest({"event": "step", "rank": 0, "time": 4.0, "step": 4})
+    attempts = Attempts(1, clock=lambda: 0.0)
+    attempts.note_progress(first)
+    attempts.failed(Failure(0, 0, 5.0, "vanished", "its process 11 vanished"), first, 5.0)
+    attempts.started_again(50.0)
+    last = JobState(1, nodes=1)
+    last.ingest({"event": "started", "rank": 0, "time": 51.0, "node": 0, "pid": 12})
+    last.ingest({"event": "step", "rank": 0, "time": 60.0, "step": 8})
+    attempts.note_progress(last)
+    summary = summarize(last, started_at=0.0, ended_at=70.0, outcome="finished")
+    attempts.cover_summary(summary, last, started_at=0.0)
+    assert (summary["time_to_first_step_s"], summary["restarts"]) == (4.0, 1)
+    assert "first logged step after 4.0s" in format_summary(summary).splitlines()[1]

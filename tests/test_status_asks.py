@@ -9,9 +9,12 @@ apart from the events the job's state folds in.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,3 +167,35 @@ def test_asks_are_read_from_a_descriptor_past_1024(tmp_path: Path) -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_ask_the_socket_takes_in_part_goes_on_whole_and_the_next_ask_arrives_intact() -> None:
+    """A send that takes part of an ask line keeps the rest for the next round: no torn line garbles the next ask."""
+    server = StatusServer("127.0.0.1", 0, TOKEN, send_buffer=4096)
+    rank = socket.socket()
+    rank.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        rank.connect(("127.0.0.1", server.bound_port))
+        rank.sendall(json.dumps({"token": TOKEN}).encode() + b"\n")
+        rank.sendall(json.dumps({"event": "heartbeat", "rank": 0, "time": 1.0, "pid": os.getpid()}).encode() + b"\n")
+        wait_for(lambda: server.connected_ranks() == {0}, 60, "the rank to connect")
+        server.ask({"ask": "big", "id": "first", "pad": "x" * 256 * 1024})  # more than both buffers hold
+        time.sleep(0.6)  # some serving rounds: the first ask is under way, in part
+        server.ask({"ask": "small", "id": "second"})
+        received = b""
+        rank.settimeout(3.0)
+        while received.count(b"\n") < 2:
+            try:
+                chunk = rank.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            received += chunk
+        lines = received.split(b"\n")
+        whole = received.count(b"\n")
+        assert whole == 2, f"{whole} whole line(s) in {len(received)} bytes"
+        assert [json.loads(line)["id"] for line in lines[:2]] == ["first", "second"]
+    finally:
+        rank.close()
+        server.close()

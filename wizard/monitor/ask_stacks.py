@@ -5,11 +5,14 @@ the monitor leaves an ask in the run folder (RUN/hang/ask, written to a new
 file and moved into place), the runner takes it on its next tick, collects
 every rank's stack and collectives into RUN/hang/ (wizard/run/hang_stacks.py)
 and writes hang/collected.json with the ask's id; the monitor waits for that,
-at most ASK_WAIT_S with a line of progress, and prints the verdict.
+at most ASK_WAIT_S with a line of progress, and prints the verdict. An ask
+never replaces one the runner has not taken yet: a second monitor waits for
+that one's collection instead.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -27,6 +30,7 @@ from wizard.monitor.terminal import PrintableOut
 HANG_DIR, ASK_FILE, COLLECTED = "hang", "ask", "collected.json"  # as wizard/run/hang_stacks.py names them
 ASK_WAIT_S = 60.0  # the runner waits 10 s for the ranks' answers, then probes those that did not answer
 PROGRESS_S = 5.0
+ASK_TRIES = 100  # an ask in place with no id to wait for, unread this often: the runner is not taking it
 
 
 class StacksNotCollected(TargetError):
@@ -53,9 +57,12 @@ def ask_stacks(
     if hang.is_symlink() or (hang.exists() and not hang.is_dir()):
         raise StacksNotCollected(f"{hang} is no folder: move it away, then ask again")
     hang.mkdir(exist_ok=True)
-    ask_id = secrets.token_hex(8)
-    write_json(hang / ASK_FILE, {"id": ask_id, "time": time.time()})
-    print(f"asked the runner (pid {pid}) for every rank's stack; waiting at most {wait_s:.0f}s", file=out, flush=True)
+    ask_id, ours = _leave_ask(hang)
+    if ours:
+        said = f"asked the runner (pid {pid}) for every rank's stack"
+    else:
+        said = f"another ask for the stacks is in progress: waiting for its answer from the runner (pid {pid})"
+    print(f"{said}; waiting at most {wait_s:.0f}s", file=out, flush=True)
     started = clock()
     said = started
     while not _collected(hang, ask_id):
@@ -78,6 +85,39 @@ def ask_stacks(
             print(f"  {problem}", file=out)
     print(f"stacks and collectives of every rank in {hang}", file=out)
     return hang
+
+
+def _leave_ask(hang: Path) -> tuple[str, bool]:
+    """Put a new ask in hang/ask unless one waits there; (the id to wait for, whether the ask is ours)."""
+    ask = hang / ASK_FILE
+    for _ in range(ASK_TRIES):
+        ask_id = secrets.token_hex(8)
+        mine = hang / f".{ASK_FILE}.{ask_id}"
+        write_json(mine, {"id": ask_id, "time": time.time()})
+        try:
+            os.link(mine, ask)  # never replaces: an ask in place stays, whole
+            return ask_id, True
+        except FileExistsError:
+            pending = _pending_id(hang)
+            if pending is not None:
+                return pending, False
+            if ask.is_symlink() or (ask.exists() and not ask.is_file()):
+                raise StacksNotCollected(f"{ask} is no regular file: move it away, then ask again") from None
+        finally:
+            mine.unlink()
+        # the runner took the other ask between the link and the read: ask again
+        time.sleep(0.05)
+    raise StacksNotCollected(f"{ask} holds an ask with no id the runner has not taken: move it away, then ask again")
+
+
+def _pending_id(hang: Path) -> str | None:
+    """The id of the ask waiting in hang/ask; None when the runner took it meanwhile (or it has none)."""
+    try:
+        ask = read_json_object(hang / ASK_FILE)
+    except RunFileError:
+        return None
+    ask_id = (ask or {}).get("id")
+    return ask_id if isinstance(ask_id, str) and ask_id.isalnum() else None
 
 
 def _collected(hang: Path, ask_id: str) -> bool:

@@ -46,6 +46,7 @@ AUTH_DEADLINE_S = 10.0  # a connection that has not shown the token by then is c
 MAX_PENDING = 4096  # connections waiting to authenticate at once (a burst of ranks); the oldest gives way
 FD_RESERVE = 128  # descriptors the runner keeps for its own files, logs and engine processes
 LOSS_GRACE_S = 10.0  # how long a rank's dropped connection may take to come back before it is lost
+MAX_OUTBOX_BYTES = 1024 * 1024  # asks waiting for a rank's socket to take them; one more is not sent
 
 
 @dataclass
@@ -57,6 +58,7 @@ class _Peer:
     rank: int | None = None
     said_bye: bool = False
     pid: int | None = None
+    outbox: bytearray = field(default_factory=bytearray)  # asks, whole lines, the first maybe begun, not yet sent
 
 
 @dataclass
@@ -70,7 +72,7 @@ class StreamCounts:
     turned_away: int = 0  # closed at once: too many connections pending, or descriptors running out
     reconnected: int = 0  # a rank's connection came back (after a paused runner, say)
     peer_errors: int = 0  # a connection whose input raised, closed
-    asks_unsent: int = 0  # an ask a rank's connection could not take at once (its buffer full)
+    asks_unsent: int = 0  # an ask not sent: a rank's connection had too many waiting (MAX_OUTBOX_BYTES)
 
 
 @dataclass
@@ -85,6 +87,7 @@ class StatusServer:
     auth_deadline: float = AUTH_DEADLINE_S
     max_pending: int = MAX_PENDING
     receive_buffer: int | None = None  # tests shrink it to make a paused runner's sockets fill
+    send_buffer: int | None = None  # tests shrink it to make an ask go out in parts
     counts: StreamCounts = field(default_factory=StreamCounts)
     _events: queue.SimpleQueue[dict] = field(default_factory=queue.SimpleQueue)
 
@@ -103,6 +106,8 @@ class StatusServer:
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if self.receive_buffer is not None:  # accepted connections inherit it
             self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+        if self.send_buffer is not None:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
         self._listener.bind((self.host, self.port))
         self._listener.listen(BACKLOG)
         self._listener.setblocking(False)
@@ -228,24 +233,41 @@ class StatusServer:
             self.counts.accepted += 1
 
     def _send_asks(self) -> None:
-        """Write each queued ask down the connections of the ranks it is for."""
+        """Queue each ask for the connections of the ranks it is for; send what each connection takes now.
+
+        A line the socket takes in part goes on from where it stopped in the next rounds, whole, before any
+        later ask: a torn line would garble the next one.
+        """
         while True:
             try:
                 line, ranks = self._asks.get_nowait()
             except queue.Empty:
-                return
+                break
             for key in list(self._selector.get_map().values()):
                 peer = key.data
                 if peer is None or not peer.authenticated or peer.rank is None:
                     continue
                 if ranks is not None and peer.rank not in ranks:
                     continue
-                try:
-                    sent = key.fileobj.send(line)  # type: ignore[union-attr]
-                except OSError:  # its end is gone: reading it will say so
-                    sent = 0
-                if sent != len(line):  # a torn ask would garble the next: rare, since the rank only reads here
-                    self.counts.asks_unsent += 1
+                if peer.outbox and len(peer.outbox) + len(line) > MAX_OUTBOX_BYTES:
+                    self.counts.asks_unsent += 1  # a rank that reads no asks: this one is not queued
+                    continue
+                peer.outbox += line
+        for key in list(self._selector.get_map().values()):
+            peer = key.data
+            if peer is not None and peer.outbox:
+                self._flush(key.fileobj, peer)  # type: ignore[arg-type]
+
+    def _flush(self, connection: socket.socket, peer: _Peer) -> None:
+        """Send as much of the peer's waiting asks as its socket takes now."""
+        try:
+            sent = connection.send(peer.outbox)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # its end is gone: reading it will say so
+            peer.outbox.clear()
+            return
+        del peer.outbox[:sent]
 
     def _expire(self, now: float) -> None:
         """Close connections too slow to authenticate; report ranks whose connection did not come back."""

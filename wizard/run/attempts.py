@@ -54,6 +54,8 @@ class Attempt:
     recovered_at: float | None = None  # the next attempt's first step
     outcome: str | None = None  # failed, hung, finished, interrupted (None while it runs)
     refused: str | None = None  # why the job was not started again after it
+    first_step_at: float | None = None  # its ranks' first logged step
+    rank_restarts: int = 0  # its ranks' own restarts (a launcher's), the most of any rank
 
     def record(self) -> dict:
         """This attempt as summary.json lists it."""
@@ -148,7 +150,13 @@ class Attempts:
         return list(nodes)
 
     def note_progress(self, state: JobState) -> None:
-        """Once the restarted job's ranks report their first step, record where they resumed and when."""
+        """Note the attempt's first step and its ranks' restarts; once a restarted job steps, where it resumed."""
+        current = self.current
+        current.rank_restarts = max([current.rank_restarts, *(view.restarts for view in state.ranks.values())])
+        if current.first_step_at is None:
+            current.first_step_at = min(
+                (view.first_step_at for view in state.ranks.values() if view.first_step_at is not None), default=None
+            )
         if len(self.attempts) < 2:
             return
         before = self.attempts[-2]
@@ -163,6 +171,17 @@ class Attempts:
         # not the newest (several steps may have come in since the last tick)
         firsts = [view.first_step for view in stepped if view.first_step is not None]
         before.resumed_from_step = max(said) if said else max(0, min(firsts, default=1) - 1)
+
+    def cover_summary(self, summary: dict, state: JobState, *, started_at: float) -> None:
+        """Make the summary's headline figures the whole job's: `summarize` saw the last attempt's state alone.
+
+        The first logged step is the first attempt's that logged one; restarts counts the job's restarts and
+        every attempt's rank restarts.
+        """
+        self.note_progress(state)
+        firsts = [attempt.first_step_at for attempt in self.attempts if attempt.first_step_at is not None]
+        summary["time_to_first_step_s"] = (min(firsts) - started_at) if firsts else None
+        summary["restarts"] = self.restarts + sum(attempt.rank_restarts for attempt in self.attempts)
 
     def words(self, now: float) -> str:
         """For the live view: the restart under way, or which attempt runs; empty for a job started once."""

@@ -278,12 +278,12 @@ class Job(JobStacks, JobRestarts):
 
         --restarts takes a hung or stalled rank for a failure only once a rank of the attempt
         reported a step: before that, a slow start (imports, data, a loaded host) looks the same.
+        In the last attempt too: `_failed` then ends the job, hung, its restarts used up.
         """
         if self.options.abort_on_hang and (self.state.hung() or self.state.stalled() or self.state.late()):
             return True
-        restarts_left = self.attempts.restarts < self.attempts.allowed
         stepped = any(view.steps_reported for view in self.state.ranks.values())
-        return restarts_left and stepped and bool(self.state.hung() or self.state.stalled())
+        return self.attempts.allowed > 0 and stepped and bool(self.state.hung() or self.state.stalled())
 
     # ---- stop ----------------------------------------------------------------------
 
@@ -377,6 +377,7 @@ class Job(JobStacks, JobRestarts):
         self.summary.update(self.hosts.summary_fields())  # spares that took a node's place, nodes kept off
         if server is not None:
             self.summary["status_stream"] = dict(vars(server.counts))
+        self.attempts.cover_summary(self.summary, self.state, started_at=self.started_at)
         self.summary["job_restarts"] = self.attempts.restarts
         self.summary["attempts"] = self.attempts.records()
         hang = hang_summary(self.run_dir)  # the ranks' stacks, where they were collected at a hang

@@ -6,16 +6,31 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from wizard.run_page.profiles import CATEGORIES, EVENT_CAP, RankProfile, differences, find_traces, read_profile
+from wizard.run_page.profiles import (
+    CATEGORIES,
+    EVENT_CAP,
+    RankProfile,
+    differences,
+    find_all_traces,
+    read_profile,
+    traces_of_asks,
+)
 
 
 def profile_section(run_dir: Path, summary: dict[str, Any], cap: int = EVENT_CAP) -> str:
     """HTML for every profiled rank of the run; '' where none was profiled."""
-    traces = find_traces(run_dir)
+    every = find_all_traces(run_dir)
     asked = [pair for pair in (summary.get("profile") or {}).get("asked", []) if isinstance(pair, dict)]
-    if not traces and not asked:
+    if not every and not asked:
         return ""
-    profiles = {rank: read_profile(rank, path, cap) for rank, path in sorted(traces.items())}
+    read: dict[Path, RankProfile] = {}
+
+    def profile_of(rank: int, path: Path) -> RankProfile:
+        if path not in read:
+            read[path] = read_profile(rank, path, cap)
+        return read[path]
+
+    profiles = {rank: profile_of(rank, paths[-1]) for rank, paths in every.items()}  # each rank's newest
     parts = [
         "<h2>Profile</h2>",
         f'<p class="meta">traces in {escape(str(run_dir / "profile"))}: open a rank-N/*.pt.trace.json in '
@@ -23,8 +38,8 @@ def profile_section(run_dir: Path, summary: dict[str, Any], cap: int = EVENT_CAP
         "(the profile plugin); an NPU's are in profile/ascend, for msprof-analyze -d. Time is per recorded step; "
         "by category on the thread that ran the steps.</p>",
     ]
-    for pair in asked:
-        parts.append(_comparison(pair, profiles))
+    for pair, traces in zip(asked, traces_of_asks(asked, every), strict=True):
+        parts.append(_comparison(pair, {rank: profile_of(rank, path) for rank, path in traces.items()}))
     parts.extend(_rank(profile) for profile in profiles.values())
     return "\n".join(parts)
 
@@ -36,6 +51,7 @@ def _comparison(pair: dict[str, Any], profiles: dict[int, RankProfile]) -> str:
         missing = [str(rank) for rank in (slow, median) if rank not in profiles]
         return f'<div class="box"><h3>{title}</h3><p class="missing">no trace of rank {", ".join(missing)}</p></div>'
     a, b = profiles[slow], profiles[median]
+    traces = f'<p class="meta">traces {escape(str(a.trace))} and {escape(str(b.trace))}</p>'
     rows = "".join(
         f"<tr><td>{escape(name)}</td><td>{mine:.2f}</td><td>{theirs:.2f}</td><td>{mine - theirs:+.2f}</td></tr>"
         for name, mine, theirs in differences(a, b)
@@ -46,7 +62,7 @@ def _comparison(pair: dict[str, Any], profiles: dict[int, RankProfile]) -> str:
         for category in CATEGORIES
     )
     return (
-        f'<div class="box"><h3>{title}</h3>'
+        f'<div class="box"><h3>{title}</h3>{traces}'
         f"<table><tr><th>category</th><th>rank {slow} ms/step</th><th>rank {median} ms/step</th></tr>{times}</table>"
         "<p>operators whose time differs most, either way (+: the straggler spends more, -: the median rank does):</p>"
         f"<table><tr><th>operator</th><th>rank {slow} ms/step</th><th>rank {median} ms/step</th>"

@@ -74,7 +74,12 @@ class RankProfile:
 
 def find_traces(run_dir: Path) -> dict[int, Path]:
     """Each profiled rank's newest chrome trace in profile/, by the stamp in its name, then its time."""
-    newest: dict[int, tuple[tuple[int, int], Path]] = {}
+    return {rank: paths[-1] for rank, paths in find_all_traces(run_dir).items()}
+
+
+def find_all_traces(run_dir: Path) -> dict[int, list[Path]]:
+    """Every chrome trace of each profiled rank in profile/, oldest first (by the stamp in its name, then its time)."""
+    found: dict[int, list[tuple[tuple[int, int], Path]]] = {}
     folder = run_dir / "profile"
     candidates = [*folder.glob("rank-*/rank-*.pt.trace.json"), *folder.glob("ascend/rank-*_ascend_pt")]
     for path in candidates:
@@ -87,10 +92,29 @@ def find_traces(run_dir: Path) -> dict[int, Path]:
             if not path.is_file():
                 continue
         key = (int(stamp.group("ns") or stamp.group("stamp")) if stamp else -1, _modified(path))
-        rank = int(match.group(1))
-        if rank not in newest or key > newest[rank][0]:
-            newest[rank] = (key, path)
-    return {rank: path for rank, (_, path) in sorted(newest.items())}
+        found.setdefault(int(match.group(1)), []).append((key, path))
+    return {rank: [path for _, path in sorted(traces)] for rank, traces in sorted(found.items())}
+
+
+def traces_of_asks(asked: list[dict], traces: dict[int, list[Path]]) -> list[dict[int, Path]]:
+    """For each straggler ask (in the order asked), the trace each of its two ranks recorded for it.
+
+    A rank records one window per ask it is in, in order: its n-th trace answers the n-th ask that named it.
+    A rank with fewer traces than asks (an ask it missed, a window not parsed yet) has none for the later ones.
+    """
+    taken: dict[int, int] = {}
+    paired = []
+    for ask in asked:
+        mine: dict[int, Path] = {}
+        for rank in (ask.get("straggler"), ask.get("median")):
+            if not isinstance(rank, int) or rank in mine:
+                continue
+            index = taken.get(rank, 0)
+            taken[rank] = index + 1
+            if index < len(traces.get(rank, [])):
+                mine[rank] = traces[rank][index]
+        paired.append(mine)
+    return paired
 
 
 def _modified(path: Path) -> int:
