@@ -14,9 +14,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE_TESTS = ["tests/test_port_docs.py", "tests/test_leaks.py::test_a_run_that_leaves_nothing_passes"]
+"""--smoke records these (a few seconds, one of them starts a pytest of its own) and sums them."""
+
+
+def record_smoke(folder: Path) -> None:
+    """Record a tiny pytest run into `folder`, as `NPU_WIZARD_TEST_COSTS=folder make test` records the suite."""
+    env = {**os.environ, "NPU_WIZARD_TEST_COSTS": str(folder)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SMOKE_TESTS]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        sys.exit(f"suite_costs --smoke: the recorded tests failed:\n{result.stdout[-3000:]}{result.stderr[-2000:]}")
 
 
 def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
@@ -42,10 +58,17 @@ def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", type=Path, help="the folder NPU_WIZARD_TEST_COSTS named")
+    parser.add_argument("folder", type=Path, nargs="?", help="the folder NPU_WIZARD_TEST_COSTS named")
     parser.add_argument("--top", type=int, default=30, help="rows per table (default 30)")
     parser.add_argument("--against", type=Path, help="an earlier recording to compare each file with")
+    parser.add_argument("--smoke", action="store_true", help="record a tiny pytest run and sum it (does it work?)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="npu-wizard-costs-") as scratch:
+            record_smoke(Path(scratch))
+            return main([scratch, "--top", str(args.top)])
+    if args.folder is None:
+        parser.error("name the folder NPU_WIZARD_TEST_COSTS wrote into (or --smoke)")
     if not any(args.folder.glob("costs-*.jsonl")):
         print(f"suite_costs: no costs-*.jsonl in {args.folder}", file=sys.stderr)
         return 1

@@ -31,6 +31,12 @@ END_S = float(os.environ.get("NPU_WIZARD_TEST_LEAK_WAIT_S", "30"))
 returns as soon as none is left). tests/test_leaks.py shortens it for the runs it makes."""
 
 
+HELPERS = ("from multiprocessing.resource_tracker import main", "from multiprocessing.forkserver import main")
+"""multiprocessing's own helper processes: started once for the process that uses a spawn context (a test's
+torch.multiprocessing ranks), they live as long as it does and end with it, so they are no test's leftover while
+that process (this worker) runs; at the end of the run they are gone with their worker."""
+
+
 def marked(name: str, value: str) -> dict[int, str]:
     """Live processes (zombies excluded) whose environment has name=value, each with its command line."""
     needle = f"{name}={value}".encode()
@@ -41,12 +47,14 @@ def marked(name: str, value: str) -> dict[int, str]:
         try:
             if needle not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
-            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if state not in ("Z", "X"):
-            found[int(entry.name)] = command[:300]
+        state, parent = fields[0], int(fields[1])
+        if state in ("Z", "X") or (parent == os.getpid() and any(helper in command for helper in HELPERS)):
+            continue
+        found[int(entry.name)] = command[:300]
     return found
 
 

@@ -99,3 +99,21 @@ def test_a_run_that_leaves_nothing_passes(tmp_path: Path) -> None:
         """,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_multiprocessings_own_helper_is_no_leftover_of_the_test_that_started_it(tmp_path: Path) -> None:
+    """A spawn context's semaphore starts multiprocessing's resource tracker, which lives as long as the worker."""
+    result, _ = run_pytest(
+        tmp_path,
+        """
+        import multiprocessing
+        from pathlib import Path
+
+        def test_makes_a_spawn_lock():
+            lock = multiprocessing.get_context("spawn").Lock()
+            from multiprocessing import resource_tracker
+            Path("pids").write_text(f"{resource_tracker._resource_tracker._pid}\\n")
+            del lock
+        """,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
