@@ -287,7 +287,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append("per rank:")
     for rank, info in summary.get("ranks", {}).items():
         code = info.get("exit_code")
-        head = f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}"
+        node = "" if info.get("node") is None else f" (node {info['node']})"
+        head = f"  rank {rank}{node}: {info.get('state')}"
         head += "" if code is None else f" (exit {code})"
         printed = info.get("printed_s_before_end")
         if info.get("steps_reported") is False and printed is not None:
