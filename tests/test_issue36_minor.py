@@ -26,3 +26,25 @@ def test_a_summary_rank_whose_node_is_unknown_is_named_without_node_none() -> No
     text = format_summary({"outcome": "failed", "ranks": {"0": {"node": None, "state": "failed"}}})
     assert "rank 0 (node None)" not in text
     assert "  rank 0: failed, step None, loss -, - samples/s, restarts 0" in text.splitlines()
+
+
+def test_a_straggler_profile_with_no_straggler_says_so_in_the_summary() -> None:
+    from wizard.monitor.summary_text import profile_lines
+
+    assert profile_lines({"profile": {"no_straggler": True}}) == [
+        "profile: --profile-ranks straggler: no straggler was flagged, so no rank recorded a window"
+    ]
+
+
+def test_a_window_cut_short_before_its_first_step_says_no_step_was_recorded() -> None:
+    from wizard.monitor.summary_text import profile_lines
+
+    window = {"rank": 0, "first": 60, "last": 60, "path": "RUN/profile/rank-0", "outcome": "cut short"}
+    (line,) = profile_lines({"profile": {"windows": [window]}})
+    assert line.startswith("profile: rank 0 recorded no step (the training ended first); traces in RUN/profile")
+
+
+def test_a_summary_read_back_keeps_that_no_straggler_was_flagged() -> None:
+    from wizard.monitor.summary_file import _checked_profile
+
+    assert _checked_profile({"no_straggler": True}) == {"windows": [], "asked": [], "no_straggler": True}
