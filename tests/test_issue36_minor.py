@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from wizard.monitor.state import JobState
 from wizard.run.attempts import BACKOFF_MAX_S, Attempt, Attempts
 
@@ -48,3 +50,29 @@ def test_a_summary_read_back_keeps_that_no_straggler_was_flagged() -> None:
     from wizard.monitor.summary_file import _checked_profile
 
     assert _checked_profile({"no_straggler": True}) == {"windows": [], "asked": [], "no_straggler": True}
+
+
+def test_a_hang_mark_from_the_run_folder_reaches_matplotlib_without_control_bytes_or_mathtext() -> None:
+    from wizard.run_page.hang_section import _short
+
+    said = _short({"kind": "stuck", "place": {"function": "\x1b[31mred$x$"}})
+    assert said == "\\x1b[31mred\\$x\\$"
+
+
+def test_a_straggler_named_in_summary_json_is_labelled_without_control_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    from wizard.run_page import plots
+
+    class Grid:
+        grid = [0.0, 1.0]
+        ranks: list = []
+
+        def nodes(self) -> dict:
+            return {}
+
+    axes = Figure().add_subplot()
+    monkeypatch.setattr(plots, "_seconds", lambda value, series: value)  # the straggler's times as they are
+    plots._shade_straggler(axes, Grid(), {"rank": None, "node": "\x1bnode", "start": 0.0, "end": 1.0}, "compute_ms")
+    (label,) = [patch.get_label() for patch in axes.patches]
+    assert "\x1b" not in label and "\\x1b" in label
