@@ -33,7 +33,7 @@ from runtime.probes import (  # noqa: F401  (doctor and runtime/ports.py import 
     parse_visible_devices,
     port_error,
 )
-from runtime.rank_table import check_rank_table  # noqa: F401  (tests and doctor import it from here too)
+from runtime.rank_table import check_rank_table
 from runtime.shadowing import check_shadowing
 
 # a check failed; any other non-zero exit means the preflight itself could not run
