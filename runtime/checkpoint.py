@@ -146,8 +146,13 @@ def save_checkpoint(
     directory = Path(directory)
     # a folder made here is ours: git leaves it out; one the user made stays as it is
     if not directory.is_dir():
-        directory.mkdir(parents=True, exist_ok=True)
-        keep_out_of_git(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            keep_out_of_git(directory)
+        except OSError as error:
+            if _no_space(error, None):
+                raise _space_error(directory, step) from error
+            raise
     final = directory / checkpoint_name(step)
     handle, temporary = tempfile.mkstemp(
         prefix=f".{final.name}.",
@@ -168,10 +173,7 @@ def save_checkpoint(
     except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
         if _no_space(error, writer):
-            raise CheckpointSpaceError(
-                f"no space left on {directory}: the checkpoint of step {step} was not written "
-                "(free space on that disk, or point --checkpoint-dir or NPU_WIZARD_CHECKPOINT_DIR at another)"
-            ) from error
+            raise _space_error(directory, step) from error
         raise
     _fsync_folder(directory)
     prune_checkpoints(directory, keep, project)
@@ -376,6 +378,14 @@ def _step_of(path: Path) -> int:
 
 def _warn(message: str) -> None:
     events.warn(message, "checkpoint")
+
+
+def _space_error(directory: Path, step: int) -> CheckpointSpaceError:
+    """The one clear error of a save that ran out of disk in `directory`."""
+    return CheckpointSpaceError(
+        f"no space left on {directory}: the checkpoint of step {step} was not written "
+        "(free space on that disk, or point --checkpoint-dir or NPU_WIZARD_CHECKPOINT_DIR at another)"
+    )
 
 
 def _no_space(error: BaseException, writer: _RecordingWriter | None) -> bool:

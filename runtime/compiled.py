@@ -4,12 +4,18 @@ On the CPU and CUDA the step compiles with torch.compile's own backend;
 reduce-overhead adds CUDA graphs on CUDA (the CPU has none to add). On an NPU
 the backend is torch_npu's graph backend TorchAir (`import torchair` finds the
 copy inside torch_npu): default is its Ascend IR graph mode (max-autotune),
-reduce-overhead its aclgraph capture mode, which captures the forward only.
+reduce-overhead its aclgraph capture mode. TorchAir compiles the backward with
+the same compiler as the forward; aclgraph captures no backward and no random
+ops. TorchAir is documented as a beta aimed at inference, and on the 26.x
+releases reduce-overhead through its `mode` option is deprecated in favour of
+the `npugraph_ex` backend.
 
 torch.compile is lazy: a model that cannot compile fails at its first call,
-not at torch.compile. So the first call is the test: when it fails, the same
-inputs run eagerly, and so does every later step, said in one line. An error
-of the model itself fails the eager call too, and is raised from there.
+not at torch.compile, and its backward (compiled by TorchAir too) at the first
+`backward`; a new input shape compiles again at a later call. So every call is
+a test until one fails: then the same inputs run eagerly (forward and, from
+`backward`, backward too), and so does every later step, said in one line. An
+error of the model itself fails the eager call too, and is raised from there.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ class CompiledStep:
         self.mode = mode
         self.device_type = device_type
         self.fallback: str | None = None  # why a step asked to compile runs eagerly
-        self._proven = False  # the compiled step has run once
+        self._backward_proven = False  # a backward of the compiled step has run once
         self._compiled: Callable[..., Any] | None = None
         if mode != "off":
             try:
@@ -57,18 +63,35 @@ class CompiledStep:
         """Run one step."""
         if self._compiled is None:
             return self.eager(*args)
-        if self._proven:
-            _mark_step(self.mode, self.device_type)
-            return self._compiled(*args)
+        _mark_step(self.mode, self.device_type)
         try:
-            result = self._compiled(*args)
-        # compilers fail with errors of many types (dynamo's, inductor's, a C++
-        # compiler's, TorchAir's); a model's own error fails the eager call below too
+            return self._compiled(*args)
+        # compilers fail with errors of many types (dynamo's, inductor's, a C++ compiler's, TorchAir's),
+        # at the first call or at a recompile for new shapes; a model's own error fails the eager call too
         except Exception as error:  # noqa: BLE001
             self._fall_back(error)
             return self.eager(*args)
-        self._proven = True
-        return result
+
+    def backward(
+        self,
+        loss: Any,
+        backward: Callable[[Any], None],
+        forward_again: Callable[[], Any],
+    ) -> Any:
+        """Run `backward(loss)`; where the first compiled one fails, `forward_again()` (eager now) and its backward."""
+        if self._compiled is None or self._backward_proven:
+            backward(loss)
+            return loss
+        try:
+            backward(loss)
+        # TorchAir compiles the backward at the first backward: it fails there as the forward can
+        except Exception as error:  # noqa: BLE001
+            self._fall_back(error)
+            loss = forward_again()
+            backward(loss)
+            return loss
+        self._backward_proven = True
+        return loss
 
     def _fall_back(self, error: BaseException) -> None:
         # dynamo wraps the backend's own error (BackendCompilerFailed): name that one

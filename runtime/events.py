@@ -10,6 +10,8 @@ host-device synchronisation.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -131,13 +133,48 @@ class EventWriter:
         record = {"schema": SCHEMA_VERSION, "event": event, "time": time.time()}
         record.update(rank=self.rank, **fields)
         line = json.dumps(record, default=str) + "\n"
+        failed: OSError | None = None
         with self._lock:
             if not self._file.closed:
-                self._file.write(line)
-                self._file.flush()
+                try:
+                    self._file.write(line)
+                    self._file.flush()
+                except OSError as error:
+                    failed = error
+                    self._drop_file()
         if self._publisher is not None:
             self._publisher.publish(record)
+        if failed is not None:
+            self._stopped_writing(failed)
         return record
+
+    def _drop_file(self) -> None:
+        """Close the events file, dropping what its buffer still holds (it could not be written)."""
+        with contextlib.suppress(OSError):
+            self._file.close()  # the flush in close fails again on a full disk: the file is closed all the same
+
+    def _stopped_writing(self, error: OSError) -> None:
+        """Say once, on stderr and the status stream, that this rank's events file takes no more events."""
+        why = (
+            f"no space left on {self.path.parent}"
+            if error.errno in (errno.ENOSPC, errno.EDQUOT)
+            else f"cannot write {self.path} ({error.strerror or error})"
+        )
+        message = (
+            f"events: {why}: this rank's events stop here, training goes on "
+            "(free space on that disk for the next run)"
+        )
+        print(message, file=sys.stderr, flush=True)
+        if self._publisher is not None:
+            warning = {
+                "schema": SCHEMA_VERSION,
+                "event": "warning",
+                "time": time.time(),
+            }
+            warning.update(
+                rank=self.rank, kind="events", message=message, step=self.step
+            )
+            self._publisher.publish(warning)
 
     def started(
         self,
@@ -283,7 +320,7 @@ class EventWriter:
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
         with self._lock:
-            self._file.close()
+            self._drop_file()
         if self._publisher is not None:
             self._publisher.close()
             self._publisher = None

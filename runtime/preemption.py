@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -30,6 +31,8 @@ from runtime import events
 
 PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped on purpose, run again to go on
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+# the end of an events file read for its last ending event: after it come at most a few heartbeats and warnings
+LAST_EVENT_BYTES = 1024 * 1024
 
 _received: str | None = None  # the name of the first stop signal that arrived
 # True once the script asked should_stop(): from then on a signal only asks
@@ -144,12 +147,29 @@ def _at_or_after(when: object, since: float) -> bool:
     )
 
 
-def _last_event(path: Path) -> dict | None:
-    """The last ending event (preempted, finished, error, started) of an events file."""
+def _tail(path: Path, limit: int = LAST_EVENT_BYTES) -> bytes | None:
+    """The last `limit` bytes of the regular file `path`; None for no file, a link or anything else."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        fd = os.open(
+            path,
+            os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC,
+        )
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as handle:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            return None
+        handle.seek(max(0, status.st_size - limit))
+        return handle.read(limit)
+
+
+def _last_event(path: Path) -> dict | None:
+    """The last ending event (preempted, finished, error, started) in the end of an events file."""
+    tail = _tail(path)
+    if tail is None:
+        return None
+    lines = tail.decode("utf-8", errors="replace").splitlines()
     for line in reversed(lines):
         try:
             event = json.loads(line)

@@ -33,6 +33,7 @@ from runtime.probes import (  # noqa: F401  (doctor and runtime/ports.py import 
     parse_visible_devices,
     port_error,
 )
+from runtime.rank_table import check_rank_table
 from runtime.shadowing import check_shadowing
 
 # a check failed; any other non-zero exit means the preflight itself could not run
@@ -263,6 +264,10 @@ def launch_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Resu
             check_hccl_ports_in_force(
                 address, env, args.hccl_port_count, args.hccl_reads_port_range
             )
+        )
+    if args.device == "npu" and env.get("RANK_TABLE_FILE"):
+        results.append(
+            check_rank_table(env, spare=bool(env.get("NPU_WIZARD_SPARE_ADDR")))
         )
     # from the project folder, which the launch script puts first on PYTHONPATH
     if args.user_script:

@@ -140,6 +140,7 @@ class _Recorder:
         )  # `pre` steps come before the window: warm-up last, waiting before it
         self.rank, self.reason = rank, reason
         self.first, self.last = first, first + steps
+        self.pre = pre
         self.left = pre + steps  # step calls until the schedule has saved the trace
         self.folder = _folder(run_dir, rank)
         self.profiler = _profiler(self.folder, rank, pre - warmup, warmup, steps)
@@ -157,6 +158,9 @@ class _Recorder:
     def cut_short(self) -> None:
         """Stop before the window's end (the training ended): the profiler saves what it recorded."""
         self.profiler.stop()
+        # the window's steps that ended before the training did
+        recorded = max(0, self.last - self.first - self.left)
+        self.last = self.first + recorded
 
 
 def _folder(run_dir: Path, rank: int) -> Path:
@@ -228,8 +232,11 @@ class _Windows:
         )
         self.recorder: _Recorder | None = None
         self.lock = threading.Lock()
+        # the newest step call's count: where the training was when it ended
+        self.done = 0
 
     def step(self, done: int) -> None:
+        self.done = done
         writer = events.current_writer()
         if writer is None:
             return
@@ -288,10 +295,25 @@ class _Windows:
     def close(self) -> None:
         recorder, self.recorder = self.recorder, None
         writer = events.current_writer()
-        if recorder is None or writer is None:
+        if writer is None:
+            return
+        if recorder is None:
+            self._never_reached(writer)
             return
         recorder.cut_short()
         self._said(writer, recorder, "cut short: the training ended first")
+
+    def _never_reached(self, writer: events.EventWriter) -> None:
+        """Say that the planned window of this rank lay past the training's end."""
+        plan = self.plan
+        if self.planned_done or plan is None or not plan.records(writer.rank):
+            return
+        self.planned_done = True
+        events.warn(
+            f"profile: the training ended at step {self.done}, before the window "
+            f"{plan.first}:{plan.last}: rank {writer.rank} recorded nothing",
+            "profile",
+        )
 
     @staticmethod
     def _said(writer: events.EventWriter, recorder: _Recorder, outcome: str) -> None:

@@ -263,10 +263,11 @@ def bounded_dump(dump: Mapping[str, Any], text: str) -> str:
 def ask_hccl_dump(rank: int, env: Mapping[str, str] = os.environ) -> str:
     """Ask torch_npu to dump rank `rank`'s recorder to its file, through its pipe; say what was done.
 
-    For a rank that cannot answer itself (it holds the GIL): torch_npu's monitor
-    thread reads TORCH_HCCL_DEBUG_INFO_PIPE_FILE + rank + ".pipe" and, on any
-    byte, writes TORCH_HCCL_DEBUG_INFO_TEMP_FILE + rank. Never blocks: a pipe
-    nobody reads is said to be so.
+    For a rank that cannot answer itself: torch_npu's monitor thread reads
+    TORCH_HCCL_DEBUG_INFO_PIPE_FILE + rank + ".pipe" and, on any byte, writes
+    TORCH_HCCL_DEBUG_INFO_TEMP_FILE + rank. That is no way round a held GIL:
+    symbolizing the stacks takes the GIL, so a rank whose thread holds it may
+    dump late or not at all. Never blocks: a pipe nobody reads is said to be so.
     """
     prefix = env.get("TORCH_HCCL_DEBUG_INFO_PIPE_FILE", "")
     if not prefix:

@@ -120,3 +120,17 @@ def test_the_training_step_asks_for_the_compiled_step(tmp_path: Path) -> None:
         await until(pilot, lambda: pilot.app.screen.step != "training", "the step after Training")
 
     run_wizard(scenario, create_app(output_dir=tmp_path, blink=False))
+
+
+def test_compile_on_an_npu_is_described_as_torchair_compiles_it_with_the_backward(tmp_path: Path) -> None:
+    from wizard.answers.questions_training import TRAINING_QUESTIONS
+
+    help_text = next(q for q in TRAINING_QUESTIONS if q.name == "training.compile").help
+    readme = render(resolve({**NPU, "training.compile": "reduce-overhead"}), tmp_path).project_dir / "README.md"
+    text = " ".join(readme.read_text().split())
+    for said in (" ".join(help_text.split()), text):
+        assert "forward only" not in said and "backward runs as usual" not in said
+        assert "the backward with the same compiler" in said
+        assert "npugraph_ex" in said
+        assert "beta aimed at inference" in said
+    assert "a failure at the first backward runs that step again eagerly" in text

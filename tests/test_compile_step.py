@@ -135,3 +135,59 @@ def test_an_npu_torchair_without_reduce_overhead_trains_eagerly_said_in_one_line
     ]
     default, calls = npu_step(tmp_path / "default", monkeypatch, "2.1.0.post10", "default")
     assert default.compiled and calls[0] == {"call": "get_npu_backend", "mode": "max-autotune"}
+
+
+def _backend_failing(*, first_compile: bool = False, backward: bool = False) -> object:
+    """A compiler backend (AOT autograd, no inductor) that fails where asked, as TorchAir can."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiles = []
+
+    def forward_compiler(graph: torch.fx.GraphModule, example_inputs: object) -> object:
+        compiles.append(graph)
+        if len(compiles) > 1 and not first_compile:
+            raise RuntimeError("the recompile failed (a test backend)")
+        return graph
+
+    def backward_compiler(graph: torch.fx.GraphModule, example_inputs: object) -> object:
+        if backward:
+            raise RuntimeError("the backward did not compile (a test backend)")
+        return graph
+
+    return aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler)
+
+
+def test_a_later_recompile_that_fails_trains_eagerly_instead_of_raising(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(compiled, "compile_options", lambda mode, device_type: {"backend": _backend_failing()})
+    model, step = tiny_step()
+    run = compiled.CompiledStep(step, "default", "cpu")
+    run(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    assert run.compiled
+    inputs, targets = torch.randn(5, 4), torch.randint(0, 2, (5,))  # another batch size: a recompile
+    loss = run(inputs, targets)
+    assert torch.equal(loss, step(inputs, targets))
+    assert not run.compiled
+    assert run.fallback == "RuntimeError: the recompile failed (a test backend)"
+    assert "training eagerly" in capsys.readouterr().err
+
+
+def test_a_first_backward_that_does_not_compile_reruns_the_step_eagerly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        compiled, "compile_options", lambda mode, device_type: {"backend": _backend_failing(backward=True)}
+    )
+    model, step = tiny_step()
+    run = compiled.CompiledStep(step, "default", "cpu")
+    inputs, targets = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    loss = run(inputs, targets)
+    loss = run.backward(loss, lambda loss: loss.backward(), lambda: run(inputs, targets))
+    assert not run.compiled
+    assert run.fallback == "RuntimeError: the backward did not compile (a test backend)"
+    expected_model, expected_step = tiny_step()
+    expected_step(inputs, targets).backward()
+    assert torch.allclose(model.weight.grad, expected_model.weight.grad)
+    assert torch.equal(loss, expected_step(inputs, targets))
+    assert "training eagerly" in capsys.readouterr().err

@@ -214,3 +214,13 @@ def test_a_real_hung_runs_summary_output_and_report_carry_its_last_verdict(
     assert main(["report", str(copy)]) == 0
     page = html.unescape((copy / "report.html").read_text())
     assert hang["text"] in page and 'id="plot-hang-timeline"' in page
+
+
+def test_the_hccl_dump_probe_is_not_described_as_working_without_the_gil() -> None:
+    from runtime.stacks import ask_hccl_dump
+    from wizard.run.hang_stacks import hccl_dump_asked
+
+    for described in (hccl_dump_asked.__doc__, ask_hccl_dump.__doc__):
+        text = " ".join(str(described).split())
+        assert "needs no GIL" not in text
+        assert "symbolizing the stacks takes the GIL" in text

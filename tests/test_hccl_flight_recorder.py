@@ -27,6 +27,7 @@ HCCL_VARIABLES = (
     "TORCH_HCCL_TRACE_BUFFER_SIZE",
     "TORCH_HCCL_ENABLE_MONITORING",
     "TORCH_HCCL_DUMP_ON_TIMEOUT",
+    "TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC",
     "TORCH_HCCL_DEBUG_INFO_TEMP_FILE",
     "TORCH_HCCL_DEBUG_INFO_PIPE_FILE",
 )
@@ -164,9 +165,13 @@ def test_a_pickled_dump_naming_code_is_refused_not_run() -> None:
     assert dump is None
 
 
-def launch_env(tmp_path: Path, torch_npu: str, device: str = "npu", **env: str) -> tuple[dict[str, str], str, Path]:
+def launch_env(
+    tmp_path: Path, torch_npu: str, device: str = "npu", exec_timeout: int | None = None, **env: str
+) -> tuple[dict[str, str], str, Path]:
     """The environment torchrun gets from node 0's script, its output, and the run folder."""
     versions = {"environment.torch_npu_version": torch_npu, "environment.torch_version": torch_npu.split(".post")[0]}
+    if exec_timeout is not None:
+        versions["network.exec_timeout"] = exec_timeout
     project = render_project(tmp_path, device=device, **versions)
     record = tmp_path / "record"
     record.mkdir()
@@ -186,10 +191,22 @@ def test_the_launch_script_turns_the_recorder_on_inside_the_run_folder(tmp_path:
         "TORCH_HCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_HCCL_ENABLE_MONITORING": "1",
         "TORCH_HCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC": "600",
         "TORCH_HCCL_DEBUG_INFO_TEMP_FILE": prefix,
         "TORCH_HCCL_DEBUG_INFO_PIPE_FILE": prefix,
     }
     assert (run_dir / "hccl").is_dir() and list((run_dir / "hccl").iterdir()) == []
+
+
+def test_the_heartbeat_timeout_is_set_below_a_small_exec_timeout(tmp_path: Path) -> None:
+    env, _output, _run_dir = launch_env(tmp_path, "2.9.0.post6", exec_timeout=150)
+    assert env["HCCL_EXEC_TIMEOUT"] == "150"
+    assert env["TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC"] == "135"
+
+
+def test_the_heartbeat_timeout_stays_torch_npu_s_600_below_a_long_exec_timeout(tmp_path: Path) -> None:
+    env, _output, _run_dir = launch_env(tmp_path, "2.9.0.post6", exec_timeout=1836)
+    assert env["TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC"] == "600"
 
 
 def test_a_buffer_size_out_of_bounds_is_replaced_and_named(tmp_path: Path) -> None:

@@ -190,3 +190,15 @@ def test_a_later_attempt_dying_before_started_is_not_requeued_on_the_last_attemp
     out = finish(batch)
     assert batch.returncode == 1, out  # was 75 and requeued: for ever
     assert not (record / "scontrol.argv").exists(), out
+
+
+def test_the_readmes_say_no_rank_can_save_on_a_stop_signal_while_a_peer_is_dead(tmp_path: Path) -> None:
+    from tests.factories import answers
+    from wizard.render.render import render
+
+    project = render(answers(), tmp_path / "p").project_dir
+    root = Path(__file__).resolve().parents[1]
+    for readme in (root / "README.md", project / "README.md"):
+        text = " ".join(readme.read_text().split())
+        assert "No rank can save while a peer is dead" in text, readme
+        assert "HCCL_EXEC_TIMEOUT" in text, readme

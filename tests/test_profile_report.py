@@ -301,3 +301,39 @@ def test_each_straggler_ask_compares_the_traces_of_that_ask(tmp_path: Path) -> N
     rows = first[first.index("<th>difference</th></tr>") :]
     assert rows.startswith("<th>difference</th></tr><tr><td>test_slow_op</td><td>6.00</td><td>0.00</td>"), rows[:200]
     assert "rank-1.5.pt.trace.json" in first and "rank-1.9.pt.trace.json" not in first
+
+
+def test_an_element_over_a_mib_breaks_off_the_reading(tmp_path: Path) -> None:
+    trace = write_trace(
+        tmp_path / "t.json", [span("aten::mm", 0, 1), span("x" * (3 << 20), 1, 1), span("aten::add", 2, 1)]
+    )
+    reading = Reading()
+    names = [event["name"] for event in trace_events(trace, 100, reading)]
+    assert names == ["aten::mm"]
+    assert reading.broken == "an element longer than 1 MiB"
+
+
+def test_long_and_endless_distinct_operator_names_are_bounded(tmp_path: Path) -> None:
+    """A crafted trace: thousands of distinct operators with 20,000-character names, in one step."""
+    count = 3_000
+    events = [span("ProfilerStep#1", 0, 10 * count, cat="user_annotation")]
+    events += [span(f"{index:06d}" + "y" * 20_000, index * 10.0, 5.0) for index in range(count)]
+    trace = write_trace(tmp_path / "t.json", events)
+    tracemalloc.start()
+    try:
+        profile = read_profile(0, trace)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(profile.operators) <= 1_001
+    assert all(len(name) <= 201 for name in profile.operators)
+    assert "(other operators)" in profile.operators
+    assert peak < 16e6  # not the 60 MB of names
+
+
+def test_the_section_says_how_many_events_were_folded_into_other_operators(tmp_path: Path) -> None:
+    events = [span("ProfilerStep#1", 0, 20_000, cat="user_annotation")]
+    events += [span(f"op_{index}", index * 10.0, 5.0) for index in range(1_005)]
+    write_trace(tmp_path / "profile" / "rank-0" / "rank-0.1.pt.trace.json", events)
+    html = profile_section(tmp_path, {})
+    assert "5 events of operators past the first 1,000 names are counted as (other operators)" in html

@@ -224,3 +224,32 @@ def test_async_parse_is_refused_by_a_release_without_it(tmp_path: Path) -> None:
     assert not hardware.has_profiler_async_parse("2.1.0.post10")
     assert hardware.has_profiler_async_parse("2.1.0.post12") and hardware.has_profiler_async_parse("2.4.0.post4")
     assert not hardware.has_profiler_async_parse("2.4.0.post2") and hardware.has_profiler_async_parse("2.9.0.post6")
+
+
+def test_a_window_cut_short_says_the_last_step_it_recorded(profiling: callable, tmp_path: Path) -> None:
+    profiling("3:100000", "all")
+    writer = events.EventWriter(tmp_path, 0)
+    try:
+        train(range(1, 8))
+        profile_window.close()
+    finally:
+        writer.close()
+    (said,) = profile_events(tmp_path)
+    assert (said["first"], said["last"]) == (3, 7)
+
+
+def test_a_window_past_the_end_of_the_training_says_nothing_was_recorded(
+    profiling: callable, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profiling("100:200", "all")
+    writer = events.EventWriter(tmp_path, 0)
+    try:
+        train(range(1, 8))
+        profile_window.close()
+    finally:
+        writer.close()
+    assert not (tmp_path / "profile").exists()
+    assert (
+        "profile: the training ended at step 7, before the window 100:200: rank 0 recorded nothing"
+        in capsys.readouterr().err
+    )

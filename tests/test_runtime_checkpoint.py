@@ -364,3 +364,16 @@ def test_running_out_of_memory_while_loading_is_reported_not_taken_for_damage(tm
     assert probe.stdout.startswith("read error: the checkpoint of step 20 could not be read"), probe.stdout
     assert "nothing was set aside" in probe.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000010.pt", "step-000000020.pt"]
+
+
+def test_a_full_disk_while_marking_a_new_folder_for_git_says_no_space_left_on_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(folder: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "keep_out_of_git", disk_full)
+    folder = tmp_path / "checkpoints"
+    with pytest.raises(checkpoint.CheckpointSpaceError) as raised:
+        checkpoint.save_checkpoint(folder, 1, state(1))
+    assert str(raised.value).startswith(f"no space left on {folder}: the checkpoint of step 1 was not written")

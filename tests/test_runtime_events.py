@@ -157,3 +157,24 @@ def test_events_are_json_per_line(tmp_path: Path) -> None:
     writer.emit("step", path=tmp_path)  # a Path becomes its text
     line = writer.path.read_text().splitlines()[0]
     assert json.loads(line)["path"] == str(tmp_path)
+
+
+def test_a_full_disk_stops_the_events_with_one_warning_and_the_rank_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = events.events_path(tmp_path, 0)
+    path.parent.mkdir(parents=True)
+    path.symlink_to("/dev/full")  # every write there fails with ENOSPC, as on a disk that filled
+    writer = EventWriter(tmp_path, 0)
+    try:
+        writer.emit("started")
+        writer.progress(1, 0)
+        events.warn("a warning after the disk filled", "test")
+    finally:
+        writer.close()
+    lines = capsys.readouterr().err.splitlines()
+    said = [line for line in lines if "no space left on" in line]
+    assert said == [
+        f"events: no space left on {path.parent}: this rank's events stop here, training goes on "
+        "(free space on that disk for the next run)"
+    ]

@@ -233,7 +233,10 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         help="Whether train.py compiles its forward and loss. On the CPU and CUDA with torch.compile (the CPU "
         "needs a C++ compiler); on an NPU with torch_npu's graph backend TorchAir (Atlas A2 and A3 only; "
         "reduce-overhead from torch_npu 2.1.0.post12 / 2.3.1.post6 / 2.4.0.post4 / 2.5.1, CANN 8.1.RC1, and "
-        "it captures the forward only). The first step compiles (tens of seconds); a model that cannot "
-        "compile trains eagerly, said in one line. Checkpoints load either way.",
+        "TorchAir compiles the backward with the same compiler; aclgraph captures no backward and no random "
+        "ops; TorchAir is a beta aimed at inference, and on the 26.x releases reduce-overhead through its mode "
+        "option is deprecated in favour of the npugraph_ex backend). The first step compiles (tens of "
+        "seconds); a model whose forward or first backward cannot compile trains eagerly, said in one line. "
+        "Checkpoints load either way.",
     ),
 )

@@ -19,6 +19,8 @@ from typing import Protocol
 
 from wizard.bundle.redact import Redactor
 from wizard.bundle.safe import MEMBER_LIMIT
+from wizard.monitor.attach import RUN_FILE
+from wizard.monitor.run_files import RunFileError, read_json_object
 from wizard.run.engines.ssh import ssh_command
 from wizard.run.engines.ssh_run import run_all
 
@@ -272,12 +274,11 @@ def _device_id(event: dict) -> int | None:
 
 
 def run_info(run_dir: Path) -> dict:
-    """run.json as a dict ({} when it cannot be read)."""
+    """run.json as a dict ({} when it cannot be read, or is no regular file: see wizard/monitor/run_files.py)."""
     try:
-        data = json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_json_object(run_dir / RUN_FILE) or {}
+    except RunFileError:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def add_other_nodes(

@@ -98,6 +98,7 @@ def examine(
         network.check_master_port(answers, this, ports),
         network.check_master(answers, this, system.connect_timeout_s, system.nonlocal_bind),
         network.check_timeouts(answers, script),
+        network.check_rank_table(answers, system.env),
         *((project_files.check_conflict_markers(project_dir),) if project_dir else ()),
         *((project_files.check_user_script(project_dir, answers),) if project_dir and own_script else ()),
         *((check_shadowing(project_dir, answers["training.script"]),) if project_dir and own_script else ()),

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from runtime import hccl_ports, nic, preflight
+from runtime import hccl_ports, nic, preflight, rank_table
 from runtime.checks import FAIL, PASS, SKIP, WARN, Result
 from runtime.preflight import compress_numbers
 from wizard.answers import hardware
@@ -266,3 +266,13 @@ def check_timeouts(answers: Answers, script: Path | None) -> Result:
 def _exported_int(text: str, variable: str) -> int | None:
     match = re.search(rf"^export {variable}=\"?(\d+)\"?$", text, re.MULTILINE)
     return int(match.group(1)) if match else None
+
+
+def check_rank_table(answers: Answers, env: Mapping[str, str]) -> Result:
+    """RANK_TABLE_FILE in this node's environment: torch_npu's rank-table init, which no spare host is in."""
+    if answers["device"] == "cpu":
+        return Result(rank_table.NAME, SKIP, "device cpu: HCCL unused")
+    result = rank_table.check_rank_table(env, spare=bool(answers.get("network.spare_hosts")))
+    if result.status == FAIL:
+        return replace(result, fix=f"{result.fix}, or drop network.spare_hosts")
+    return result

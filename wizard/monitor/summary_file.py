@@ -66,7 +66,10 @@ def _checked_profile(profile: Any) -> dict[str, Any] | None:
         for ask in _list(profile.get("asked"))
         if isinstance(ask, dict) and all(is_step(ask.get(key)) for key in ("straggler", "median", "steps"))
     ]
-    return {"windows": windows, "asked": asked} if windows or asked else None
+    no_straggler = profile.get("no_straggler") is True
+    if not (windows or asked or no_straggler):
+        return None
+    return {"windows": windows, "asked": asked, **({"no_straggler": True} if no_straggler else {})}
 
 
 def _checked_hang(hang: object) -> dict[str, Any] | None:

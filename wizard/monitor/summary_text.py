@@ -287,7 +287,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append("per rank:")
     for rank, info in summary.get("ranks", {}).items():
         code = info.get("exit_code")
-        head = f"  rank {rank} (node {info.get('node', '?')}): {info.get('state')}"
+        node = "" if info.get("node") is None else f" (node {info['node']})"
+        head = f"  rank {rank}{node}: {info.get('state')}"
         head += "" if code is None else f" (exit {code})"
         printed = info.get("printed_s_before_end")
         if info.get("steps_reported") is False and printed is not None:
@@ -336,13 +337,16 @@ def profile_lines(summary: dict[str, Any]) -> list[str]:
         f"{ask['steps']} steps"
         for ask in profile.get("asked") or []
     ]
+    if profile.get("no_straggler"):
+        lines.append("profile: --profile-ranks straggler: no straggler was flagged, so no rank recorded a window")
     windows = profile.get("windows") or []
     if windows:
         ranks = ", ".join(str(rank) for rank in sorted({window["rank"] for window in windows}))
         folder = Path(str(windows[0].get("path") or "profile/rank")).parent  # RUN/profile/rank-N, RUN/profile/ascend
-        spans = sorted({f"{window['first'] + 1}-{window['last']}" for window in windows})
+        spans = sorted({f"{w['first'] + 1}-{w['last']}" for w in windows if w["last"] > w["first"]})
+        recorded = f"recorded steps {', '.join(spans)}" if spans else "recorded no step (the training ended first)"
         lines.append(
-            f"profile: rank {ranks} recorded steps {', '.join(spans)}; traces in {folder} "
+            f"profile: rank {ranks} {recorded}; traces in {folder} "
             "(Perfetto, chrome://tracing, tensorboard --logdir; npu-wizard report RUN sums them up)"
         )
     return lines

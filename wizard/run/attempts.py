@@ -133,7 +133,8 @@ class Attempts:
         self.ended("hung" if failure is not None and failure.kind == "hung" else "failed", failure, state, now)
         attempt = self.current
         attempt.cause = attempt.cause or "the job failed"
-        wait = min(BACKOFF_MAX_S, self.backoff_s * 2 ** (len(self.attempts) - 1))
+        doublings = min(len(self.attempts) - 1, 64)  # past the cap long before; 2.0 ** 1024 overflows a float
+        wait = min(BACKOFF_MAX_S, self.backoff_s * 2.0**doublings)
         self.restart_at = now + wait
         self.deadline = self.restart_at + HEALTH_DEADLINE_S
         self.unhealthy_said = False

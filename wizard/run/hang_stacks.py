@@ -121,8 +121,9 @@ def probe_local(run_dir: Path, rank: int, pid: int, wait_s: float = FAULT_WAIT_S
 def hccl_dump_asked(rank: int, pid: int) -> str | None:
     """Where the rank runs torch_npu's recorder with a dump pipe (its environment says so), ask it for a dump.
 
-    torch_npu's monitor thread needs no GIL: a rank that cannot answer (a thread holds the GIL) still dumps
-    its HCCL collectives to TORCH_HCCL_DEBUG_INFO_TEMP_FILE + rank. None where the rank has no such pipe.
+    torch_npu's monitor thread reads the pipe and dumps the HCCL collectives to TORCH_HCCL_DEBUG_INFO_TEMP_FILE
+    + rank, but symbolizing the stacks takes the GIL: a rank whose thread holds the GIL may dump late or not
+    at all. None where the rank has no such pipe.
     """
     env = process_environment(pid)
     prefix = env.get(HCCL_PIPE_ENV)

@@ -379,6 +379,8 @@ class Job(JobStacks, JobRestarts):
             self.summary["status_stream"] = dict(vars(server.counts))
         self.attempts.cover_summary(self.summary, self.state, started_at=self.started_at)
         self.summary["job_restarts"] = self.attempts.restarts
+        if self.profiles is not None and not self.state.profile_asks:  # --profile-ranks straggler, none flagged
+            self.summary["profile"] = {**(self.summary.get("profile") or {}), "no_straggler": True}
         self.summary["attempts"] = self.attempts.records()
         hang = hang_summary(self.run_dir)  # the ranks' stacks, where they were collected at a hang
         if hang is not None:

@@ -8,12 +8,12 @@ by wizard/run/hosts.py (a spare in a failed node's place, a Slurm node kept off)
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
+from wizard.monitor.run_files import RunFileError, read_json_object
 from wizard.monitor.summary_text import write_json
 from wizard.run.attempts import keep_logs, node_health
 from wizard.run.engines import EngineError, engine_for
@@ -104,7 +104,8 @@ class JobRestarts:
         self.attempts.started_again(self.clock())
         self.engine_lines.append(f"attempt {number}: starting node(s) {', '.join(map(str, self.nodes))} again")
         self.job_id = self.engine.submit(launch)
-        with contextlib.suppress(OSError):  # run.json names the first attempt's job otherwise: no harm
-            info = json.loads((self.run_dir / RUN_FILE).read_text())
-            write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id, "attempt": number})
+        with contextlib.suppress(OSError, RunFileError):  # run.json names the first attempt's job otherwise
+            info = read_json_object(self.run_dir / RUN_FILE)
+            if info is not None:
+                write_json(self.run_dir / RUN_FILE, {**info, "job_id": self.job_id, "attempt": number})
         return None

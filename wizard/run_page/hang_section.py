@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from wizard.monitor.hang_verdict import hang_summary, ranks_text
-from wizard.run_page.plots import DPI, STRAGGLER, WIDTH_PX, png_bytes
+from wizard.run_page.plots import DPI, STRAGGLER, WIDTH_PX, plot_text, png_bytes
 from wizard.run_page.record import RunRecord
 
 EVERY_ROW = 64  # up to this many ranks a row each on the timeline and in the table; beyond, a row per group
@@ -104,7 +104,7 @@ def timeline(record: RunRecord, summary: dict[str, Any], hang: dict[str, Any], r
         axes.axvline(hang_x, color="#c62828", linewidth=1, linestyle="--", label="hang")
         left = min(axes.get_xlim()[0], hang_x)
         axes.set_xlim(left, hang_x + 0.4 * max(hang_x - left, 1.0))  # room for the words by each mark
-    axes.set_yticks(range(len(rows)), [row[0] for row in rows], fontsize=8 if len(rows) > 16 else 10)
+    axes.set_yticks(range(len(rows)), [plot_text(row[0]) for row in rows], fontsize=8 if len(rows) > 16 else 10)
     axes.set_ylim(len(rows) - 0.5, -0.5)
     axes.set_xlabel("seconds since the run started")
     axes.set_title("Where each rank was", loc="left", fontsize=11)
@@ -147,6 +147,10 @@ def _once(label: str, labelled: set[str]) -> str | None:
 
 def _short(group: dict[str, Any]) -> str:
     """A few words by the mark: `all_reduce #4`, `never entered`, `load_batch`, `T (stopped)`."""
+    return plot_text(_words(group))
+
+
+def _words(group: dict[str, Any]) -> str:
     collective, place = group.get("collective") or {}, group.get("place") or {}
     kind = group.get("kind")
     if kind == "did_not_answer":

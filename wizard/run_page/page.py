@@ -172,7 +172,8 @@ def _stragglers(summary: dict[str, Any]) -> str:
         return "<h2>Stragglers</h2><p>none: no rank or node was slower than the others for long.</p>"
     rows = []
     for s in found:
-        who = f"rank {s.get('rank')} (node {s.get('node')})" if s.get("rank") is not None else f"node {s.get('node')}"
+        node = "" if s.get("node") is None else f" (node {s.get('node')})"
+        who = f"rank {s.get('rank')}{node}" if s.get("rank") is not None else f"node {s.get('node', '?')}"
         span = f"{_clock(s['start']) if isinstance(s.get('start'), (int, float)) else '?'} to " + (
             _clock(s["end"]) if isinstance(s.get("end"), (int, float)) else "the end"
         )

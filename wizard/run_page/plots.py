@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from wizard.monitor.terminal import printable
 from wizard.run_page.record import RunRecord
 
 EVERY_RANK = 16  # up to this many ranks (or nodes) one line each; beyond, bands
@@ -205,6 +206,11 @@ def _spread(series: Series) -> Plot:
     return Plot("compute-spread", title, png_bytes(figure), note=note)
 
 
+def plot_text(text: str) -> str:
+    """`text` from a run folder as matplotlib should draw it: control bytes escaped, `$` no mathtext."""
+    return printable(text).replace("\n", " ").replace("\t", " ").replace("$", r"\$")
+
+
 def _shade_straggler(axes: Axes, series: Series, straggler: dict, name: str) -> None:
     start = _seconds(straggler.get("start"), series)
     end = _seconds(straggler.get("end"), series)
@@ -212,7 +218,7 @@ def _shade_straggler(axes: Axes, series: Series, straggler: dict, name: str) -> 
         return
     end = series.grid[-1] if end is None else end
     rank, node = straggler.get("rank"), straggler.get("node")
-    who = f"rank {rank}" if rank is not None else f"node {node}"
+    who = plot_text(f"rank {rank}" if rank is not None else f"node {node}")
     axes.axvspan(start, end, color=STRAGGLER, alpha=0.35, label=f"straggler: {who} +{straggler.get('gap_pct', 0):.0f}%")
     ranks = [r for r in ([rank] if rank is not None else series.nodes().get(node, [])) if r in series.ranks]
     if ranks:

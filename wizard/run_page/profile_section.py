@@ -9,6 +9,8 @@ from typing import Any
 from wizard.run_page.profiles import (
     CATEGORIES,
     EVENT_CAP,
+    OPERATOR_CAP,
+    OTHER_OPERATORS,
     RankProfile,
     differences,
     find_all_traces,
@@ -88,6 +90,11 @@ def _rank(profile: RankProfile) -> str:
         notes.append(f"{profile.odd_threads:,} events left out: their pid or tid is no number or string")
     if profile.odd_times:
         notes.append(f"{profile.odd_times:,} events left out: their ts or dur is no finite number")
+    if profile.folded:
+        notes.append(
+            f"{profile.folded:,} events of operators past the first {OPERATOR_CAP:,} names are counted as "
+            f"{OTHER_OPERATORS}"
+        )
     if profile.reading.broken:
         notes.append(f"the trace could not be read to its end: {profile.reading.broken}")
     if not profile.steps:

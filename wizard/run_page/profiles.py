@@ -30,6 +30,9 @@ from wizard.run_page.trace_reader import Reading, trace_events
 
 EVENT_CAP = 500_000  # events read of one trace: some seconds of reading, under about 100 MB of memory
 TOP = 10
+NAME_LIMIT = 200  # characters of an operator's name kept: a crafted trace's long names cost memory and time
+OPERATOR_CAP = 1_000  # distinct operator names counted apart; the rest add up under OTHER_OPERATORS
+OTHER_OPERATORS = "(other operators)"
 CATEGORIES = ("compute", "communication", "data wait", "idle")
 STEP_SPAN = re.compile(r"^ProfilerStep#\d+$")
 COMMUNICATION = re.compile(
@@ -61,6 +64,7 @@ class RankProfile:
     reading: Reading = field(default_factory=Reading)
     odd_threads: int = 0  # events left out: their pid or tid is no number or string
     odd_times: int = 0  # events left out: their ts or dur is no finite number (as a number or a string)
+    folded: int = 0  # events whose operator came past OPERATOR_CAP distinct names: counted as OTHER_OPERATORS
 
     def per_step_ms(self, microseconds: float) -> float:
         """`microseconds` over the window, in milliseconds per recorded step."""
@@ -129,6 +133,7 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
     profile = RankProfile(rank, trace)
     spans: dict[tuple[object, object], list[tuple[float, float, str]]] = defaultdict(list)
     step_threads: set[tuple[object, object]] = set()
+    names: set[str] = set()
     for event in trace_events(trace, cap, profile.reading):
         if event.get("ph") != "X" or event.get("cat") in LEFT_OUT_CATEGORIES:
             continue
@@ -149,6 +154,8 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
             step_threads.add(thread)
             profile.steps += 1
             profile.step_us += length
+        else:
+            name = _bounded_name(profile, name, names)
         spans[thread].append((start, length, sys.intern(name)))  # a name is one string, however often
     gaps: list[tuple[float, float]] = []
     for thread, events in spans.items():
@@ -166,6 +173,19 @@ def read_profile(rank: int, trace: Path, cap: int = EVENT_CAP) -> RankProfile:
         categories["idle"] = categories.get("idle", 0.0) - waited
         categories["communication"] = categories.get("communication", 0.0) + waited
     return profile
+
+
+def _bounded_name(profile: RankProfile, name: str, names: set[str]) -> str:
+    """`name` cut to NAME_LIMIT characters; OTHER_OPERATORS once OPERATOR_CAP distinct names were seen."""
+    if len(name) > NAME_LIMIT:
+        name = name[: NAME_LIMIT - 1] + "…"
+    if name in names:
+        return name
+    if len(names) >= OPERATOR_CAP:
+        profile.folded += 1
+        return OTHER_OPERATORS
+    names.add(name)
+    return name
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

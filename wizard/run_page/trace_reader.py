@@ -21,7 +21,9 @@ from typing import IO
 from wizard.monitor.run_files import RunFileError, open_regular
 
 CHUNK = 1 << 20
-LARGEST_ELEMENT = 16 << 20  # an event (or a skipped value) longer than this is no trace we can read
+# an event (or a skipped value) longer than this is no trace we can read: a real event, its arguments and
+# Python stack included, is some kilobytes; a crafted one of many MiB costs seconds and memory to decode
+LARGEST_ELEMENT = 1 << 20
 WHITESPACE = " \t\r\n"
 _decoder = json.JSONDecoder()
 

@@ -196,16 +196,38 @@ class Trainer:
         self, inputs: torch.Tensor, targets: torch.Tensor
     ) -> torch.Tensor:
         return self.loss_fn(self.model(inputs), targets)
+
+    def _forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.timer.forward(), amp.autocast(self.device.type, AMP):
+            return self.forward_loss(inputs, targets)
+
+    def _backward(self, loss: torch.Tensor) -> None:
+{%- if cookiecutter.amp == "fp16" %}
+        self.scaler.scale(loss).backward()
+{%- else %}
+        loss.backward()
 {%- endif %}
+
+    def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = self._forward(inputs, targets)
+        # the backward compiles at the first one (TorchAir): where that fails, the step runs again eagerly
+        loss = self.forward_loss.backward(
+            loss, self._backward, lambda: self._forward(inputs, targets)
+        )
+{%- if cookiecutter.amp == "fp16" %}
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+{%- else %}
+        self.optimizer.step()
+{%- endif %}
+        return loss.detach()
+{%- else %}
 
     def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         with self.timer.forward(), amp.autocast(self.device.type, AMP):
-{%- if cookiecutter.compile != "off" %}
-            loss = self.forward_loss(inputs, targets)
-{%- else %}
             loss = self.loss_fn(self.model(inputs), targets)
-{%- endif %}
 {%- if cookiecutter.amp == "fp16" %}
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
@@ -215,6 +237,7 @@ class Trainer:
         self.optimizer.step()
 {%- endif %}
         return loss.detach()
+{%- endif %}
 
     def _run_epoch(self, epoch: int) -> bool:
         """Train one epoch from where it stands; False when a stop signal ended it early (saved)."""

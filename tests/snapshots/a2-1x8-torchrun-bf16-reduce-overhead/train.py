@@ -145,11 +145,20 @@ class Trainer:
     ) -> torch.Tensor:
         return self.loss_fn(self.model(inputs), targets)
 
-    def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def _forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         with self.timer.forward(), amp.autocast(self.device.type, AMP):
-            loss = self.forward_loss(inputs, targets)
+            return self.forward_loss(inputs, targets)
+
+    def _backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+
+    def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = self._forward(inputs, targets)
+        # the backward compiles at the first one (TorchAir): where that fails, the step runs again eagerly
+        loss = self.forward_loss.backward(
+            loss, self._backward, lambda: self._forward(inputs, targets)
+        )
         self.optimizer.step()
         return loss.detach()
 

@@ -90,7 +90,7 @@ fi
 # number, sizes, dtypes, state; a few hundred bytes each) and npu-wizard reads them when
 # the job hangs. With the monitor on, torch_npu also writes them to hccl/rank-<R> in the
 # run folder when a collective times out, when a rank's watchdog has had no collective
-# for TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC (600 s), or when something is written to
+# for TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC, or when something is written to
 # hccl/rank-<R>.pipe; it does not stop the job for that.
 hccl_trace_size="${TORCH_HCCL_TRACE_BUFFER_SIZE:-2000}"
 if ! [[ "$hccl_trace_size" =~ ^[0-9]{1,6}$ ]] || (( 10#$hccl_trace_size > 100000 )); then
@@ -100,6 +100,9 @@ fi
 export TORCH_HCCL_TRACE_BUFFER_SIZE="$hccl_trace_size"
 export TORCH_HCCL_ENABLE_MONITORING="${TORCH_HCCL_ENABLE_MONITORING:-1}"
 export TORCH_HCCL_DUMP_ON_TIMEOUT="${TORCH_HCCL_DUMP_ON_TIMEOUT:-1}"
+# With the dump on, a failing collective holds its rank TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC
+# (torch_npu's default 600 s) before it exits; Ascend asks for it below HCCL_EXEC_TIMEOUT.
+export TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC="${TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC:-600}"
 mkdir -p "$NPU_WIZARD_RUN_DIR/hccl"
 export TORCH_HCCL_DEBUG_INFO_TEMP_FILE="${TORCH_HCCL_DEBUG_INFO_TEMP_FILE:-$NPU_WIZARD_RUN_DIR/hccl/rank-}"
 # torch_npu makes the pipe with mkfifo in its monitor thread, which does not survive a

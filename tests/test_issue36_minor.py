@@ -1,0 +1,78 @@
+"""Small edges of issue 36, item 39: the restart backoff, a node that is unknown, profile windows, plot labels."""
+
+from __future__ import annotations
+
+import pytest
+
+from wizard.monitor.state import JobState
+from wizard.run.attempts import BACKOFF_MAX_S, Attempt, Attempts
+
+
+def test_the_backoff_after_thousands_of_restarts_stays_at_its_most() -> None:
+    attempts = Attempts(5_000, clock=lambda: 0.0)
+    attempts.attempts = [Attempt(number, 0.0) for number in range(1, 1_200)]
+    assert attempts.failed(None, JobState(1), 0.0) == BACKOFF_MAX_S
+
+
+def test_a_straggler_rank_whose_node_is_unknown_is_named_without_node_none() -> None:
+    from wizard.run_page.page import _stragglers
+
+    html = _stragglers({"stragglers": [{"rank": 0, "node": None, "phase": "forward", "start": 1.0}]})
+    assert "rank 0 (node None)" not in html
+    assert "<td>rank 0</td>" in html
+
+
+def test_a_summary_rank_whose_node_is_unknown_is_named_without_node_none() -> None:
+    from wizard.monitor.summary_text import format_summary
+
+    text = format_summary({"outcome": "failed", "ranks": {"0": {"node": None, "state": "failed"}}})
+    assert "rank 0 (node None)" not in text
+    assert "  rank 0: failed, step None, loss -, - samples/s, restarts 0" in text.splitlines()
+
+
+def test_a_straggler_profile_with_no_straggler_says_so_in_the_summary() -> None:
+    from wizard.monitor.summary_text import profile_lines
+
+    assert profile_lines({"profile": {"no_straggler": True}}) == [
+        "profile: --profile-ranks straggler: no straggler was flagged, so no rank recorded a window"
+    ]
+
+
+def test_a_window_cut_short_before_its_first_step_says_no_step_was_recorded() -> None:
+    from wizard.monitor.summary_text import profile_lines
+
+    window = {"rank": 0, "first": 60, "last": 60, "path": "RUN/profile/rank-0", "outcome": "cut short"}
+    (line,) = profile_lines({"profile": {"windows": [window]}})
+    assert line.startswith("profile: rank 0 recorded no step (the training ended first); traces in RUN/profile")
+
+
+def test_a_summary_read_back_keeps_that_no_straggler_was_flagged() -> None:
+    from wizard.monitor.summary_file import _checked_profile
+
+    assert _checked_profile({"no_straggler": True}) == {"windows": [], "asked": [], "no_straggler": True}
+
+
+def test_a_hang_mark_from_the_run_folder_reaches_matplotlib_without_control_bytes_or_mathtext() -> None:
+    from wizard.run_page.hang_section import _short
+
+    said = _short({"kind": "stuck", "place": {"function": "\x1b[31mred$x$"}})
+    assert said == "\\x1b[31mred\\$x\\$"
+
+
+def test_a_straggler_named_in_summary_json_is_labelled_without_control_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    from wizard.run_page import plots
+
+    class Grid:
+        grid = [0.0, 1.0]
+        ranks: list = []
+
+        def nodes(self) -> dict:
+            return {}
+
+    axes = Figure().add_subplot()
+    monkeypatch.setattr(plots, "_seconds", lambda value, series: value)  # the straggler's times as they are
+    plots._shade_straggler(axes, Grid(), {"rank": None, "node": "\x1bnode", "start": 0.0, "end": 1.0}, "compute_ms")
+    (label,) = [patch.get_label() for patch in axes.patches]
+    assert "\x1b" not in label and "\\x1b" in label
