@@ -8,8 +8,10 @@ arrived (clocks of other nodes may differ, so hang detection uses this stamp).
 A line too long, too deeply nested or not an event is dropped and counted,
 never fatal: nothing a peer sends can end the serving loop. A connection must
 authenticate within AUTH_DEADLINE_S; at most MAX_PENDING may be waiting to, the
-oldest giving way; and the server never holds so many connections that the
-runner would run out of file descriptors (FD_RESERVE stay free for it).
+oldest of the address holding the most giving way (a peer flooding the port
+evicts its own connections, not the ranks starting from other hosts); and
+the server never holds so many connections that the runner would run out of
+file descriptors (FD_RESERVE stay free for it).
 
 A rank's publisher reconnects when a send blocks (the runner paused, a busy
 host): a connection that ends without `bye` yields a `lost` event for its rank
@@ -43,7 +45,7 @@ MAX_TOKEN_LINE_BYTES = 4096  # the token line is about 60 bytes: a stranger may 
 MAX_DEPTH = 16  # the events nest two levels; json's recursion limit must never be reached
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 AUTH_DEADLINE_S = 10.0  # a connection that has not shown the token by then is closed
-MAX_PENDING = 4096  # connections waiting to authenticate at once (a burst of ranks); the oldest gives way
+MAX_PENDING = 4096  # connections waiting to authenticate at once (a burst of ranks); the most crowded address gives way
 FD_RESERVE = 128  # descriptors the runner keeps for its own files, logs and engine processes
 LOSS_GRACE_S = 10.0  # how long a rank's dropped connection may take to come back before it is lost
 MAX_OUTBOX_BYTES = 1024 * 1024  # asks waiting for a rank's socket to take them; one more is not sent
@@ -52,6 +54,7 @@ MAX_OUTBOX_BYTES = 1024 * 1024  # asks waiting for a rank's socket to take them;
 @dataclass
 class _Peer:
     since: float = 0.0
+    address: str = ""
     buffer: bytes = b""
     authenticated: bool = False
     skipping: bool = False  # inside a line too long: drop up to its newline
@@ -96,6 +99,7 @@ class StatusServer:
         self._token = self.token.encode()
         self._max_connections = _connection_budget()
         self._pending: dict[socket.socket, _Peer] = {}  # accepted, not yet authenticated, oldest first
+        self._pending_from: dict[str, dict[socket.socket, None]] = {}  # the same, by peer address, oldest first
         self._open = 0
         self._live: dict[tuple[int, int | None], int] = {}  # (rank, pid) -> its open connections
         self._seen: set[tuple[int, int | None]] = set()
@@ -212,7 +216,7 @@ class StatusServer:
         """Take every connection waiting (a burst of thousands must not wait one select round each)."""
         while True:
             try:
-                connection, _ = self._listener.accept()
+                connection, remote = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:  # out of file descriptors, or the peer gave up: the rest stay queued
@@ -220,17 +224,33 @@ class StatusServer:
             full = self._open >= self._max_connections  # the runner's own descriptors come first
             if (full or len(self._pending) >= self.max_pending) and self._pending:
                 self.counts.turned_away += 1
-                self._drop(next(iter(self._pending)))  # the oldest connection still silent gives way
+                self._drop(self._most_crowded_oldest())
             elif full:
                 self.counts.turned_away += 1
                 connection.close()
                 continue
             connection.setblocking(False)
-            peer = _Peer(since=self.clock())
+            peer = _Peer(since=self.clock(), address=str(remote[0]))
             self._selector.register(connection, selectors.EVENT_READ, peer)
             self._pending[connection] = peer
+            self._pending_from.setdefault(peer.address, {})[connection] = None
             self._open += 1
             self.counts.accepted += 1
+
+    def _most_crowded_oldest(self) -> socket.socket:
+        """The oldest connection still silent of the address with the most of them."""
+        crowded = max(self._pending_from.values(), key=len)
+        return next(iter(crowded))
+
+    def _settled(self, connection: socket.socket) -> None:
+        """Take `connection` off the pending lists: it authenticated, or it is closed."""
+        peer = self._pending.pop(connection, None)
+        if peer is None:
+            return
+        same_address = self._pending_from.get(peer.address, {})
+        same_address.pop(connection, None)
+        if not same_address:
+            self._pending_from.pop(peer.address, None)
 
     def _send_asks(self) -> None:
         """Queue each ask for the connections of the ranks it is for; send what each connection takes now.
@@ -305,7 +325,7 @@ class StatusServer:
                     self._drop(connection)
                     return
                 peer.authenticated = True
-                self._pending.pop(connection, None)
+                self._settled(connection)
                 continue
             self._take(line, peer, now)
         if len(peer.buffer) > (MAX_LINE_BYTES if peer.authenticated else MAX_TOKEN_LINE_BYTES):
@@ -375,7 +395,7 @@ class StatusServer:
             self._selector.unregister(connection)
         except (KeyError, ValueError):
             return  # closed already
-        self._pending.pop(connection, None)
+        self._settled(connection)
         self._open -= 1
         connection.close()
 
