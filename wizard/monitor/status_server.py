@@ -1,8 +1,13 @@
 """Node 0's end of the status stream: every rank of every node connects here.
 
 One thread multiplexes all connections with `selectors`. A connection must
-first present the run's token (NPU_WIZARD_STATUS_TOKEN, which only the job's
-ranks have in their environment); one that does not is closed and counted.
+first prove it holds the run's token (NPU_WIZARD_STATUS_TOKEN, which only the
+job's ranks have in their environment) without sending it: to the rank's nonce
+the runner answers with its own and its proof, HMAC(token, "runner", both
+nonces), and the rank must answer with HMAC(token, "rank", ...)
+(runtime/status.py). A connection that fails is closed and counted. The
+token line itself ({"token": ...}) is still taken, from the ranks of projects
+rendered before the handshake.
 Each later complete JSON line becomes an event, stamped with the time it
 arrived (clocks of other nodes may differ, so hang detection uses this stamp).
 A line too long, too deeply nested or not an event is dropped and counted,
@@ -30,6 +35,7 @@ import hmac
 import json
 import queue
 import resource
+import secrets
 import selectors
 import socket
 import threading
@@ -37,7 +43,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.status import ASK_FIELD, BYE, LOST, TOKEN_FIELD
+from runtime.status import (
+    ASK_FIELD,
+    BYE,
+    LOST,
+    NONCE_FIELD,
+    PROOF_FIELD,
+    RANK,
+    RUNNER,
+    TOKEN_FIELD,
+    encode,
+    is_nonce,
+    proof,
+)
 
 RECEIVED = "received"
 MAX_LINE_BYTES = 256 * 1024  # an error event with its traceback fits many times over
@@ -57,6 +75,7 @@ class _Peer:
     address: str = ""
     buffer: bytes = b""
     authenticated: bool = False
+    nonces: tuple[str, str] | None = None  # the rank's and the runner's, once the runner has proved the token
     skipping: bool = False  # inside a line too long: drop up to its newline
     rank: int | None = None
     said_bye: bool = False
@@ -312,6 +331,8 @@ class StatusServer:
             chunk = b""
         now = self.clock()
         if not chunk:
+            if not peer.authenticated and peer.nonces is not None:
+                self.counts.rejected_connections += 1  # it found the runner's proof wrong: a wrong token
             self._close_peer(connection, peer, now)
             return
         *lines, peer.buffer = (peer.buffer + chunk).split(b"\n")
@@ -320,7 +341,10 @@ class StatusServer:
                 peer.skipping = False
                 continue
             if not peer.authenticated:
-                if not self._authentic(line):
+                verdict = self._authenticate(connection, peer, line)
+                if verdict is None:
+                    continue  # challenged: its proof comes next
+                if not verdict:
                     self.counts.rejected_connections += 1
                     self._drop(connection)
                     return
@@ -335,13 +359,29 @@ class StatusServer:
                 self.counts.rejected_connections += 1
                 self._drop(connection)
 
-    def _authentic(self, line: bytes) -> bool:
-        record = _parse(line)
-        given = record.get(TOKEN_FIELD) if record is not None else None
+    def _authenticate(self, connection: socket.socket, peer: _Peer, line: bytes) -> bool | None:
+        """One line of the handshake: True when the peer proved the token, False when not, None: challenged."""
+        record = _parse(line) or {}
+        if peer.nonces is None and TOKEN_FIELD in record:  # a rank of a project rendered before the handshake
+            return self._matches(record[TOKEN_FIELD], self._token)
+        if peer.nonces is None:
+            theirs = record.get(NONCE_FIELD)
+            if not is_nonce(theirs):
+                return False
+            ours = secrets.token_hex(16)
+            peer.nonces = (theirs, ours)
+            peer.outbox += encode({NONCE_FIELD: ours, PROOF_FIELD: proof(self.token, RUNNER, theirs, ours)})
+            self._flush(connection, peer)
+            return None
+        theirs, ours = peer.nonces
+        return self._matches(record.get(PROOF_FIELD), proof(self.token, RANK, ours, theirs).encode())
+
+    @staticmethod
+    def _matches(given: object, expected: bytes) -> bool:
         if not isinstance(given, str):
             return False
-        # a lone surrogate ("\\ud800") parses but has no UTF-8 form: not the token, never an error
-        return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self._token)
+        # a lone surrogate ("\\ud800") parses but has no UTF-8 form: no match, never an error
+        return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected)
 
     def _take(self, line: bytes, peer: _Peer, now: float) -> None:
         event = _parse(line)
