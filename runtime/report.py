@@ -6,8 +6,12 @@
         ...
         report.step(step, loss=loss, samples=len(inputs), total_steps=epochs * len(loader))
     report.checkpoint(step, path)
-    if report.should_stop():  # SIGUSR1 or SIGTERM arrived: save, then
+    if report.should_stop_together():  # a rank got SIGUSR1 or SIGTERM: all save at this step, then
         sys.exit(report.PREEMPTED_EXIT)
+
+`should_stop()` answers for this rank alone: a rank that stops on it leaves
+its peers waiting in the next collective. `should_stop_together()` is one
+all_reduce of a flag, so every rank must call it at the same step.
 
 Under npu-wizard (the launch scripts start the script through
 runtime.userscript) each call feeds the rank's events as the generated
@@ -244,6 +248,37 @@ def should_stop() -> bool:
     the signal, is not changed: the signal does what it did before.
     """
     return preemption.should_stop()
+
+
+def should_stop_together(device: Any = None) -> bool:
+    """True on every rank once any rank got SIGUSR1 or SIGTERM: call it at the same step on every rank.
+
+    One all_reduce (MAX) of one integer, on `device` (by default the one the
+    process group's backend speaks: the current NPU for hccl, CUDA for nccl,
+    the CPU for gloo). Without a process group, or with one rank, it is
+    `should_stop()`. A rank that learns it here stops as if it got the signal.
+    """
+    preemption.should_stop()  # asking, so a signal is noted from now on, not fatal
+    return (
+        preemption.agree(_collective_device() if device is None else device) is not None
+    )
+
+
+def _collective_device() -> Any:
+    """The device the default process group's collectives take tensors on."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return "cpu"
+    backend = str(dist.get_backend())
+    if backend == "hccl":
+        from runtime.device import npu_module
+
+        return torch.device("npu", npu_module().current_device())
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return "cpu"
 
 
 def flush() -> None:

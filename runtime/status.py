@@ -3,9 +3,14 @@
 The monitor on node 0 must see the ranks of every node without a shared
 filesystem. When `npu-wizard run` starts the job it sets
 NPU_WIZARD_STATUS_ADDR=<master address>:<port>, where node 0's runner listens,
-and NPU_WIZARD_STATUS_TOKEN, the run's secret; each rank connects, presents
-the token on the first line and a `hello` (rank and pid) on the second, then
-sends every event it writes as one JSON line. A send that blocks for RETRY_S
+and NPU_WIZARD_STATUS_TOKEN, the run's secret; each rank connects and both ends
+prove they hold the token without sending it: the rank sends a nonce, the
+runner answers with its own nonce and HMAC(token, "runner", both nonces), and
+only when that proof holds does the rank send its HMAC(token, "rank", ...) and
+a `hello` (rank and pid), then every event it writes as one JSON line. Whatever
+listens at the address without the token (a local user who bound the port
+after the runner died) learns neither the token nor who the rank is, and its
+asks are never read. A send that blocks for RETRY_S
 (the monitor paused, a busy host, a network blip) drops the connection and
 opens a new one, which says `hello` again: the monitor takes a connection that
 comes back for the same rank and pid as the same process. A rank that ends
@@ -28,8 +33,11 @@ An ask with no handler is answered with an error, so the runner need not wait.
 from __future__ import annotations
 
 import collections
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import selectors
 import socket
 import threading
@@ -39,7 +47,10 @@ from typing import Any
 
 ENV_STATUS_ADDR = "NPU_WIZARD_STATUS_ADDR"
 ENV_STATUS_TOKEN = "NPU_WIZARD_STATUS_TOKEN"
-TOKEN_FIELD = "token"
+TOKEN_FIELD = "token"  # the token itself: what ranks of projects rendered before the handshake send
+NONCE_FIELD, PROOF_FIELD = "nonce", "proof"
+RUNNER, RANK = "runner", "rank"  # who proves: one end's proof is never the other's
+MAX_HANDSHAKE_BYTES = 4096  # the runner's challenge is about 130 bytes
 HELLO, BYE, LOST = "hello", "bye", "lost"
 QUEUE_LIMIT = 1000
 RETRY_S = 2.0
@@ -86,6 +97,23 @@ def answer_events(
     ]
 
 
+def proof(token: str, role: str, first: str, second: str) -> str:
+    """HMAC-SHA256 under the run's token of `role` and two nonces: shows the token without giving it."""
+    message = f"{role}\n{first}\n{second}".encode()
+    return hmac.new(
+        token.encode("utf-8", "surrogatepass"), message, hashlib.sha256
+    ).hexdigest()
+
+
+def is_nonce(value: object) -> bool:
+    """Whether `value` is a nonce as both ends make them: 16 to 128 hex digits."""
+    return (
+        isinstance(value, str)
+        and 16 <= len(value) <= 128
+        and all(c in "0123456789abcdef" for c in value)
+    )
+
+
 def test_buffer_size(env: Mapping[str, str] = os.environ) -> int | None:
     """The socket buffer size a test asked for with NPU_WIZARD_TEST_STATUS_BUFFER, else None."""
     value = env.get(ENV_TEST_BUFFER, "")
@@ -109,7 +137,8 @@ class StatusPublisher:
     def __init__(self, address: tuple[str, int], rank: int, token: str = "") -> None:
         self.address = address
         self.rank = rank
-        self._token_line = encode({TOKEN_FIELD: token})
+        self._token = token
+        self.runners_refused = 0  # connections whose far end did not prove the token
         self._queue: collections.deque[bytes] = collections.deque(maxlen=QUEUE_LIMIT)
         self._wake = threading.Event()
         self._asks_lock = threading.Lock()
@@ -158,9 +187,13 @@ class StatusPublisher:
         """Send the queue in order; False when the monitor cannot be reached now."""
         try:
             if self._socket is None:
-                self._socket = self._connect()
-                # first, on every connection: the token, then who speaks
-                self._socket.sendall(self._token_line + self._hello())
+                connection = self._connect()
+                try:
+                    self._handshake(connection)
+                except OSError:
+                    connection.close()
+                    raise
+                self._socket = connection  # only now does the reader take asks from it
                 self.connections += 1
             while self._queue:
                 self._socket.sendall(self._queue[0])
@@ -171,6 +204,37 @@ class StatusPublisher:
                 self._socket.close()
             self._socket = None
             return False
+
+    def _handshake(self, connection: socket.socket) -> None:
+        """Prove the token to the runner and have it proved back; then say who speaks. OSError when it fails."""
+        ours = secrets.token_hex(16)
+        connection.sendall(encode({NONCE_FIELD: ours}))
+        line = b""
+        while b"\n" not in line and len(line) <= MAX_HANDSHAKE_BYTES:
+            chunk = connection.recv(MAX_HANDSHAKE_BYTES)
+            if not chunk:
+                raise ConnectionResetError(
+                    "the status address closed during the handshake"
+                )
+            line += chunk
+        try:
+            challenge = json.loads(line.split(b"\n", 1)[0])
+        except (ValueError, RecursionError):
+            challenge = None
+        theirs = challenge.get(NONCE_FIELD) if isinstance(challenge, dict) else None
+        given = challenge.get(PROOF_FIELD) if isinstance(challenge, dict) else None
+        if not (is_nonce(theirs) and isinstance(given, str)) or not hmac.compare_digest(
+            given.encode("utf-8", "surrogatepass"),
+            proof(self._token, RUNNER, ours, theirs).encode(),
+        ):
+            self.runners_refused += 1
+            raise ConnectionRefusedError(
+                "the status address did not prove the run's token"
+            )
+        connection.sendall(
+            encode({PROOF_FIELD: proof(self._token, RANK, theirs, ours)})
+            + self._hello()
+        )
 
     def _read_asks(self) -> None:
         """Read the runner's asks from whichever connection is open; answer each on a thread."""

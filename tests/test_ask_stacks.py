@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 from textual.widgets import Static
 
+from runtime.events import ENV_RUN_DIR
 from tests.runs import wait_for
 from wizard.monitor import ask_stacks as ask_stacks_module
 from wizard.monitor.app import MonitorApp
@@ -28,6 +29,11 @@ from wizard.monitor.state import JobState
 from wizard.run.engines.ssh import SshEngine
 from wizard.run.hang_stacks import Unanswered, catches, collect, probe_local, process_state, read_probe, take_ask
 from wizard.run.intake import Intake
+
+
+def of_run(run_dir: Path) -> dict[str, str]:
+    """This environment, naming `run_dir` as a rank's does (probes signal only the run's own processes)."""
+    return {**os.environ, ENV_RUN_DIR: str(run_dir)}
 
 
 class CollectingJob:
@@ -102,7 +108,7 @@ def test_a_stopped_process_is_named_stopped_and_its_signal_waits(tmp_path: Path)
         "time.sleep(600)\n"
     )
     (tmp_path / "logs").mkdir()
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=of_run(tmp_path))
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         assert catches(child.pid, signal.SIGUSR2)
@@ -125,7 +131,7 @@ def test_a_stopped_process_is_named_stopped_and_its_signal_waits(tmp_path: Path)
 
 def test_a_process_without_a_handler_is_not_sent_the_signal_that_would_end_it(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(600)"],
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+                             stdout=subprocess.PIPE, text=True, env=of_run(tmp_path))  # fmt: skip
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         probe = probe_local(tmp_path, 0, child.pid)
@@ -159,7 +165,10 @@ def test_the_ssh_engine_probes_a_rank_on_its_host_for_its_state_and_stacks(
         "print('ready', flush=True)\n"
         "time.sleep(600)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    remote_run_dir = Path(SshEngine().remote_run_dir(launch))  # type: ignore[arg-type]
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=of_run(remote_run_dir)
+    )
     try:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         probed = SshEngine().probe_rank(launch, 3, "h1", child.pid)  # type: ignore[arg-type]
@@ -205,7 +214,7 @@ def test_a_rank_with_torch_npus_dump_pipe_is_asked_for_its_hccl_dump_through_it(
     )
     (tmp_path / "logs").mkdir()
     env = {
-        **os.environ,
+        **of_run(tmp_path),
         "TORCH_HCCL_DEBUG_INFO_PIPE_FILE": "hccl/pipe_rank_",
         "TORCH_HCCL_DEBUG_INFO_TEMP_FILE": "hccl/trace_rank_",
     }
@@ -226,7 +235,7 @@ def test_a_rank_without_a_dump_pipe_is_not_asked_through_one(tmp_path: Path) -> 
         "import faulthandler, signal, time\nfaulthandler.register(signal.SIGUSR2, all_threads=True)\n"
         "print('ready', flush=True)\ntime.sleep(600)\n"
     )
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TORCH_HCCL_")}
+    env = {key: value for key, value in of_run(tmp_path).items() if not key.startswith("TORCH_HCCL_")}
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     )

@@ -136,7 +136,7 @@ def test_the_readme_of_a_foreign_project_shows_the_backend_lines_and_the_report_
     assert "`total_steps` (the steps of the whole run) gives the ETA" in words
     assert f"without it the monitor shows `{ETA_NEEDS_TOTAL}` where the time left would be" in words
     assert "report.checkpoint(step, path)" in blocks[1]
-    assert "report.should_stop()" in blocks[2] and "report.PREEMPTED_EXIT" in blocks[2]
+    assert "report.should_stop_together()" in blocks[2] and "report.PREEMPTED_EXIT" in blocks[2]
     assert "python -m runtime.userscript 'src/my main.py' --name 'it'\"'\"'s'" in readme
     assert "the summary names the first rank that failed and quotes the end of its log" in readme
     generated = (render(answers(), tmp_path / "b").project_dir / "README.md").read_text()

@@ -365,3 +365,26 @@ def test_of_ranks_found_gone_in_one_look_the_first_to_die_is_the_root_cause(tmp_
             process.kill()
             process.wait()
         listening.close()
+
+
+def connect_from(server: StatusServer, source: str, *lines: bytes) -> socket.socket:
+    """A client connection from the loopback address `source` (127.0.0.0/8 is all this host's)."""
+    host, port = server.address.rsplit(":", 1)
+    client = socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
+    client.sendall(b"".join(lines))
+    return client
+
+
+def test_a_flood_from_one_address_evicts_its_own_connections_not_a_starting_rank() -> None:
+    listening = StatusServer("127.0.0.1", 0, TOKEN, max_pending=8)
+    try:
+        starting = connect_from(listening, "127.0.0.2")  # a rank that has not shown the token yet
+        wait_for(lambda: listening.counts.accepted == 1, 30, "the rank's connection accepted")
+        flood = [connect_from(listening, "127.0.0.3") for _ in range(20)]
+        assert all(closed_by_server(client) for client in flood[:12])  # the flood's oldest gave way
+        starting.sendall(AUTH + event(4))
+        assert drained(listening, 1, "the starting rank after the flood")[0]["rank"] == 4
+        for client in (*flood, starting):
+            client.close()
+    finally:
+        listening.close()

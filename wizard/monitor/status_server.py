@@ -1,15 +1,22 @@
 """Node 0's end of the status stream: every rank of every node connects here.
 
 One thread multiplexes all connections with `selectors`. A connection must
-first present the run's token (NPU_WIZARD_STATUS_TOKEN, which only the job's
-ranks have in their environment); one that does not is closed and counted.
+first prove it holds the run's token (NPU_WIZARD_STATUS_TOKEN, which only the
+job's ranks have in their environment) without sending it: to the rank's nonce
+the runner answers with its own and its proof, HMAC(token, "runner", both
+nonces), and the rank must answer with HMAC(token, "rank", ...)
+(runtime/status.py). A connection that fails is closed and counted. The
+token line itself ({"token": ...}) is still taken, from the ranks of projects
+rendered before the handshake.
 Each later complete JSON line becomes an event, stamped with the time it
 arrived (clocks of other nodes may differ, so hang detection uses this stamp).
 A line too long, too deeply nested or not an event is dropped and counted,
 never fatal: nothing a peer sends can end the serving loop. A connection must
 authenticate within AUTH_DEADLINE_S; at most MAX_PENDING may be waiting to, the
-oldest giving way; and the server never holds so many connections that the
-runner would run out of file descriptors (FD_RESERVE stay free for it).
+oldest of the address holding the most giving way (a peer flooding the port
+evicts its own connections, not the ranks starting from other hosts); and
+the server never holds so many connections that the runner would run out of
+file descriptors (FD_RESERVE stay free for it).
 
 A rank's publisher reconnects when a send blocks (the runner paused, a busy
 host): a connection that ends without `bye` yields a `lost` event for its rank
@@ -28,6 +35,7 @@ import hmac
 import json
 import queue
 import resource
+import secrets
 import selectors
 import socket
 import threading
@@ -35,7 +43,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.status import ASK_FIELD, BYE, LOST, TOKEN_FIELD
+from runtime.status import (
+    ASK_FIELD,
+    BYE,
+    LOST,
+    NONCE_FIELD,
+    PROOF_FIELD,
+    RANK,
+    RUNNER,
+    TOKEN_FIELD,
+    encode,
+    is_nonce,
+    proof,
+)
 
 RECEIVED = "received"
 MAX_LINE_BYTES = 256 * 1024  # an error event with its traceback fits many times over
@@ -43,7 +63,7 @@ MAX_TOKEN_LINE_BYTES = 4096  # the token line is about 60 bytes: a stranger may 
 MAX_DEPTH = 16  # the events nest two levels; json's recursion limit must never be reached
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 AUTH_DEADLINE_S = 10.0  # a connection that has not shown the token by then is closed
-MAX_PENDING = 4096  # connections waiting to authenticate at once (a burst of ranks); the oldest gives way
+MAX_PENDING = 4096  # connections waiting to authenticate at once (a burst of ranks); the most crowded address gives way
 FD_RESERVE = 128  # descriptors the runner keeps for its own files, logs and engine processes
 LOSS_GRACE_S = 10.0  # how long a rank's dropped connection may take to come back before it is lost
 MAX_OUTBOX_BYTES = 1024 * 1024  # asks waiting for a rank's socket to take them; one more is not sent
@@ -52,8 +72,10 @@ MAX_OUTBOX_BYTES = 1024 * 1024  # asks waiting for a rank's socket to take them;
 @dataclass
 class _Peer:
     since: float = 0.0
+    address: str = ""
     buffer: bytes = b""
     authenticated: bool = False
+    nonces: tuple[str, str] | None = None  # the rank's and the runner's, once the runner has proved the token
     skipping: bool = False  # inside a line too long: drop up to its newline
     rank: int | None = None
     said_bye: bool = False
@@ -96,6 +118,7 @@ class StatusServer:
         self._token = self.token.encode()
         self._max_connections = _connection_budget()
         self._pending: dict[socket.socket, _Peer] = {}  # accepted, not yet authenticated, oldest first
+        self._pending_from: dict[str, dict[socket.socket, None]] = {}  # the same, by peer address, oldest first
         self._open = 0
         self._live: dict[tuple[int, int | None], int] = {}  # (rank, pid) -> its open connections
         self._seen: set[tuple[int, int | None]] = set()
@@ -212,7 +235,7 @@ class StatusServer:
         """Take every connection waiting (a burst of thousands must not wait one select round each)."""
         while True:
             try:
-                connection, _ = self._listener.accept()
+                connection, remote = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:  # out of file descriptors, or the peer gave up: the rest stay queued
@@ -220,17 +243,33 @@ class StatusServer:
             full = self._open >= self._max_connections  # the runner's own descriptors come first
             if (full or len(self._pending) >= self.max_pending) and self._pending:
                 self.counts.turned_away += 1
-                self._drop(next(iter(self._pending)))  # the oldest connection still silent gives way
+                self._drop(self._most_crowded_oldest())
             elif full:
                 self.counts.turned_away += 1
                 connection.close()
                 continue
             connection.setblocking(False)
-            peer = _Peer(since=self.clock())
+            peer = _Peer(since=self.clock(), address=str(remote[0]))
             self._selector.register(connection, selectors.EVENT_READ, peer)
             self._pending[connection] = peer
+            self._pending_from.setdefault(peer.address, {})[connection] = None
             self._open += 1
             self.counts.accepted += 1
+
+    def _most_crowded_oldest(self) -> socket.socket:
+        """The oldest connection still silent of the address with the most of them."""
+        crowded = max(self._pending_from.values(), key=len)
+        return next(iter(crowded))
+
+    def _settled(self, connection: socket.socket) -> None:
+        """Take `connection` off the pending lists: it authenticated, or it is closed."""
+        peer = self._pending.pop(connection, None)
+        if peer is None:
+            return
+        same_address = self._pending_from.get(peer.address, {})
+        same_address.pop(connection, None)
+        if not same_address:
+            self._pending_from.pop(peer.address, None)
 
     def _send_asks(self) -> None:
         """Queue each ask for the connections of the ranks it is for; send what each connection takes now.
@@ -292,6 +331,8 @@ class StatusServer:
             chunk = b""
         now = self.clock()
         if not chunk:
+            if not peer.authenticated and peer.nonces is not None:
+                self.counts.rejected_connections += 1  # it found the runner's proof wrong: a wrong token
             self._close_peer(connection, peer, now)
             return
         *lines, peer.buffer = (peer.buffer + chunk).split(b"\n")
@@ -300,12 +341,15 @@ class StatusServer:
                 peer.skipping = False
                 continue
             if not peer.authenticated:
-                if not self._authentic(line):
+                verdict = self._authenticate(connection, peer, line)
+                if verdict is None:
+                    continue  # challenged: its proof comes next
+                if not verdict:
                     self.counts.rejected_connections += 1
                     self._drop(connection)
                     return
                 peer.authenticated = True
-                self._pending.pop(connection, None)
+                self._settled(connection)
                 continue
             self._take(line, peer, now)
         if len(peer.buffer) > (MAX_LINE_BYTES if peer.authenticated else MAX_TOKEN_LINE_BYTES):
@@ -315,13 +359,29 @@ class StatusServer:
                 self.counts.rejected_connections += 1
                 self._drop(connection)
 
-    def _authentic(self, line: bytes) -> bool:
-        record = _parse(line)
-        given = record.get(TOKEN_FIELD) if record is not None else None
+    def _authenticate(self, connection: socket.socket, peer: _Peer, line: bytes) -> bool | None:
+        """One line of the handshake: True when the peer proved the token, False when not, None: challenged."""
+        record = _parse(line) or {}
+        if peer.nonces is None and TOKEN_FIELD in record:  # a rank of a project rendered before the handshake
+            return self._matches(record[TOKEN_FIELD], self._token)
+        if peer.nonces is None:
+            theirs = record.get(NONCE_FIELD)
+            if not is_nonce(theirs):
+                return False
+            ours = secrets.token_hex(16)
+            peer.nonces = (theirs, ours)
+            peer.outbox += encode({NONCE_FIELD: ours, PROOF_FIELD: proof(self.token, RUNNER, theirs, ours)})
+            self._flush(connection, peer)
+            return None
+        theirs, ours = peer.nonces
+        return self._matches(record.get(PROOF_FIELD), proof(self.token, RANK, ours, theirs).encode())
+
+    @staticmethod
+    def _matches(given: object, expected: bytes) -> bool:
         if not isinstance(given, str):
             return False
-        # a lone surrogate ("\\ud800") parses but has no UTF-8 form: not the token, never an error
-        return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self._token)
+        # a lone surrogate ("\\ud800") parses but has no UTF-8 form: no match, never an error
+        return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected)
 
     def _take(self, line: bytes, peer: _Peer, now: float) -> None:
         event = _parse(line)
@@ -375,7 +435,7 @@ class StatusServer:
             self._selector.unregister(connection)
         except (KeyError, ValueError):
             return  # closed already
-        self._pending.pop(connection, None)
+        self._settled(connection)
         self._open -= 1
         connection.close()
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.events import ENV_RUN_DIR
 from runtime.stacks import ASK, FAULT_SIGNAL, as_text, ask_hccl_dump, fault_path
 from wizard.monitor.run_files import RunFileError, read_tail
 from wizard.run.hang_record_size import bounded_record
@@ -42,6 +43,7 @@ FAULT_WAIT_S = 2.0  # for faulthandler to write after SIGUSR2
 PROBE_BUDGET_S = 30.0  # for probing every silent rank of one collection
 HCCL_PIPE_ENV = "TORCH_HCCL_DEBUG_INFO_PIPE_FILE"
 MAX_ENVIRON_BYTES = 1 << 20
+NOT_THIS_RUN = "not-this-run"  # what Engine.probe_rank's command says for a pid that is another process now
 MAX_TEXT_BYTES = 1 << 20
 MAX_DUMP_BYTES = 1 << 20
 MAX_FAULT_BYTES = 64 * 1024
@@ -96,6 +98,11 @@ def probe_local(run_dir: Path, rank: int, pid: int, wait_s: float = FAULT_WAIT_S
     state = process_state(pid)
     if state is None:
         return Unanswered(note=f"process {pid} is gone")
+    if not of_run(run_dir, pid):
+        return Unanswered(
+            state,
+            note=f"process {pid} is not this run's (its environment names no {ENV_RUN_DIR}={run_dir}): not signalled",
+        )
     if not catches(pid, FAULT_SIGNAL):
         return Unanswered(state, note=f"process {pid} has no handler for SIGUSR2: not sent (it would end it)")
     path = fault_path(run_dir, rank)
@@ -116,6 +123,12 @@ def probe_local(run_dir: Path, rank: int, pid: int, wait_s: float = FAULT_WAIT_S
     time.sleep(0.2)  # faulthandler writes thread after thread
     note = "SIGUSR2 sent: faulthandler's stacks follow" + (f"; {pipe}" if pipe else "")
     return Unanswered(state, faulthandler=_new_text(path, before), note=note)
+
+
+def of_run(run_dir: Path, pid: int) -> bool:
+    """Whether `pid`'s environment names `run_dir` (a rank's does): a pid once reported may be another process now."""
+    named = process_environment(pid).get(ENV_RUN_DIR)
+    return bool(named) and (named == str(run_dir) or os.path.realpath(named) == os.path.realpath(run_dir))
 
 
 def hccl_dump_asked(rank: int, pid: int) -> str | None:
@@ -327,6 +340,10 @@ def read_probe(stat_line: str, faulthandler: str) -> Unanswered:
     """What `Engine.probe_rank` brought back from another host, as an Unanswered."""
     letter = stat_line.rpartition(")")[2].split()[:1]
     state = f"{letter[0]} ({STATES.get(letter[0], 'unknown')})" if letter else None
+    if stat_line == NOT_THIS_RUN:
+        return Unanswered(
+            note=f"its pid is not this run's process on its host (no {ENV_RUN_DIR} of the run): not signalled"
+        )
     if state is None:
         return Unanswered(note="its process is gone from its host")
     note = "SIGUSR2 sent on its host: faulthandler's stacks follow" if faulthandler else None

@@ -23,6 +23,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from runtime.events import ENV_RUN_DIR
 from runtime.status import ENV_STATUS_TOKEN
 from wizard.answers.model import Answers
 from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
@@ -30,6 +31,7 @@ from wizard.run.engines.common import ENV_SPARE_ADDR, ENV_STATUS_HOST, node_envi
 from wizard.run.engines.ssh_copy import copy_list
 from wizard.run.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
 from wizard.run.engines.ssh_run import run_all
+from wizard.run.hang_stacks import NOT_THIS_RUN
 from wizard.stopping import deferred_signals
 
 ENV_SSH_COMMAND = "NPU_WIZARD_SSH_COMMAND"
@@ -354,12 +356,20 @@ class SshEngine(Engine):
         return None
 
     def probe_rank(self, launch: Launch, rank: int, host: str | None, pid: int) -> tuple[str, str] | None:
-        """On rank's host, over ssh: /proc/PID/stat, and the faulthandler stacks SIGUSR2 makes it write."""
-        node = rank // launch.answers["devices_per_node"]
+        """On rank's host, over ssh: /proc/PID/stat, and the faulthandler stacks SIGUSR2 makes it write.
+
+        The host is the one the rank reported where it is one of the run's hosts, else its node's; a pid
+        whose environment does not name the run folder there (another process by now) is not signalled.
+        """
+        hosts = self.hosts(launch)
+        target = host if host in hosts else hosts[rank // launch.answers["devices_per_node"]]
         stacks = shlex.quote(f"{self.remote_run_dir(launch)}/logs/rank-{rank}.stacks.txt")
+        of_run = shlex.quote(f"{ENV_RUN_DIR}={self.remote_run_dir(launch)}")
         script = (
             f"p={int(pid)}; f={stacks}; "
-            'stat=$(cat /proc/"$p"/stat 2>/dev/null) || exit 0; printf "%s\\n" "$stat"; '
+            'stat=$(cat /proc/"$p"/stat 2>/dev/null) || exit 0; '
+            f'grep -qzxF {of_run} /proc/"$p"/environ 2>/dev/null || {{ echo {NOT_THIS_RUN}; exit 0; }}; '
+            'printf "%s\\n" "$stat"; '
             "cgt=$(sed -n 's/^SigCgt:[[:space:]]*//p' /proc/\"$p\"/status); "
             "[ $(( 0x${cgt:-0} >> 11 & 1 )) = 1 ] || exit 0; "
             'size() { stat -c %s "$f" 2>/dev/null || echo 0; }; s=$(size); kill -USR2 "$p" || exit 0; '
@@ -369,7 +379,7 @@ class SshEngine(Engine):
         )
         try:
             done = subprocess.run(
-                [*ssh_command(), self.hosts(launch)[node], script],
+                [*ssh_command(), target, script],
                 capture_output=True,
                 timeout=PROBE_S,
                 check=False,
