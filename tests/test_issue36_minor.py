@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from wizard.monitor.state import JobState
-from wizard.run.attempts import BACKOFF_MAX_S, Attempt, Attempts
+from wizard.run.attempts import HEALTH_DEADLINE_S, Attempt, Attempts
 
 
-def test_the_backoff_after_thousands_of_restarts_stays_at_its_most() -> None:
+def test_the_wait_after_thousands_of_restarts_is_still_the_health_deadline() -> None:
     attempts = Attempts(5_000, clock=lambda: 0.0)
     attempts.attempts = [Attempt(number, 0.0) for number in range(1, 1_200)]
-    assert attempts.failed(None, JobState(1), 0.0) == BACKOFF_MAX_S
+    assert attempts.failed(None, JobState(1), 0.0) == HEALTH_DEADLINE_S
 
 
 def test_a_straggler_rank_whose_node_is_unknown_is_named_without_node_none() -> None:

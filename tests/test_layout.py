@@ -95,6 +95,40 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+# The floors of wizard/, lowest first (README.md, "How it is built"): a module imports only from its own package
+# or from a lower floor. The shared pieces sit at the bottom; the commands beside the pipeline (doctor, the
+# interactive screens) take answers and render, and the run may use doctor's checks; the CLI sits on top.
+FLOORS = (
+    ("wizard.errors", "wizard.stopping", "wizard.file_locks"),
+    ("wizard.answers",),
+    ("wizard.render",),
+    ("wizard.monitor", "wizard.doctor", "wizard.tui"),
+    ("wizard.run",),
+    ("wizard.run_page",),
+    ("wizard.bundle",),
+    ("wizard.cli", "wizard.__main__", "wizard.templates", "wizard"),
+)
+
+
+def floor_of(module: str) -> tuple[int, str] | None:
+    """(floor, package) of a wizard module: the longest package in FLOORS it is or sits in; None when in none."""
+    best = None
+    for level, packages in enumerate(FLOORS):
+        for package in packages:
+            if _within(module, package) and (best is None or len(package) > len(best[1])):
+                best = (level, package)
+    return best
+
+
+def back_arrow(importer: str, imported: str) -> bool:
+    """Whether `importer` reaching `imported` runs up the floors, or sideways into another package of its floor."""
+    here, there = floor_of(importer), floor_of(imported)
+    if here is None or there is None or here[1] == there[1] or there[1] == "wizard":
+        return False
+    sideways = there[0] == here[0] and 0 < here[0] < len(FLOORS) - 1
+    return there[0] > here[0] or sideways
+
+
 def problems(root: Path) -> list[str]:
     """Everything wrong with the layout of the wizard folder at `root`, one line each."""
     found = imports(root)
@@ -106,6 +140,8 @@ def problems(root: Path) -> list[str]:
         where = f"{importer} (line {line})"
         if _within(importer, "wizard.monitor") and _within(imported, "wizard.run"):
             wrong.append(f"monitor imports run: {where} imports {imported}")
+        elif back_arrow(importer, imported):
+            wrong.append(f"import runs up the floors: {where} imports {imported}")
         if name and name.startswith("_") and not name.startswith("__") and imported != importer:
             wrong.append(f"private name: {where} imports {name} from {imported}")
     edges_left = {k: set(v) for k, v in edges.items()}
@@ -137,7 +173,24 @@ def test_graph_reader_sees_every_kind_of_import(tmp_path: Path) -> None:
     assert len(found) == 4
 
 
-def test_wizard_has_no_import_loop_no_monitor_to_run_import_and_no_private_import() -> None:
+def test_an_import_that_runs_up_the_floors_is_named(tmp_path: Path) -> None:
+    """A lower stage importing a higher one (run -> bundle, render -> run) is a problem; downward ones are not."""
+    package = tmp_path / "wizard"
+    for name in ("run", "bundle", "render"):
+        (package / name).mkdir(parents=True)
+        (package / name / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "run" / "command.py").write_text("from wizard.bundle.command import line\n")
+    (package / "bundle" / "command.py").write_text("from wizard.run.lock import held\nline = 1\n")
+    (package / "render" / "update.py").write_text("def f():\n    from wizard.run.lock import held\n")
+    (package / "run" / "lock.py").write_text("from wizard.errors import Problem\nheld = 1\n")
+    assert sorted(problems(package)) == [
+        "import runs up the floors: wizard.render.update (line 2) imports wizard.run.lock",
+        "import runs up the floors: wizard.run.command (line 1) imports wizard.bundle.command",
+    ]
+
+
+def test_wizard_has_no_import_loop_no_back_arrow_and_no_private_import() -> None:
     """The real wizard/: the list of problems is empty (each line names the module, the line and the loop)."""
     assert problems(WIZARD) == []
 

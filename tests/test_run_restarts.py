@@ -278,18 +278,6 @@ def test_a_hostile_attempts_list_in_summary_json_is_read_as_no_figures() -> None
     ]
 
 
-def test_the_live_view_words_say_which_attempt_runs_or_when_the_restart_comes() -> None:
-    state = JobState(1, nodes=1)
-    lost = Failure(0, 0, 10.0, "vanished", "its process 11 vanished")
-    attempts = Attempts(2, clock=lambda: 0.0, backoff=2.0)
-    assert attempts.words(1.0) == ""
-    attempts.failed(lost, state, 10.0)
-    assert attempts.words(10.5) == "attempt 1 failed: restarting in 2s (0/2 used)"
-    assert attempts.words(13.0) == "attempt 1 failed: restarting once the failed node is healthy (0/2 used)"
-    attempts.started_again(14.0)
-    assert attempts.words(15.0) == "attempt 2 (1/2 restart(s) used)"
-
-
 def test_the_answers_run_restarts_is_the_default_and_the_option_overrides_it(tmp_path: Path) -> None:
     project = render_own_one_rank(tmp_path, "answered", "own.py", OWN_FAILING_AFTER_A_STEP)
     answers = project / "answers.yaml"

@@ -436,8 +436,22 @@ def _run(args: argparse.Namespace) -> int:
         profile=args.profile,
         profile_ranks=args.profile_ranks,
     )
-    run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), report=args.report)
+    closing = _closing(args.report)
+    run(args.project, options, dry_run=args.dry_run, fresh=args.fresh, live=_live(args), closing=closing)
     return EXIT_OK
+
+
+def _closing(report: bool) -> Callable[[Path, str | None], list[str]]:
+    """What `run` prints once its job ended: the report (written first with --report), and after a failure or a
+    hang the bundle command for whoever must help."""
+    from wizard.bundle.command import bundle_line
+    from wizard.run_page.command import report_at_end, report_line
+
+    def lines(run_dir: Path, outcome: str | None) -> list[str]:
+        said = [report_at_end(run_dir) if report else report_line(run_dir)]
+        return said + [bundle_line(run_dir)] if outcome in ("failed", "hung") else said
+
+    return lines
 
 
 def _train_args(args: argparse.Namespace) -> tuple[str, ...]:

@@ -49,6 +49,7 @@ class Bundle:
     used: int = 0
     included: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    secrets_note: str = ""  # what the manifest says of the job's own secret values
 
     def add(self, name: str, data: bytes, cut: int | None = None, *, note: str = "", header: bool = True) -> None:
         """Add a member; one cut to its tail (`cut`: the file's whole size) says so in the manifest and, unless

@@ -13,6 +13,7 @@ from wizard.bundle.collect import Bundle, collect
 from wizard.bundle.redact import Redactor
 from wizard.errors import TargetError
 from wizard.monitor.attach import run_folder_path
+from wizard.run.secret_marks import MARKS_FILE, SecretMarks, read_secret_marks
 
 
 def bundle(path: Path, output: Path | None = None, *, force: bool = False) -> Path:
@@ -30,10 +31,25 @@ def bundle(path: Path, output: Path | None = None, *, force: bool = False) -> Pa
     target = (output if output is not None else run_dir / f"bundle-{stamp}.tar.gz").absolute()
     _refuse_target(target, force)
     env = dict(os.environ)
-    found = collect(run_dir, Redactor.from_env(env), env)
+    marks = read_secret_marks(run_dir)
+    found = collect(run_dir, Redactor.from_env(env, marks), env)
+    found.secrets_note = _secrets_note(marks, env)
     archive = _archive(run_dir, found, stamp)
     _write(target, archive, force)
     return target
+
+
+def _secrets_note(marks: SecretMarks | None, env: dict[str, str]) -> str:
+    """What the manifest says of the job's own secret values: found by the runner's marks, or not checked."""
+    if marks is None:
+        return (
+            f"Not checked: this run holds no secret marks ({MARKS_FILE}: its runner wrote none, or it cannot be "
+            "read), so a secret value the job printed without its name is removed only where this shell has the "
+            "same variable set; bundle from the job's shell, or read the logs before sending."
+        )
+    if not marks.names():
+        return ""
+    return f"Also removed wherever they appear: the values of {', '.join(marks.names())}, as the runner marked them."
 
 
 def bundle_line(run_dir: Path) -> str:
@@ -56,6 +72,7 @@ def manifest(run_dir: Path, found: Bundle, stamp: str) -> bytes:
         f"Secrets removed: the status token and the value of every variable whose name says TOKEN, KEY, SECRET, "
         f"PASSWORD or CREDENTIAL, and every secret of a known shape (sshpass -p, a URL's password, a bearer header, "
         f"mysql -p, hf_ and other service tokens) read {REDACTED}; NPU_WIZARD_SSH_COMMAND keeps only its program.",
+        *([found.secrets_note] if found.secrets_note else []),
         "",
         "In this bundle:",
         *(f"  {line}" for line in found.included),

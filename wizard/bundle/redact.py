@@ -17,6 +17,7 @@ from typing import Any
 from runtime.provenance import HIDDEN
 from runtime.secret_shapes import REDACTED, SSH_COMMAND_VARIABLE, program_only, scrub
 from runtime.status import ENV_STATUS_TOKEN
+from wizard.run.secret_marks import SecretMarks
 
 WORDS = r"(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
 # starts where a run of name characters starts: a match from inside a run would be one from its start anyway,
@@ -47,20 +48,23 @@ SHORTEST_KNOWN = 6  # a known value shorter than this is too likely to be an ord
 
 
 class Redactor:
-    """Removes the secrets of one bundle; `known` are secret values to take out wherever they appear."""
+    """Removes the secrets of one bundle; `known` are secret values to take out wherever they appear, `marks` the
+    keyed hashes of the job's secret values its runner recorded (wizard.run.secret_marks)."""
 
-    def __init__(self, known: Iterable[str] = ()) -> None:
+    def __init__(self, known: Iterable[str] = (), marks: SecretMarks | None = None) -> None:
         self.known = sorted({v for v in known if len(v) >= SHORTEST_KNOWN}, key=len, reverse=True)
+        self.marks = marks
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> Redactor:
-        """Knows the values of this process's secret variables and the status token, if set here."""
+    def from_env(cls, env: Mapping[str, str] = os.environ, marks: SecretMarks | None = None) -> Redactor:
+        """Knows the values of this process's secret variables and the status token, if set here, and `marks`."""
         names = [name for name in env if HIDDEN.search(name) or name == ENV_STATUS_TOKEN]
-        return cls(env[name] for name in names)
+        return cls((env[name] for name in names), marks)
 
     def text(self, text: str) -> str:
         """`text` with every secret it holds replaced by the marker."""
-        for value in self.known:
+        found = self.marks.found_in(text) if self.marks else set()
+        for value in sorted(found, key=len, reverse=True) + self.known:
             text = text.replace(value, REDACTED)
         return OPTION.sub(_hide, ASSIGNMENT.sub(_hide, scrub(text)))
 

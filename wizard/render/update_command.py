@@ -12,9 +12,9 @@ from wizard.answers.source import answers_base, print_warnings, read_answers_tex
 from wizard.errors import ConflictError, TargetError, shown
 from wizard.render import journal
 from wizard.render.conflict_markers import record_conflicts, refuse_unresolved
+from wizard.render.run_lock_holder import refuse_live_run
 from wizard.render.update import ANSWERS_FILE, UpdatePlan, plan_update
 from wizard.render.update_lock import update_lock
-from wizard.run.run_lock import refuse_live_run
 
 
 def update(args: argparse.Namespace) -> int:

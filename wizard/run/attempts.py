@@ -2,9 +2,11 @@
 
 After a failure a restart can fix (a rank's error after the job's first step,
 a rank that vanished, a node's launcher that died, a hang), the runner
-(wizard.run.job) stops every node as it does at any failure, waits a short
-backoff, checks that the failed node is healthy again (`node_health`), and
-starts the whole job again; the generated train.py resumes from the newest
+(wizard.run.job) stops every node as it does at any failure, waits until the
+failed node is free of the old processes (`node_health`: none of the job's
+processes left, npu-smi listing none of its pids, the master port free; a
+device still busy fails the next start with EJ0001), at most HEALTH_DEADLINE_S,
+and starts the whole job again; the generated train.py resumes from the newest
 checkpoint every rank can load. Each attempt is a section of the same run
 folder: the events files go on (a rank's `started` event opens its new
 attempt), each attempt's logs are kept under logs/attempt-N/, and
@@ -33,9 +35,7 @@ from wizard.run.engines.common import run_command
 from wizard.run.hang_stacks import ASK_FILE, HANG_DIR
 from wizard.run.safe_folder import Folder, NotAFolder
 
-BACKOFF_S = 1.0  # before the first restart; doubled for each one after, at most BACKOFF_MAX_S
-BACKOFF_MAX_S = 30.0
-HEALTH_DEADLINE_S = 60.0  # for the failed node to be healthy again after the backoff
+HEALTH_DEADLINE_S = 60.0  # for the failed node to be free of the old processes: a safety net, not a wait
 CHECKPOINT_WORDS = ("does not fit this model", "CheckpointReadError", "ForeignCheckpointError")
 
 
@@ -81,12 +81,11 @@ class Attempt:
 class Attempts:
     """The job's attempts so far and how many restarts are left; decides whether a failure restarts the job."""
 
-    def __init__(self, allowed: int, *, clock: Callable[[], float] = time.time, backoff: float = BACKOFF_S) -> None:
+    def __init__(self, allowed: int, *, clock: Callable[[], float] = time.time) -> None:
         self.allowed = allowed
         self.clock = clock
-        self.backoff_s = backoff
         self.attempts = [Attempt(1, clock())]
-        self.restart_at: float | None = None  # while waiting between two attempts: when to try to start again
+        self.restart_at: float | None = None  # while waiting between two attempts: since when the node is checked
         self.deadline: float | None = None
         self.unhealthy_said = False
 
@@ -129,16 +128,15 @@ class Attempts:
         attempt.failed_at_step = state.newest_step()
 
     def failed(self, failure: Failure | None, state: JobState, now: float) -> float:
-        """Record how the current attempt failed; return the seconds to wait before the next."""
+        """Record how the current attempt failed; return the most seconds to wait for the failed node to be free
+        (the next attempt starts as soon as it is)."""
         self.ended("hung" if failure is not None and failure.kind == "hung" else "failed", failure, state, now)
         attempt = self.current
         attempt.cause = attempt.cause or "the job failed"
-        doublings = min(len(self.attempts) - 1, 64)  # past the cap long before; 2.0 ** 1024 overflows a float
-        wait = min(BACKOFF_MAX_S, self.backoff_s * 2.0**doublings)
-        self.restart_at = now + wait
-        self.deadline = self.restart_at + HEALTH_DEADLINE_S
+        self.restart_at = now
+        self.deadline = now + HEALTH_DEADLINE_S
         self.unhealthy_said = False
-        return wait
+        return HEALTH_DEADLINE_S
 
     def started_again(self, now: float) -> Attempt:
         """The next attempt starts now."""
@@ -187,8 +185,10 @@ class Attempts:
     def words(self, now: float) -> str:
         """For the live view: the restart under way, or which attempt runs; empty for a job started once."""
         if self.restart_at is not None:
-            wait = f"in {self.restart_at - now:.0f}s" if now < self.restart_at else "once the failed node is healthy"
-            return f"attempt {self.current.number} failed: restarting {wait} ({self.restarts}/{self.allowed} used)"
+            return (
+                f"attempt {self.current.number} failed: restarting once the failed node is free of the job's "
+                f"processes ({self.restarts}/{self.allowed} used)"
+            )
         if not self.restarts:
             return ""
         return f"attempt {self.current.number} ({self.restarts}/{self.allowed} restart(s) used)"

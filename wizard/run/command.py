@@ -1,18 +1,18 @@
 """`npu-wizard run PROJECT`: start the job, hand it to a view (live or plain) and raise for its outcome.
 
-The CLI parses argv into `RunOptions` and calls `run`; whatever ends the runner ends the job.
+The CLI parses argv into `RunOptions` and calls `run`; whatever ends the runner ends the job. What is said
+once the job ended (the report's line, the bundle's) comes from the later stages, so the CLI hands it in.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
-from wizard.bundle.command import bundle_line
 from wizard.errors import TargetError, shown
 from wizard.monitor.plain import run_plain
 from wizard.render import journal
@@ -24,13 +24,16 @@ from wizard.run.job import Job
 from wizard.run.launch import RunOptions, load_project, manual_steps, nodes_to_start
 from wizard.run.launch import dry_run as show_dry_run
 from wizard.run.run_lock import RunLock, run_lock
-from wizard.run_page.command import report_at_end, report_line
+
+Closing = Callable[[Path, str | None], Sequence[str]]  # (run folder, outcome) -> the lines to print once a job ended
 
 
-def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: bool, report: bool = False) -> None:
+def run(
+    folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: bool, closing: Closing | None = None
+) -> None:
     """Run the project in `folder` (or print what a run would do): RunFailed or RunInterrupted unless it finished.
 
-    With `report`, write the run's report.html once it ended, however it ended.
+    `closing` gives the lines printed once a submitted job ended, however it ended (it may write the report).
     """
     project = Path(folder)
     refuse_unresolved(project, f"run npu-wizard run {folder} again")
@@ -48,10 +51,12 @@ def run(folder: str, options: RunOptions, *, dry_run: bool, fresh: bool, live: b
         if lock.unlocked:
             print(f"npu-wizard: warning: {lock.unlocked}", file=sys.stderr, flush=True)
         refuse_update_at_work(project)
-        _run_locked(project, options, lock, fresh=fresh, live=live, report=report)
+        _run_locked(project, options, lock, fresh=fresh, live=live, closing=closing)
 
 
-def _run_locked(project: Path, options: RunOptions, lock: RunLock, *, fresh: bool, live: bool, report: bool) -> None:
+def _run_locked(
+    project: Path, options: RunOptions, lock: RunLock, *, fresh: bool, live: bool, closing: Closing | None
+) -> None:
     """`run` while holding the run lock of each node it starts."""
     if fresh:  # before anything moves or a run folder is made
         refuse_fresh(project)
@@ -75,10 +80,9 @@ def _run_locked(project: Path, options: RunOptions, lock: RunLock, *, fresh: boo
         raise
     for line in job.unwritten:
         print(f"npu-wizard: warning: {line}", file=sys.stderr, flush=True)
-    if job.submitted:  # a job stopped before it started has nothing to draw
-        print(report_at_end(job.run_dir) if report else report_line(job.run_dir), flush=True)
-        if job.outcome in ("failed", "hung"):
-            print(bundle_line(job.run_dir), flush=True)
+    if job.submitted and closing is not None:  # a job stopped before it started has nothing to draw
+        for line in closing(job.run_dir, job.outcome):
+            print(line, flush=True)
     job.raise_for_outcome()
 
 

@@ -90,9 +90,9 @@ class HostPlan:
         elif engine.recovery == "spares" and self.answers.get("network.spare_hosts"):
             unhealthy = {n: problems for n, problems in sorted(health.items()) if problems}
             for sick, problems in unhealthy.items():
-                self._replace(sick, engine.host_of(sick), problems, False, attempt)
+                self._replace(engine, launch, sick, engine.host_of(sick), problems, False, attempt)
             if node is not None and node not in unhealthy and twice:
-                self._replace(node, host, [], True, attempt)
+                self._replace(engine, launch, node, host, [], True, attempt)
         return dataclasses.replace(launch, spares=dict(self.taken), excluded=tuple(self.excluded))
 
     def start_on(
@@ -126,7 +126,9 @@ class HostPlan:
         sick = [node for node, problems in health.items() if problems]
         return bool(sick) and 0 not in sick and len(sick) <= len(self.spares_left)
 
-    def _replace(self, node: int, host: str | None, health: list[str], twice: bool, attempt: int) -> None:
+    def _replace(
+        self, engine: Engine, launch: Launch, node: int, host: str | None, health: list[str], twice: bool, attempt: int
+    ) -> None:
         if not health and not twice:
             return  # a first failure on a healthy host: restarted in place
         why = f"failed its health check: {'; '.join(health)}" if health else "failed twice in a row"
@@ -136,12 +138,23 @@ class HostPlan:
                 f"{where}: node 0 holds the master address every node's script names, so it is restarted in place"
             )
             return
-        if not self.spares_left:
+        spare = self._checked_spare(engine, launch, node)
+        if spare is None:
             self.notes.append(f"{where}: no spare host left (network.spare_hosts), so it is restarted in place")
             return
-        spare = self.spares_left.pop(0)
         self.taken[node] = spare
         self.changes.append(Replacement(node, host or "?", spare, attempt, why))
+
+    def _checked_spare(self, engine: Engine, launch: Launch, node: int) -> str | None:
+        """The first spare left whose device network passes the engine's check; each that fails is skipped (and
+        used no more), its reason noted."""
+        while self.spares_left:
+            spare = self.spares_left.pop(0)
+            problems = engine.spare_problems(launch, spare)
+            if not problems:
+                return spare
+            self.notes.append(f"spare host {spare} skipped for node {node}: {'; '.join(problems)}")
+        return None
 
     def _exclude(self, node: int, host: str | None, attempt: int) -> None:
         if host is None:

@@ -43,6 +43,7 @@ from wizard.run.job_restarts import JobRestarts
 from wizard.run.job_stacks import JobStacks
 from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
 from wizard.run.profile_asks import StragglerProfiles, straggler_profiles
+from wizard.run.secret_marks import record_secret_marks
 from wizard.run.smoke import print_smoke_report
 from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
 from wizard.stopping import STOP_SIGNALS, main_thread, stop_signals_raise
@@ -157,6 +158,7 @@ class Job(JobStacks, JobRestarts):
         }
         try:
             write_json(self.run_dir / RUN_FILE, info)
+            record_secret_marks(self.run_dir, {**os.environ, **launch.env})  # for a bundle made from any shell
         except OSError as error:  # nothing started yet: the run folder goes, empty but for what failed
             shutil.rmtree(self.run_dir, ignore_errors=True)
             raise TargetError(cannot_write(self.run_dir / RUN_FILE, error, ", so nothing was started")) from None

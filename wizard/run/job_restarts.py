@@ -1,8 +1,10 @@
 """Whole-job restarts (run --restarts): the part of `Job` between a failure and the next attempt.
 
-After a failure a restart can fix, the job stops every node, waits the backoff, checks the failed node's
-health (wizard/run/attempts.py) and starts the whole job again in the same run folder, its hosts chosen
-by wizard/run/hosts.py (a spare in a failed node's place, a Slurm node kept off).
+After a failure a restart can fix, the job stops every node, waits until the failed node is free of the old
+processes (wizard/run/attempts.py: no process of the job, npu-smi listing none of its pids, the master port
+free; checked at every tick from the stop on, with a deadline as a safety net) and starts the whole job again
+in the same run folder, its hosts chosen by wizard/run/hosts.py (a spare in a failed node's place, a Slurm node
+kept off).
 """
 
 from __future__ import annotations
@@ -40,13 +42,13 @@ class JobRestarts:
         self.engine_lines.append(
             f"RESTART {attempt.number} of {self.attempts.allowed}: attempt {attempt.number} failed at step "
             f"{attempt.failed_at_step}: {attempt.cause}; every node stopped"
-            f"{f', its logs kept in {kept}' if kept else ''}; starting the whole job again in {wait:g}s "
-            "from the newest checkpoint every rank can load"
+            f"{f', its logs kept in {kept}' if kept else ''}; starting the whole job again from the newest "
+            f"checkpoint every rank can load once the failed node is free of its processes (at most {wait:g}s)"
         )
         return None
 
     def _restart_when_healthy(self) -> str | None:
-        """Between two attempts: once the backoff is over and the failed node is healthy, start the job again."""
+        """Between two attempts: as soon as the failed node is free of the old processes, start the job again."""
         now = self.clock()
         attempts = self.attempts
         if attempts.restart_at is None or now < attempts.restart_at:

@@ -27,10 +27,8 @@ from pathlib import Path
 from wizard.errors import TargetError, write_advice
 from wizard.file_locks import takes_no_locks, unlocked_warning
 from wizard.render.pristine import STATE_DIR
+from wizard.render.run_lock_holder import LOCK_NAME, lock_holder
 
-LOCK_NAME = "run-node-{node}.lock"
-LOCK_GLOB = "run-node-*.lock"
-HOLDER_LIMIT = 300  # characters of the holder's line shown
 ATTEMPTS = 20  # opens that may race with a holder removing the file as it lets go
 UNGUARDED = "this run holds no run lock: nothing stops a second run of this project, or an update under it"
 
@@ -104,32 +102,6 @@ def run_lock(project: Path, nodes: Iterable[int]) -> Iterator[RunLock]:
                 pass
 
 
-def live_run(project: Path) -> str | None:
-    """Who holds a run lock of `project` now (the pid and run folder it wrote), or None when no run holds one."""
-    state = project / STATE_DIR
-    if state.is_symlink() or not state.is_dir():
-        return None
-    for path in sorted(state.glob(LOCK_GLOB)):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            continue  # gone, or a link: no runner made it
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: refused while a runner holds it
-            except BlockingIOError:
-                return _holder(fd, path)
-            except OSError as error:
-                if not takes_no_locks(error):
-                    raise
-                return None  # no lock tells: the caller looks for the job's processes
-        finally:
-            os.close(fd)
-    return None
-
-
 def _refuse_orphaned_jobs(project: Path) -> None:
     """TargetError naming the processes of a job whose runner died (its lock went with it) and that still run."""
     from wizard.render.replace import orphaned_jobs
@@ -165,7 +137,7 @@ def _locked_here(fd: int, path: Path, project: Path) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise TargetError(
-                f"a run of {project} is alive ({_holder(fd, path)}), so nothing was started: one run of a project "
+                f"a run of {project} is alive ({lock_holder(fd, path)}), so nothing was started: one run of a project "
                 "at a time (a second would resume from the same checkpoint and write into the same checkpoints/); "
                 "wait for it to end, or stop it (Ctrl-C in its terminal, or kill -INT its pid), then run again"
             ) from None
@@ -176,17 +148,6 @@ def _locked_here(fd: int, path: Path, project: Path) -> bool:
         os.close(fd)
         raise
     return (opened.st_dev, opened.st_ino) == (now.st_dev, now.st_ino)
-
-
-def _holder(fd: int, path: Path) -> str:
-    """What the holder of the lock `path` (open as `fd`) wrote: printable characters only, and not too many."""
-    try:
-        raw = os.pread(fd, HOLDER_LIMIT * 4, 0)
-    except OSError:
-        raw = b""
-    text = raw.decode("utf-8", errors="replace").split("\n", 1)[0]
-    line = "".join(c for c in text if c.isprintable())[:HOLDER_LIMIT]
-    return line or f"{path.name} is held by a runner that has not said who it is yet"
 
 
 def _remove(path: Path) -> None:
@@ -208,18 +169,3 @@ def _cannot_write(project: Path, path: Path, error: OSError) -> str:
         f"cannot run {project}: cannot write {path} ({error.strerror}), so nothing was started: a run writes its "
         f"lock, its run folder and its checkpoints inside the project; {write_advice(error)}, then run again"
     )
-
-
-def refuse_live_run(project: Path, doing: str) -> None:
-    """TargetError naming the live run of `project` (a runner holding its lock, or a job's processes left running
-    in one of its run folders) before `doing` changes files under it."""
-    alive = live_run(project)
-    if alive is None:
-        from wizard.render.replace import live_runs
-
-        alive = "; ".join(live_runs(project)) or None
-    if alive:
-        raise TargetError(
-            f"a run of {project} is alive ({alive}), so nothing was changed: {doing} would change files under it; "
-            "wait for it to end, or stop it (Ctrl-C in its terminal, or kill -INT its pid), then run again"
-        )

@@ -138,6 +138,10 @@ class Engine(abc.ABC):
         """For each node on another host: what keeps it from taking part again (unreachable, processes left)."""
         return {}
 
+    def spare_problems(self, launch: Launch, host: str) -> list[str]:
+        """What keeps spare `host` from taking a node's place (its device network); [] where fine or unchecked."""
+        return []
+
     def seed_spares(self, launch: Launch, spares: dict[int, str], donor: int) -> list[str]:
         """Give spares that just took a node's rank what they need to resume (a checkpoint); what went wrong."""
         return []

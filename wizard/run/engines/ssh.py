@@ -31,6 +31,7 @@ from wizard.run.engines.common import ENV_SPARE_ADDR, ENV_STATUS_HOST, node_envi
 from wizard.run.engines.ssh_copy import copy_list
 from wizard.run.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
 from wizard.run.engines.ssh_run import run_all
+from wizard.run.engines.ssh_spare import spare_device_network
 from wizard.run.hang_stacks import NOT_THIS_RUN
 from wizard.stopping import deferred_signals
 
@@ -287,6 +288,10 @@ class SshEngine(Engine):
 
         chosen = launch.env.get(ENV_CHECKPOINT_DIR) or os.environ.get(ENV_CHECKPOINT_DIR)
         return chosen or f"{self.remote_dir(launch).rstrip('/')}/checkpoints"
+
+    def spare_problems(self, launch: Launch, host: str) -> list[str]:
+        """The spare's device network, checked over ssh as doctor checks a node's (engines/ssh_spare.py)."""
+        return spare_device_network(launch.answers, host, ssh_command())
 
     def seed_spares(self, launch: Launch, spares: dict[int, str], donor: int) -> list[str]:
         """Copy node `donor`'s checkpoints to each new spare (through this host): a spare resumes like the others.
