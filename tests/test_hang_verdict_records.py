@@ -99,3 +99,23 @@ def test_an_outside_rank_is_said_to_have_completed_only_the_collective_it_comple
     said = judge({0: raw, 1: raw})
     assert "#440, completed" not in said.text
     assert said.text.endswith("(their last collective entered is #440, the last completed #439)"), said.text
+
+
+def not_yet_retired(last: int) -> dict[str, Any]:
+    """A rank back in its data loading whose recorder has not yet marked #`last` done (gloo retires an entry a
+    moment after the call returns: a hang collected in that moment finds it so)."""
+    return record([*(dump_entry(s) for s in range(1, last)), dump_entry(last, done=False)], LOAD)
+
+
+def test_a_collective_another_rank_saw_complete_is_no_collective_this_rank_waits_in() -> None:
+    said = judge({0: stuck_outside(3), 1: not_yet_retired(3)})
+    assert said.text == (
+        "hang: no rank is in a collective: ranks 0-1 are at train.py:118 in load_batch "
+        "(their last collective, #3, completed)"
+    )
+    assert said.odd_ones_out == []
+
+
+def test_a_collective_no_rank_saw_complete_is_still_one_they_wait_in() -> None:
+    said = judge({0: waiting_in(3), 1: waiting_in(3)})
+    assert [(g.ranks, g.kind) for g in said.groups] == [([0, 1], "waiting")]

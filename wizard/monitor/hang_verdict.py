@@ -148,7 +148,8 @@ def judge(
     else:
         found = list(records)
     found.sort(key=lambda record: record.rank)
-    answered = [_read(record) for record in found if record.answered]
+    done = completed_anywhere(record for record in found if record.answered)
+    answered = [_read(record, done) for record in found if record.answered]
     silent = [record for record in found if not record.answered]
     at = time_at if time_at is not None else max((r.time for r in found if r.time is not None), default=None)
     newest = max((r.record.last_entered for r in answered if r.record.last_entered is not None), default=None)
@@ -157,7 +158,7 @@ def judge(
     head += f" at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC" if at is not None else ""
     said: list[Group] = []
     if groups:
-        said.append(_main_group(groups[0], answered))
+        said.append(_main_group(groups[0], answered, done))
         said += [_against(group, groups[0], newest) for group in groups[1:]]
     said += [_silent(record) for record in silent]
     recorded = [r.record.rank for r in answered if r.record.recorded]
@@ -177,10 +178,28 @@ def judge(
     )
 
 
-def _read(record: RankRecord) -> _Rank:
+P2P = ("send", "recv", "isend", "irecv")
+
+
+def completed_anywhere(records: Iterable[RankRecord]) -> set[tuple[str, int]]:
+    """The (group, seq) of every collective some rank's recorder saw complete.
+
+    A collective that completed on one rank was entered by every rank of its group, and none of them waits in it
+    for a peer: a rank whose own recorder has not yet marked it completed (gloo retires its entries a moment after
+    the call returns) is not stuck there. Point-to-point operations are left out: they involve two ranks only.
+    """
+    return {
+        (entry.group, entry.seq)
+        for record in records
+        for entry in record.entries
+        if entry.state == COMPLETED and entry.op not in P2P
+    }
+
+
+def _read(record: RankRecord, done: set[tuple[str, int]]) -> _Rank:
     place = users_frame(record.main)
     if record.recorded:
-        pending = _pending(record)
+        pending = _pending(record, done)
         if pending is not None:
             return _Rank(record, IN, _collective(pending, record.backend), place)
         return _Rank(record, OUTSIDE, None, place)
@@ -188,9 +207,9 @@ def _read(record: RankRecord) -> _Rank:
     return _Rank(record, IN if op else OUTSIDE, Collective(op) if op else None, place)
 
 
-def _pending(record: RankRecord) -> Entry | None:
-    """The collective the rank waits in: its newest one not completed, that of the default group first."""
-    waiting = [entry for entry in record.entries if entry.state != COMPLETED]
+def _pending(record: RankRecord, done: set[tuple[str, int]]) -> Entry | None:
+    """The collective the rank waits in: its newest one not completed (on any rank), the default group's first."""
+    waiting = [entry for entry in record.entries if entry.state != COMPLETED and (entry.group, entry.seq) not in done]
     newest = [entry for entry in waiting if entry.group == "0" and entry.seq == record.last_entered]
     return (newest or waiting[-1:] or [None])[0]
 
@@ -237,7 +256,7 @@ def _behind(ranks: list[_Rank], newest: int | None) -> bool:
     return newest is not None and last is not None and last < newest
 
 
-def _main_group(ranks: list[_Rank], answered: list[_Rank]) -> Group:
+def _main_group(ranks: list[_Rank], answered: list[_Rank], done: set[tuple[str, int]]) -> Group:
     first = ranks[0]
     who = ranks_text([r.record.rank for r in ranks])
     if first.status == IN and first.collective is not None:
@@ -248,16 +267,16 @@ def _main_group(ranks: list[_Rank], answered: list[_Rank]) -> Group:
     words = f"{'no rank is in a collective: ' if everyone else ''}{who} {_is(ranks)} {_at(first.place)}"
     words += "" if everyone else ", outside any collective"
     if first.record.recorded:
-        words += f" ({_last_collective(first.record, 'their' if len(ranks) > 1 else 'its')})"
+        words += f" ({_last_collective(first.record, 'their' if len(ranks) > 1 else 'its', done)})"
     return Group(_numbers(ranks), "outside", words, None, last, first.place)
 
 
-def _last_collective(record: RankRecord, its: str) -> str:
-    """`its last collective, #439, completed`: called completed only where the recorder said so."""
+def _last_collective(record: RankRecord, its: str, done: set[tuple[str, int]]) -> str:
+    """`its last collective, #439, completed`: called completed only where a recorder said so."""
     last, completed = record.last_entered, record.last_completed
     if last is None:
         return "no collective yet"
-    if completed == last:
+    if completed == last or ("0", last) in done:
         return f"{its} last collective, #{last}, completed"
     done = f"the last completed #{completed}" if completed is not None else "none completed"
     return f"{its} last collective entered is #{last}, {done}"
