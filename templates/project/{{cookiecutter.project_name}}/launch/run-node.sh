@@ -236,7 +236,7 @@ export TORCH_HCCL_DUMP_ON_TIMEOUT="${TORCH_HCCL_DUMP_ON_TIMEOUT:-1}"
 {%- endif %}
 # With the dump on, a failing collective holds its rank TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC
 # (torch_npu's default 600 s) before it exits; Ascend asks for it below HCCL_EXEC_TIMEOUT.
-export TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC="${TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC:-{{ 600 if exec_s == 0 or exec_s > 666 else [1, exec_s - exec_s // 10]|max }}}"
+export TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC="${TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC:-{{ (600 if exec_s == 0 or exec_s > 666 else [1, exec_s - exec_s // 10]|max)|int }}}"
 mkdir -p "$NPU_WIZARD_RUN_DIR/hccl"
 export TORCH_HCCL_DEBUG_INFO_TEMP_FILE="${TORCH_HCCL_DEBUG_INFO_TEMP_FILE:-$NPU_WIZARD_RUN_DIR/hccl/rank-}"
 # torch_npu makes the pipe with mkfifo in its monitor thread, which does not survive a
