@@ -16,12 +16,17 @@ GITIGNORE_TEXT = "# npu-wizard's run output: git leaves this folder out (git add
 def keep_out_of_git(folder: Path) -> None:
     """Write `folder`/.gitignore ignoring everything in the folder, unless it has one."""
     path = Path(folder) / ".gitignore"
-    with contextlib.suppress(FileExistsError):
-        try:
-            with path.open("x") as handle:
-                handle.write(GITIGNORE_TEXT)
-        except OSError:
-            # a full disk: an empty .gitignore would be taken as ours and never written again
-            with contextlib.suppress(OSError):
-                path.unlink()
-            raise
+    try:
+        handle = path.open("x")
+    except (
+        FileExistsError
+    ):  # the user's, or another rank's written a moment ago: never touched
+        return
+    try:
+        with handle:
+            handle.write(GITIGNORE_TEXT)
+    except OSError:
+        # a full disk: an empty .gitignore would be taken as ours and never written again
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
