@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 import pytest
 
 from runtime import folders
 from runtime.folders import GITIGNORE_TEXT, keep_out_of_git
+from tests.test_runtime_checkpoint import DiskFullFileDouble
 
 
 def test_a_second_call_leaves_the_gitignore_the_first_wrote(tmp_path: Path) -> None:
@@ -25,24 +25,11 @@ def test_a_users_own_gitignore_is_left_as_it_is(tmp_path: Path) -> None:
 
 
 def test_a_full_disk_leaves_no_empty_gitignore_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class FullDisk:
-        def __init__(self, real: object) -> None:
-            self.real = real
-
-        def __enter__(self) -> FullDisk:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self.real.close()  # type: ignore[attr-defined]
-
-        def write(self, text: str) -> int:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
     real_open = Path.open
 
     def full_disk_open(self: Path, *args: object, **kwargs: object) -> object:
         opened = real_open(self, *args, **kwargs)  # type: ignore[arg-type]
-        return FullDisk(opened) if self.name == ".gitignore" else opened
+        return DiskFullFileDouble(opened) if self.name == ".gitignore" else opened
 
     monkeypatch.setattr(folders.Path, "open", full_disk_open)
     with pytest.raises(OSError, match="No space left"):
