@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-fast snapshots bench clean torch21
 
+# pytest workers for `make test`: more than the two cores, because much of the suite waits on a scheduler,
+# a hang deadline, a shaped link or sshd while the others fill the cores
+TEST_WORKERS ?= 3
+
 $(BIN)/npu-wizard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -32,7 +36,7 @@ demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it
 # a condition with a deadline, never on a bound that a busier core would break.
 # --dist loadgroup: the tests that read one shared run (tests/conftest.py) go to one worker, which makes it once.
 test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowest tests (setup, call or teardown)
-	$(BIN)/python -m pytest -n 3 --dist loadgroup -q -rs --durations=20
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -q -rs --durations=20
 
 # The inner loop: the tests that start no training process (-m "not slow"): renders, answers, the TUI, parsing,
 # verdicts and reports on recorded or hand-made folders, launch scripts under test doubles. `make test` before a push.
