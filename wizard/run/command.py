@@ -17,13 +17,12 @@ from wizard.errors import TargetError, shown
 from wizard.monitor.plain import run_plain
 from wizard.render import journal
 from wizard.render.conflict_markers import refuse_unresolved
-from wizard.render.update_lock import update_at_work
+from wizard.render.project_locks import RunLock, run_lock, update_at_work
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job
 from wizard.run.launch import RunOptions, load_project, manual_steps, nodes_to_start
 from wizard.run.launch import dry_run as show_dry_run
-from wizard.run.run_lock import RunLock, run_lock
 
 Closing = Callable[[Path, str | None], Sequence[str]]  # (run folder, outcome) -> the lines to print once a job ended
 

@@ -1,0 +1,34 @@
+"""The house of wizard/: each shared piece of machinery lives in one module, which every caller imports.
+
+Issue 36 item 32: the run and update locks, the run-folder reader and the atomic writes each had two copies.
+Read from the source with `ast`, like tests/test_layout.py.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+WIZARD = Path(__file__).resolve().parent.parent / "wizard"
+
+
+def calls_of(name: str) -> list[str]:
+    """The modules of wizard/ (paths relative to it) that call `name`, an attribute such as `fcntl.flock`."""
+    owner, _, attribute = name.rpartition(".")
+    found = set()
+    for path in sorted(WIZARD.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == attribute
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == owner
+            ):
+                found.add(str(path.relative_to(WIZARD)))
+    return sorted(found)
+
+
+def test_one_module_takes_and_reads_every_lock_of_a_project() -> None:
+    """The run locks and the update lock, and the no-flock fallback, are taken in wizard/render/project_locks.py."""
+    assert calls_of("fcntl.flock") == ["render/project_locks.py"]
