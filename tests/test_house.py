@@ -32,3 +32,12 @@ def calls_of(name: str) -> list[str]:
 def test_one_module_takes_and_reads_every_lock_of_a_project() -> None:
     """The run locks and the update lock, and the no-flock fallback, are taken in wizard/render/project_locks.py."""
     assert calls_of("fcntl.flock") == ["render/project_locks.py"]
+
+
+def test_one_module_writes_a_file_atomically() -> None:
+    """A new file beside the target, moved into place (the run folder's records, the report): wizard/atomic_files.py.
+
+    The bundle's archive (0600, and never replacing a file without --force) and RUN/hang/ (written relative to
+    its opened folder, wizard/run/safe_folder.py) are written their own way on purpose.
+    """
+    assert calls_of("tempfile.mkstemp") == ["atomic_files.py"]

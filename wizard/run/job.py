@@ -25,13 +25,14 @@ from typing import TextIO
 
 from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
+from wizard.atomic_files import write_json
 from wizard.errors import TargetError, cannot_write
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.hang_verdict import HangVerdict, hang_summary
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
-from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
+from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize
 from wizard.run.attempts import Attempts
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train

@@ -13,10 +13,10 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import replace
 
+from wizard.atomic_files import write_json
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
 from wizard.monitor.run_files import RunFileError, read_json_object
-from wizard.monitor.summary_text import write_json
 from wizard.run.attempts import keep_logs, node_health
 from wizard.run.engines import EngineError, engine_for
 
