@@ -41,3 +41,22 @@ def test_one_module_writes_a_file_atomically() -> None:
     its opened folder, wizard/run/safe_folder.py) are written their own way on purpose.
     """
     assert calls_of("tempfile.mkstemp") == ["atomic_files.py"]
+
+
+def names_of(name: str) -> list[str]:
+    """The modules of wizard/ that name the attribute `name` (such as `stat.S_IFIFO`) anywhere."""
+    owner, _, attribute = name.rpartition(".")
+    found = set()
+    for path in sorted(WIZARD.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr == attribute:
+                if isinstance(node.value, ast.Name) and node.value.id == owner:
+                    found.add(str(path.relative_to(WIZARD)))
+    return sorted(found)
+
+
+def test_one_module_reads_a_run_folder_refusing_what_is_no_regular_file() -> None:
+    """monitor, run, report and bundle read run folders through wizard/monitor/run_files.py (the bundle's own
+    copy, bundle/safe.py, with its own words for the same refusals, is gone)."""
+    assert names_of("stat.S_IFIFO") == ["monitor/run_files.py"]
+    assert not (WIZARD / "bundle" / "safe.py").exists()
