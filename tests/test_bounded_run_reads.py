@@ -84,3 +84,10 @@ def test_a_folder_listing_and_a_part_read_refuse_what_the_whole_reads_refuse(tmp
     with pytest.raises(RunFileError, match="hang is a symbolic link, not a regular file"):
         is_folder(tmp_path / "hang")
     assert is_folder(tmp_path / "logs") and not is_folder(tmp_path / "events")
+
+
+def test_a_json_file_nested_past_what_json_reads_is_no_object_and_no_crash(tmp_path: Path) -> None:
+    from wizard.monitor.run_files import read_json_object
+
+    (tmp_path / "run.json").write_bytes(b'{"x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
+    assert read_json_object(tmp_path / "run.json") is None  # json's RecursionError, caught where the file is read
