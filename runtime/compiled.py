@@ -20,17 +20,14 @@ error of the model itself fails the eager call too, and is raised from there.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from runtime import events
+from runtime import events, rehearsal
 
 MODES = ("off", "default", "reduce-overhead")
-# tests only: the compiler backend raises, as it does for a model that cannot compile
-FAIL_FOR_TESTS = "NPU_WIZARD_TEST_COMPILE_FAILS"
 
 
 class CompiledStep:
@@ -112,7 +109,7 @@ class CompiledStep:
 def compile_options(mode: str, device_type: str) -> dict[str, Any]:
     """The keyword arguments of torch.compile for `mode` on `device_type`."""
     _check(mode)
-    if os.environ.get(FAIL_FOR_TESTS) == "1":
+    if rehearsal.compile_fails():
         return {"backend": _failing_backend}
     if device_type == "npu":
         return {"backend": npu_backend(mode)}
@@ -142,7 +139,9 @@ def _mark_step(mode: str, device_type: str) -> None:
 
 
 def _failing_backend(graph: Any, example_inputs: Any) -> Any:
-    raise RuntimeError(f"this backend always fails ({FAIL_FOR_TESTS}=1, for tests)")
+    raise RuntimeError(
+        f"this backend always fails ({rehearsal.ENV_REHEARSE}={rehearsal.COMPILE_FAILS}, a rehearsal)"
+    )
 
 
 def _check(mode: str) -> None:

@@ -55,9 +55,6 @@ HELLO, BYE, LOST = "hello", "bye", "lost"
 QUEUE_LIMIT = 1000
 RETRY_S = 2.0
 CLOSE_WAIT_S = 2.0
-# test-only: shrink each status socket's buffers to this many bytes, so that a
-# paused monitor fills them in seconds (tests/test_status_reconnect.py)
-ENV_TEST_BUFFER = "NPU_WIZARD_TEST_STATUS_BUFFER"
 ASK_FIELD = "ask"
 MAX_ASK_BYTES = 4096  # an ask is a short line; more is not one
 MAX_ASKS_AT_ONCE = 4  # asks of different kinds answered at the same time
@@ -114,12 +111,6 @@ def is_nonce(value: object) -> bool:
     )
 
 
-def test_buffer_size(env: Mapping[str, str] = os.environ) -> int | None:
-    """The socket buffer size a test asked for with NPU_WIZARD_TEST_STATUS_BUFFER, else None."""
-    value = env.get(ENV_TEST_BUFFER, "")
-    return int(value) if value.isdigit() and value.isascii() else None
-
-
 def parse_address(value: str) -> tuple[str, int]:
     """`host:port` (or `[v6]:port`) as a (host, port) pair."""
     host, _, port = value.rpartition(":")
@@ -145,7 +136,6 @@ class StatusPublisher:
         self._answering: set[str] = set()  # the kinds of ask being answered now
         self._closing = threading.Event()
         self._socket: socket.socket | None = None
-        self._buffer = test_buffer_size()
         self.connections = (
             0  # how many times it connected: more than once is a reconnect
         )
@@ -322,19 +312,7 @@ class StatusPublisher:
             self.publish(event)
 
     def _connect(self) -> socket.socket:
-        if self._buffer is None:
-            return socket.create_connection(self.address, timeout=RETRY_S)
-        host, port = self.address
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        connection = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer)
-            connection.settimeout(RETRY_S)
-            connection.connect((host, port))
-        except OSError:
-            connection.close()
-            raise
-        return connection
+        return socket.create_connection(self.address, timeout=RETRY_S)
 
     def _hello(self) -> bytes:
         return encode(

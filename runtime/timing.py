@@ -31,7 +31,7 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any, TypeVar
 
-from runtime import hang_on_purpose
+from runtime import rehearsal
 
 ENV_STEP_TIMING = "NPU_WIZARD_STEP_TIMING"
 DEVICE_TIMED = ("npu", "cuda")  # devices whose forward is timed with device events
@@ -62,8 +62,10 @@ class StepTimer:
         self._data_s = 0.0
         self._forward_s = 0.0
         self._forward_started = 0.0
-        self._done = 0  # steps of this process, for a test's planned hang
-        self._hang = hang_on_purpose.planned()  # None but in the hang tests
+        self._done = 0  # steps of this process, for a rehearsed hang
+        self._hang = (
+            rehearsal.planned()
+        )  # None but in a rehearsal (runtime/rehearsal.py)
 
     def batches(self, batches: Iterable[Batch]) -> Iterable[Batch]:
         """`batches`, each one's arrival timed as waiting for data."""

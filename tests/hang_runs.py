@@ -1,7 +1,7 @@
 """One real 2 x 2 CPU run that hangs four times on purpose, and the hang/ folder the runner wrote each time.
 
-NPU_WIZARD_TEST_HANG (runtime/hang_on_purpose.py; the user's script below
-reads it too) plans the hangs, NPU_WIZARD_TEST_HANG_RELEASE lets a sleeping
+NPU_WIZARD_REHEARSE (runtime/rehearsal.py, docs/rehearse.md; the user's script
+below reads it too) plans the hangs, and its release=FOLDER lets a sleeping
 rank go on, so that one run (one start-up of four torch processes) serves
 every case of issue 28's proof:
 
@@ -35,7 +35,7 @@ from tests.runs import clean_up, events_of, kinds, node_env, run_dirs, start_run
 
 DATA_STEP, LATE_STEP, BARRIER_STEP = 4, 10, 16
 LATE_RANK, STOPPED_RANK, BARRIER_RANK = 3, 2, 1
-PLAN = f"*:{DATA_STEP}:data,{LATE_RANK}:{LATE_STEP}:sleep,{BARRIER_RANK}:{BARRIER_STEP}:barrier"
+PLAN = f"hang:*:{DATA_STEP}:data,hang:{LATE_RANK}:{LATE_STEP}:sleep,hang:{BARRIER_RANK}:{BARRIER_STEP}:barrier"
 HANG_AFTER_S = "6"
 START_S = 300  # four torch processes on a loaded two-core machine
 PHASE_S = 180
@@ -55,11 +55,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 RANK = int(os.environ["RANK"])
-RELEASE = Path(os.environ.get("NPU_WIZARD_TEST_HANG_RELEASE", "/nonexistent"))
+RELEASE = Path("/nonexistent")
 PLAN = {}
-for item in os.environ.get("NPU_WIZARD_TEST_HANG", "").split(","):
-    rank, _, rest = item.partition(":")
-    step, _, how = rest.partition(":")
+for item in os.environ.get("NPU_WIZARD_REHEARSE", "").split(","):
+    if item.startswith("release="):
+        RELEASE = Path(item.removeprefix("release="))
+    _, rank, step, how = (item.split(":") + ["", "", "", ""])[:4]
     if rank in ("*", str(RANK)) and step.isdigit():
         PLAN[int(step)] = how
 
@@ -152,7 +153,7 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
     """Run `project` through the four planned hangs (see the module's text) and interrupt it after the last."""
     release.mkdir(parents=True, exist_ok=True)
     base = env or node_env(project / "runs" / "unused")
-    env = {**base, "NPU_WIZARD_TEST_HANG": PLAN, "NPU_WIZARD_TEST_HANG_RELEASE": str(release)}
+    env = {**base, "NPU_WIZARD_REHEARSE": f"{PLAN},release={release}"}
     runner = start_runner(project, "--interval", "1", "--hang-after", HANG_AFTER_S, *args, env=env)
     stopped: int | None = None
     try:
@@ -219,7 +220,7 @@ def own_script_project(tmp: Path, render: object) -> Path:
 
 def run_late(project: Path, env: dict[str, str], *args: str, timeout: float = START_S + PHASE_S) -> HangRun:
     """Run `project` with rank LATE_RANK asleep before the backward of step LATE_STEP, to --abort-on-hang's end."""
-    env = {**env, "NPU_WIZARD_TEST_HANG": f"{LATE_RANK}:{LATE_STEP}:sleep"}
+    env = {**env, "NPU_WIZARD_REHEARSE": f"hang:{LATE_RANK}:{LATE_STEP}:sleep"}
     runner = start_runner(project, "--interval", "1", "--hang-after", HANG_AFTER_S, "--abort-on-hang", *args, env=env)
     try:
         output, _ = runner.communicate(timeout=timeout)

@@ -279,8 +279,8 @@ def bad_inputs(failed_run: FailedRun, tmp_path: Path) -> dict[str, tuple[list[st
         "not a run": ([str(tmp_path / "plain")], "is not a run folder", tmp_path / "plain"),
         "-o there": ([str(copy), "-o", str(taken)], f"{taken} is there already", copy),
         "fifo": ([str(fifo)], f"{fifo / 'logs' / 'rank-9.log'} is a FIFO, not a regular file", fifo),
-        "link": ([str(linked)], f"{linked / 'logs' / 'rank-9.log'} is a link, not a regular file", linked),
-        "dev zero": ([str(zero)], f"{zero / 'summary.json'} is a link, not a regular file", zero),
+        "link": ([str(linked)], f"{linked / 'logs' / 'rank-9.log'} is a symbolic link, not a regular file", linked),
+        "dev zero": ([str(zero)], f"{zero / 'summary.json'} is a symbolic link, not a regular file", zero),
     }
 
 

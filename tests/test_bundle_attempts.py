@@ -42,7 +42,7 @@ def test_an_attempt_folder_is_read_one_level_deep_and_each_file_checked(tmp_path
     run_dir = restarted_run(tmp_path)
     path = run_dir / "logs" / "attempt-1" / "rank-9.log"
     {"fifo": os.mkfifo, "link": lambda p: p.symlink_to("/etc/passwd"), "folder": os.mkdir}[planted](path)
-    kind = {"fifo": "a FIFO", "link": "a link", "folder": "a folder"}[planted]
+    kind = {"fifo": "a FIFO", "link": "a symbolic link", "folder": "a folder"}[planted]
     with pytest.raises(TargetError, match=f"{path} is {kind}, not a regular file"):
         members_of(run_dir)
 
@@ -51,7 +51,7 @@ def test_a_link_in_place_of_an_attempt_folder_is_refused(tmp_path: Path) -> None
     run_dir = restarted_run(tmp_path)
     (tmp_path / "elsewhere").mkdir()
     (run_dir / "logs" / "attempt-2").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(TargetError, match="attempt-2 is a link, not a regular file"):
+    with pytest.raises(TargetError, match="attempt-2 is a symbolic link, not a regular file"):
         members_of(run_dir)
 
 

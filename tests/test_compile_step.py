@@ -1,8 +1,8 @@
 """The compiled step of train.py (runtime/compiled.py): compiled, or eager in one line; TorchAir on an NPU.
 
 Compiling costs seconds even for a tiny model on this CPU: these tests trace
-with dynamo but compile with a backend that fails on purpose (the test-only
-NPU_WIZARD_TEST_COMPILE_FAILS) or with the TorchAir double, never inductor.
+with dynamo but compile with a backend that fails on purpose (the rehearsal
+NPU_WIZARD_REHEARSE=compile-fails, runtime/rehearsal.py) or with the TorchAir double, never inductor.
 tests/test_compile_runs.py has the one real run that compiles.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from runtime import checkpoint, compiled, device
+from runtime import checkpoint, compiled, device, rehearsal
 from tests.doubles.torch_npu_double import RECORD_ENV, install_torch_npu_double, load_package
 
 
@@ -39,7 +39,7 @@ def test_off_runs_the_step_as_it_is() -> None:
 def test_a_step_that_cannot_compile_trains_eagerly_said_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv(compiled.FAIL_FOR_TESTS, "1")  # test-only: the backend raises, as for a model it cannot take
+    monkeypatch.setenv(rehearsal.ENV_REHEARSE, "compile-fails")  # the backend raises, as for a model it cannot take
     model, step = tiny_step()
     run = compiled.CompiledStep(step, "default", "cpu")
     assert run.compiled  # torch.compile is lazy: nothing failed yet
@@ -49,7 +49,7 @@ def test_a_step_that_cannot_compile_trains_eagerly_said_in_one_line(
     loss.backward()
     assert model.weight.grad is not None
     assert not run.compiled
-    assert run.fallback == "RuntimeError: this backend always fails (NPU_WIZARD_TEST_COMPILE_FAILS=1, for tests)"
+    assert run.fallback == "RuntimeError: this backend always fails (NPU_WIZARD_REHEARSE=compile-fails, a rehearsal)"
     assert capsys.readouterr().err.splitlines() == [
         f"training.compile default: the step did not compile on cpu ({run.fallback}); training eagerly"
     ]
@@ -58,7 +58,7 @@ def test_a_step_that_cannot_compile_trains_eagerly_said_in_one_line(
 
 
 def test_a_models_own_error_is_raised_from_the_eager_call_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(compiled.FAIL_FOR_TESTS, "1")
+    monkeypatch.setenv(rehearsal.ENV_REHEARSE, "compile-fails")
     _model, step = tiny_step()
     run = compiled.CompiledStep(step, "default", "cpu")
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):

@@ -271,7 +271,7 @@ def test_a_rank_in_a_pod_dumps_its_stacks_on_sigusr2_at_a_hang(engine: str, tmp_
     answers = {**cpu_answers(engine, free_port()), "training.samples": 4096, "training.log_every": 2}
     project = render(resolve(answers), tmp_path).project_dir
     master_port = free_port()
-    plan = {"NPU_WIZARD_TEST_HANG": f"{LATE_RANK}:{LATE_STEP}:sleep"}
+    plan = {"NPU_WIZARD_REHEARSE": f"hang:{LATE_RANK}:{LATE_STEP}:sleep"}
     pods = [
         play_pod(
             project, engine, node, tmp_path / f"pod{node}", pod_env({**operator_env(engine, node, master_port), **plan})
@@ -299,7 +299,7 @@ def test_a_rank_in_a_pod_dumps_its_stacks_on_sigusr2_at_a_hang(engine: str, tmp_
                 os.kill(where[rank], signals.SIGUSR2)
             return all(needle in stacks[r].read_text()[after.get(r, 0) :] for r in ranks if stacks[r].exists())
 
-        late = "hang_on_purpose.py"
+        late = "rehearsal.py"
         wait_for(lambda: dumped([LATE_RANK], late, {}), 120, f"rank {LATE_RANK} asleep before its backward", step=2)
         others = [rank for rank in where if rank != LATE_RANK]
         sizes = {rank: len(stacks[rank].read_text()) if stacks[rank].exists() else 0 for rank in others}

@@ -99,7 +99,7 @@ def _within(module: str, package: str) -> bool:
 # or from a lower floor. The shared pieces sit at the bottom; the commands beside the pipeline (doctor, the
 # interactive screens) take answers and render, and the run may use doctor's checks; the CLI sits on top.
 FLOORS = (
-    ("wizard.errors", "wizard.stopping", "wizard.file_locks"),
+    ("wizard.errors", "wizard.stopping", "wizard.atomic_files"),
     ("wizard.answers",),
     ("wizard.render",),
     ("wizard.monitor", "wizard.doctor", "wizard.tui"),

@@ -16,7 +16,7 @@ import pytest
 
 from tests.factories import answers
 from wizard.cli import main
-from wizard.file_locks import file_system
+from wizard.render.project_locks import file_system
 from wizard.render.render import render
 from wizard.run import command
 from wizard.run.launch import RunOptions

@@ -22,9 +22,10 @@ from PIL import Image
 from runtime.events import EventWriter, read_events
 from tests.browser import can_isolate_network, chromium, visit
 from tests.runs import RunEnded, clean_up, node_env, render_cpu, run_dirs, start_runner
+from wizard.atomic_files import write_json
 from wizard.cli import main
 from wizard.monitor.state import JobState
-from wizard.monitor.summary_text import summarize, write_json
+from wizard.monitor.summary_text import summarize
 
 PLOTS = {"loss": (1000, 360), "throughput-ranks": (1000, 360), "throughput-nodes": (1000, 360)}
 SPREAD = {"compute-spread": (1000, 520)}

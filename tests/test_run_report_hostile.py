@@ -17,8 +17,8 @@ import pytest
 
 from runtime.events import EventWriter
 from tests.test_run_report import report_text, user_script_run
+from wizard.atomic_files import write_json
 from wizard.cli import main
-from wizard.monitor.summary_text import write_json
 from wizard.run_page.command import report_at_end
 
 

@@ -4,8 +4,9 @@ A real 2 x 2 CPU job with node 0's and node 1's runners started apart, so that
 node 1's ranks reach node 0 only through the status stream. Node 0's runner is
 stopped (SIGSTOP, as Ctrl-Z does) until every rank's send has blocked past the
 publisher's timeout and the rank has opened a new connection; the socket
-buffers are shrunk (NPU_WIZARD_TEST_STATUS_BUFFER, a test-only variable) and
-heartbeats made frequent so that this takes seconds.
+buffers are shrunk (tests/doubles/small_socket_buffers/ on the runners' and
+ranks' PYTHONPATH, a test double) and heartbeats made frequent so that this
+takes seconds.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime.status import ENV_TEST_BUFFER
 from tests.runs import clean_up, leftover_processes, node_env, render_cpu, run_dirs, start_runner, started_pid, wait_for
 
 pytestmark = pytest.mark.slow
 
 START_S = 180
+SMALL_BUFFERS = Path(__file__).resolve().parent / "doubles" / "small_socket_buffers"  # a sitecustomize
 
 
 def status_port(run_dir: Path) -> int:
@@ -56,7 +57,7 @@ def test_a_runner_stopped_until_every_rank_reconnected_still_finishes_the_job(tm
         tmp_path / "unused",
         NPU_WIZARD_STATUS_TOKEN=secrets.token_hex(16),
         NPU_WIZARD_HEARTBEAT_S="0.02",  # many small events: a shrunk buffer fills in a second
-        **{ENV_TEST_BUFFER: "4096"},
+        PYTHONPATH=os.pathsep.join(filter(None, [str(SMALL_BUFFERS), os.environ.get("PYTHONPATH")])),
     )
     node0 = start_runner(project, "--node", "0", "--interval", "1", env=env)
     wait_for(lambda: run_dirs(project), 60, "node 0's run folder")

@@ -85,6 +85,19 @@ def test_a_deeply_nested_line_is_dropped_and_counted_and_the_stream_goes_on(serv
     client.close(), other.close()
 
 
+def test_a_line_nested_past_the_events_but_within_what_json_reads_is_dropped_too(server: StatusServer) -> None:
+    """json's RecursionError covers only a line nested past the interpreter's recursion limit (the bomb above):
+    json reads a line nested 900 deep, whose event would reach the runner, which writes a remote rank's events
+    again (json.dumps, deeper in its own stack) and there would meet the RecursionError the server escaped. The
+    server's own depth bound (MAX_DEPTH) drops it (issue 36 item 32: the bound stays)."""
+    deep = b'{"event": "step", "rank": 0, "step": 1, "x": ' + b"[" * 900 + b"]" * 900 + b"}\n"
+    json.loads(deep)  # within what json reads
+    client = connect(server, AUTH, event(0), deep, event(0, "step", step=2))
+    assert [e.get("step") for e in drained(server, 2, "the events around the nested line")] == [None, 2]
+    assert server.counts.dropped_lines == 1
+    client.close()
+
+
 def test_nesting_inside_strings_does_not_count(server: StatusServer) -> None:
     client = connect(server, AUTH, event(0, "error", message="[" * 100 + "{" * 100))
     assert drained(server, 1, "the error event")[0]["message"].startswith("[[[")

@@ -85,7 +85,10 @@ def build_run_parser() -> argparse.ArgumentParser:
         epilog="One run of each node of a project at a time; refused while an update of it is at work or half done. "
         "Exit codes: 0 the job finished (whatever --restarts it took), 1 bad project or options (or a run of it "
         "alive), 3 the job failed or hung "
-        "(root cause printed), 130 interrupted, 143 SIGTERM, 129 SIGHUP (every process of the job stopped).",
+        "(root cause printed), 130 interrupted, 143 SIGTERM, 129 SIGHUP (every process of the job stopped). "
+        "To rehearse a failure before a long job, set NPU_WIZARD_REHEARSE: hang:RANK:STEP[:sleep|barrier|data] "
+        "hangs a rank (or * for every rank) at its STEP-th step, compile-fails makes the compiler fail, "
+        "comma-separated (docs/rehearse.md).",
     )
     parser.add_argument("project", help="the rendered project folder")
     where = parser.add_mutually_exclusive_group()

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime import stacks
-from wizard.bundle.nodes import add_other_nodes
+from wizard.bundle.nodes import MEMBER_LIMIT, add_other_nodes
 from wizard.bundle.redact import Redactor
-from wizard.bundle.safe import MEMBER_LIMIT, Read, entries, is_folder, kind_of, read_bounded, refuse
 from wizard.errors import TargetError
+from wizard.monitor.run_files import Read, RunFileError, entries, is_folder, kind_of, read_part, refusal
 
 RUN_FILES = ("run.json", "summary.json", "bandwidth.json", "report.html")
 WHY_ABSENT = {
@@ -73,7 +73,7 @@ def collect(run_dir: Path, redactor: Redactor, env: dict[str, str]) -> Bundle:
     bundle = Bundle()
     checked = _check_folders(run_dir)
     for name in RUN_FILES:
-        read = read_bounded(run_dir / name)
+        read = read_part(run_dir / name, MEMBER_LIMIT)
         if read is None:
             bundle.lack(name, WHY_ABSENT.get(name, "not in the run folder"))
         elif name.endswith(".json") and not read.cut:
@@ -111,7 +111,7 @@ def _check_folders(run_dir: Path) -> dict[str, list[str]]:
                 if folder in ATTEMPT_FOLDERS and stat.S_ISDIR(mode) and ATTEMPT_NAME.fullmatch(name):
                     attempts.append(name)
                 elif not stat.S_ISREG(mode):
-                    raise refuse(run_dir / folder / name, mode)
+                    raise RunFileError(refusal(run_dir / folder / name, mode))
                 else:
                     found.append(name)
         for attempt in sorted(attempts, key=lambda name: -int(name.removeprefix("attempt-"))):
@@ -123,7 +123,7 @@ def _check_folders(run_dir: Path) -> dict[str, list[str]]:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(mode):
-            raise refuse(run_dir / name, mode)
+            raise RunFileError(refusal(run_dir / name, mode))
     return names
 
 
@@ -132,7 +132,7 @@ def _regular_files(folder: Path) -> list[str]:
     names = []
     for name, mode in entries(folder):
         if not stat.S_ISREG(mode):
-            raise refuse(folder / name, mode)
+            raise RunFileError(refusal(folder / name, mode))
         names.append(name)
     return names
 
@@ -151,7 +151,7 @@ def _add_folder(bundle: Bundle, run_dir: Path, folder: str, names: list[str], re
         if bundle.used >= TOTAL_LIMIT:
             left_out = len(names) - index
             break
-        read = read_bounded(run_dir / folder / name)
+        read = read_part(run_dir / folder / name, MEMBER_LIMIT)
         if read is None:  # gone since it was listed
             bundle.lack(f"{folder}/{name}", "removed while the bundle was written")
         elif name.endswith((".jsonl", ".json")):
@@ -176,7 +176,7 @@ def _add_hccl_dumps(bundle: Bundle, run_dir: Path, redactor: Redactor) -> None:
         if stat.S_ISFIFO(mode) and name.endswith(".pipe"):
             bundle.lack(member, "torch_npu's pipe that asks a rank for a dump (a FIFO, nothing to bundle)")
             continue
-        read = read_bounded(folder / name) if stat.S_ISREG(mode) else None
+        read = read_part(folder / name, MEMBER_LIMIT) if stat.S_ISREG(mode) else None
         if read is None:
             bundle.lack(member, f"{kind_of(mode) if not stat.S_ISREG(mode) else 'removed'}: left out")
         elif name.endswith("_py_traceback") or read.cut:
@@ -195,7 +195,7 @@ def _started_events(run_dir: Path) -> dict[int, list[dict]]:
     """Each rank's `started` events (one per start: restarts add more), from the head and tail of its events."""
     found: dict[int, list[dict]] = {}
     for path in sorted((run_dir / "events").glob("rank-*.jsonl")) if (run_dir / "events").is_dir() else []:
-        head, tail = read_bounded(path, MEMBER_LIMIT, head=True), read_bounded(path, MEMBER_LIMIT)
+        head, tail = read_part(path, MEMBER_LIMIT, head=True), read_part(path, MEMBER_LIMIT)
         lines = (head.data if head else b"").splitlines()
         if head and head.cut and tail:
             lines += tail.data.splitlines()
@@ -222,7 +222,7 @@ def _add_started(bundle: Bundle, started: dict[int, list[dict]], redactor: Redac
 
 def _project_of(run_dir: Path) -> Path | None:
     """The project of the run: run.json's, else the folder above runs/; None where it has no answers.yaml."""
-    read = read_bounded(run_dir / "run.json")
+    read = read_part(run_dir / "run.json", MEMBER_LIMIT)
     try:
         named = json.loads(read.data).get("project") if read else None
     except (ValueError, AttributeError):
@@ -234,7 +234,7 @@ def _project_of(run_dir: Path) -> Path | None:
 
 
 def _add_answers(bundle: Bundle, project: Path | None, redactor: Redactor) -> None:
-    read = read_bounded(project / "answers.yaml") if project else None
+    read = read_part(project / "answers.yaml", MEMBER_LIMIT) if project else None
     if read is None:
         bundle.lack("answers.yaml", "the run's project folder (run.json's project) has no answers.yaml")
     else:
@@ -276,7 +276,7 @@ def _add_plogs(bundle: Bundle, here: list[dict], redactor: Redactor, env: dict[s
         return
     for _pid, paths in sorted(found.items()):
         for path in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True)[:PLOGS_PER_PID]:
-            read = read_bounded(path)
+            read = read_part(path, MEMBER_LIMIT)
             if read is not None:
                 text = redactor.text(read.data.decode("utf-8", "replace")).encode()
                 bundle.add(f"plog/{path.parent.parent.name}-{path.name}", text, _cut(read), note=str(path))

@@ -13,6 +13,7 @@ from wizard.bundle.collect import Bundle, collect
 from wizard.bundle.redact import Redactor
 from wizard.errors import TargetError
 from wizard.monitor.attach import run_folder_path
+from wizard.monitor.run_files import RunFileError
 from wizard.run.secret_marks import MARKS_FILE, SecretMarks, read_secret_marks
 
 
@@ -32,7 +33,10 @@ def bundle(path: Path, output: Path | None = None, *, force: bool = False) -> Pa
     _refuse_target(target, force)
     env = dict(os.environ)
     marks = read_secret_marks(run_dir)
-    found = collect(run_dir, Redactor.from_env(env, marks), env)
+    try:
+        found = collect(run_dir, Redactor.from_env(env, marks), env)
+    except RunFileError as refused:  # a file of the run folder that is no regular file, or cannot be read
+        raise TargetError(f"{refused}; nothing was written") from None
     found.secrets_note = _secrets_note(marks, env)
     archive = _archive(run_dir, found, stamp)
     _write(target, archive, force)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Protocol
 
 from wizard.bundle.redact import Redactor
-from wizard.bundle.safe import MEMBER_LIMIT
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.run_files import RunFileError, read_json_object
 from wizard.run.engines.ssh import ssh_command
@@ -35,6 +34,7 @@ class Bundle(Protocol):
         """Name what is missing, and why."""
 
 
+MEMBER_LIMIT = 2 * 1024 * 1024  # bytes of one file the bundle keeps: the tail of a bigger one
 COMMAND_S = 20  # seconds one tool may take on a node
 REACH_S = 30.0  # seconds to reach a node, on top of its tools' time
 PLOGS_PER_PID = 2

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from wizard.atomic_files import write_json
 from wizard.errors import TargetError
 from wizard.monitor import procs
 from wizard.monitor.attach import RunFolder
 from wizard.monitor.hang_verdict import hang_summary
 from wizard.monitor.run_files import RunFileError, read_json_object
-from wizard.monitor.summary_text import write_json
 from wizard.monitor.terminal import PrintableOut
 
 HANG_DIR, ASK_FILE, COLLECTED = "hang", "ask", "collected.json"  # as wizard/run/hang_stacks.py names them

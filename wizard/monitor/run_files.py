@@ -6,13 +6,20 @@ Every reader of run.json, summary.json, events files and logs goes through here:
 following a link and without waiting (O_NOFOLLOW, O_NONBLOCK), and read only if what was opened is a regular
 file; a whole-file read stops at its bound. What is refused raises `RunFileError`, whose message is one line
 naming the file and what it is.
+
+Three ways to read a file: whole, refused past a bound (`read_bounded`, `read_json_object`, `read_events`); only
+its end or its start, at most a bound of it (`read_tail`, `read_head`); or at most a bound of its end or start
+cut on whole lines, with the file's whole size (`read_part`: what the bundle keeps of a log). A folder is listed
+without following links (`entries`), and a link or a file in place of a folder is refused (`is_folder`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,10 +45,30 @@ class RunFileError(TargetError):
     """A file of a run folder that is no regular file, or larger than it may be."""
 
 
+@dataclass(frozen=True)
+class Read:
+    """What `read_part` read of a file: at most its bound of it, and the file's whole size."""
+
+    data: bytes
+    size: int
+
+    @property
+    def cut(self) -> bool:
+        """Whether part of the file was left out."""
+        return len(self.data) < self.size
+
+
+def kind_of(mode: int) -> str:
+    """What a file of this mode (stat's st_mode) is, in words."""
+    return KINDS.get(stat.S_IFMT(mode), "no regular file")
+
+
 def refusal(path: Path, mode: int) -> str:
     """The one line that refuses `path`, which is a file of kind `mode` (stat's st_mode)."""
-    kind = KINDS.get(stat.S_IFMT(mode), "no regular file")
-    return f"{path} is {kind}, not a regular file: npu-wizard reads only regular files in a run folder (move it away)"
+    return (
+        f"{path} is {kind_of(mode)}, not a regular file: npu-wizard reads only regular files in a run folder "
+        "(move it away)"
+    )
 
 
 def open_regular(path: Path) -> BinaryIO | None:
@@ -51,7 +78,7 @@ def open_regular(path: Path) -> BinaryIO | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
-        if error.errno == getattr(os, "ELOOP", 40):  # O_NOFOLLOW met a link
+        if error.errno == errno.ELOOP:  # O_NOFOLLOW met a link
             raise RunFileError(refusal(path, stat.S_IFLNK)) from None
         raise RunFileError(f"cannot read {path}: {error.strerror or error}") from None
     mode = os.fstat(fd).st_mode
@@ -104,6 +131,49 @@ def read_head(path: Path, limit: int = HEAD_BYTES) -> bytes | None:
         return None
     with handle:
         return handle.read(limit)
+
+
+def read_part(path: Path, limit: int, *, head: bool = False) -> Read | None:
+    """At most the last (with `head`: the first) `limit` bytes of `path`, on whole lines where it is cut, and its
+    whole size; None for no file; RunFileError where it is no regular file or cannot be read."""
+    handle = open_regular(path)
+    if handle is None:
+        return None
+    with handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            start = 0 if head else max(0, size - limit)
+            handle.seek(start)
+            data = handle.read(min(limit, size - start))
+        except OSError as error:
+            raise RunFileError(f"cannot read {path}: {error.strerror or error}") from None
+    if head and len(data) < size and b"\n" in data:  # the head ends on a whole line
+        data = data[: data.rindex(b"\n") + 1]
+    if start and b"\n" in data:  # the tail starts on a whole line
+        data = data[data.index(b"\n") + 1 :]
+    return Read(data, size)
+
+
+def entries(folder: Path) -> list[tuple[str, int]]:
+    """The names in `folder` with their modes (links not followed), sorted; [] for no such folder."""
+    try:
+        listed = list(os.scandir(folder))
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise RunFileError(f"cannot read {folder}: {error.strerror or error}") from None
+    return sorted((entry.name, entry.stat(follow_symlinks=False).st_mode) for entry in listed)
+
+
+def is_folder(path: Path) -> bool:
+    """Whether `path` is a real folder (not a link to one); RunFileError for a link or any other file there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(mode):
+        raise RunFileError(refusal(path, mode))
+    return True
 
 
 def read_json_object(path: Path, limit: int = JSON_LIMIT) -> dict[str, Any] | None:

@@ -27,9 +27,9 @@ from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
 from wizard.render import journal, pristine
 from wizard.render.generated import RENAMED
 from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR, is_into
+from wizard.render.project_locks import UPDATE_LOCK, update_lock
 from wizard.render.render import RenderResult, render, unedited
 from wizard.render.replace import live_runs
-from wizard.render.update_lock import LOCK, update_lock
 from wizard.stopping import stop_signals_raise
 
 README = RENAMED["README.md"]
@@ -221,7 +221,7 @@ def _has_state(folder: Path) -> bool:
     if state.is_symlink() or not state.is_dir():
         return False
     try:
-        return bool(set(os.listdir(state)) - {os.path.basename(LOCK), os.path.basename(journal.STAGING)})
+        return bool(set(os.listdir(state)) - {os.path.basename(UPDATE_LOCK), os.path.basename(journal.STAGING)})
     except OSError:
         return True
 

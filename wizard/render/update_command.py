@@ -12,9 +12,8 @@ from wizard.answers.source import answers_base, print_warnings, read_answers_tex
 from wizard.errors import ConflictError, TargetError, shown
 from wizard.render import journal
 from wizard.render.conflict_markers import record_conflicts, refuse_unresolved
-from wizard.render.run_lock_holder import refuse_live_run
+from wizard.render.project_locks import refuse_live_run, update_lock
 from wizard.render.update import ANSWERS_FILE, UpdatePlan, plan_update
-from wizard.render.update_lock import update_lock
 
 
 def update(args: argparse.Namespace) -> int:

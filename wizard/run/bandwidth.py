@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from runtime.bandwidth_report import table_lines
 from wizard.answers.hardware import SERIES
-from wizard.monitor.summary_text import write_json
+from wizard.atomic_files import write_json
 
 BANDWIDTH_FILE = "bandwidth.json"
 RESULT_FIELDS = (

@@ -6,24 +6,25 @@ once the job ended (the report's line, the bundle's) comes from the later stages
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from runtime import rehearsal
 from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
 from wizard.errors import TargetError, shown
 from wizard.monitor.plain import run_plain
 from wizard.render import journal
 from wizard.render.conflict_markers import refuse_unresolved
-from wizard.render.update_lock import update_at_work
+from wizard.render.project_locks import RunLock, run_lock, update_at_work
 from wizard.run.checkpoints import checkpoint_dir, set_aside
 from wizard.run.engines import engine_for
 from wizard.run.job import Job
 from wizard.run.launch import RunOptions, load_project, manual_steps, nodes_to_start
 from wizard.run.launch import dry_run as show_dry_run
-from wizard.run.run_lock import RunLock, run_lock
 
 Closing = Callable[[Path, str | None], Sequence[str]]  # (run folder, outcome) -> the lines to print once a job ended
 
@@ -39,6 +40,7 @@ def run(
     refuse_unresolved(project, f"run npu-wizard run {folder} again")
     refuse_epochs_for_own_script(project, options.train_args)
     refuse_profile_ranks(project, options.profile_ranks)
+    refuse_bad_rehearsal(options)
     if dry_run:
         print(show_dry_run(project, options), end="")
         return
@@ -135,6 +137,14 @@ def refuse_profile_ranks(project: Path, ranks: str | None) -> None:
             f"--profile-ranks {ranks}: {project} has {world_size} rank(s), 0 to {world_size - 1}, so rank "
             f"{', '.join(map(str, missing))} cannot be profiled; nothing was started"
         )
+
+
+def refuse_bad_rehearsal(options: RunOptions) -> None:
+    """Refuse to start ranks that would refuse NPU_WIZARD_REHEARSE (docs/rehearse.md), before any starts."""
+    try:
+        rehearsal.from_env({**os.environ, **options.env})
+    except rehearsal.RehearsalError as error:
+        raise TargetError(f"{error}; nothing was started") from None
 
 
 def refuse_update_at_work(project: Path) -> None:

@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import TextIO
 
 from runtime.preemption import PREEMPTED_EXIT
-from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN, test_buffer_size
+from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
+from wizard.atomic_files import write_json
 from wizard.errors import TargetError, cannot_write
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.hang_verdict import HangVerdict, hang_summary
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
-from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize, write_json
+from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize
 from wizard.run.attempts import Attempts
 from wizard.run.bandwidth import print_bandwidth_report
 from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
@@ -176,10 +177,7 @@ class Job(JobStacks, JobRestarts):
         if plan.listen is None:
             return address(plan.advertise, plan.port) if plan.advertise else None
         try:
-            buffer = test_buffer_size({**os.environ, **self.options.env})
-            self.intake.server = StatusServer(
-                plan.listen, plan.port, self.status_token, clock=self.clock, receive_buffer=buffer
-            )
+            self.intake.server = StatusServer(plan.listen, plan.port, self.status_token, clock=self.clock)
         except OSError as error:
             self.notes.append(
                 f"warning: cannot listen on {plan.listen}:{plan.port} for the ranks' status ({error}); "

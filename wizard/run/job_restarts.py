@@ -10,19 +10,63 @@ kept off).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+from wizard.atomic_files import write_json
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
 from wizard.monitor.run_files import RunFileError, read_json_object
-from wizard.monitor.summary_text import write_json
 from wizard.run.attempts import keep_logs, node_health
 from wizard.run.engines import EngineError, engine_for
 
+if TYPE_CHECKING:
+    from wizard.answers.model import Answers
+    from wizard.monitor.state import JobState
+    from wizard.run.attempts import Attempts
+    from wizard.run.engines import Engine, Launch
+    from wizard.run.hosts import HostPlan
+    from wizard.run.intake import Intake
 
-class JobRestarts:
-    """`Job`'s restarts of the whole job (a part of wizard.run.job.Job, using its attributes)."""
+
+class RestartsOfJob(Protocol):
+    """What `JobRestarts` uses of `Job` (wizard.run.job), and all it uses: Job sets or defines each of these."""
+
+    run_dir: Path
+    answers: Answers
+    clock: Callable[[], float]
+    attempts: Attempts
+    hosts: HostPlan
+    intake: Intake
+    state: JobState  # a restart gives the job a new one
+    engine: Engine  # likewise
+    nodes: list[int]  # the nodes started: a restart may choose others
+    engine_lines: list[str]  # lines for the user: JobRestarts adds to them
+    failed_node: int | None  # JobRestarts writes it
+    submitted_launch: Launch | None  # what the engine was given: JobRestarts writes it
+    job_id: str | None  # the engine's id of the job: JobRestarts writes it
+
+    def launch(self) -> Launch:
+        """What the engine is asked to start."""
+        ...
+
+    def _new_state(self) -> JobState:
+        """An empty state for an attempt of the job."""
+        ...
+
+    def _stop_processes(self) -> None:
+        """Stop every node's processes."""
+        ...
+
+    def _end(self, outcome: str, failure: Failure | None) -> str:
+        """End the job with `outcome`; the outcome."""
+        ...
+
+
+class JobRestarts(RestartsOfJob):
+    """`Job`'s restarts of the whole job (a part of wizard.run.job.Job, using what RestartsOfJob names)."""
 
     def _failed(self, outcome: str, failure: Failure | None) -> str | None:
         """End the job, or, where --restarts allows and a restart can fix it, stop it to start it again."""

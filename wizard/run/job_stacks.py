@@ -9,14 +9,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from wizard.errors import cannot_write
-from wizard.monitor.hang_verdict import judge
+from wizard.monitor.hang_verdict import HangVerdict, judge
 from wizard.run import hang_stacks
 
+if TYPE_CHECKING:
+    from wizard.answers.model import Answers
+    from wizard.monitor.state import JobState
+    from wizard.run.engines import Engine, Launch
+    from wizard.run.intake import Intake
 
-class JobStacks:
-    """`Job`'s collection of every rank's stack (a part of wizard.run.job.Job, using its attributes)."""
+
+class StacksOfJob(Protocol):
+    """What `JobStacks` uses of `Job` (wizard.run.job), and all it uses: Job sets each of these itself."""
+
+    run_dir: Path
+    answers: Answers
+    state: JobState
+    intake: Intake
+    engine: Engine
+    stacks: dict[int, dict] | None  # where each rank was at the last collection: JobStacks writes it
+    hang_verdict: HangVerdict | None  # its judgement: JobStacks writes it
+    unwritten: list[str]  # records of the run a full or read-only disk refused: JobStacks adds to it
+    _hang_seen: bool  # within one hang episode the stacks are collected once: JobStacks keeps it
+
+    def launch(self) -> Launch:
+        """What the engine is asked to start (the probe of a rank that does not answer needs it)."""
+        ...
+
+
+class JobStacks(StacksOfJob):
+    """`Job`'s collection of every rank's stack (a part of wizard.run.job.Job, using what StacksOfJob names)."""
 
     def collect_stacks(
         self, reason: str, on_progress: Callable[[int, int], None] | None = None, asked_id: str | None = None

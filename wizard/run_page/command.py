@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from wizard.atomic_files import write_atomically
 from wizard.errors import TargetError, WizardError
 from wizard.monitor.attach import run_folder_path
-from wizard.monitor.summary_text import write_atomically
 
 REPORT_FILE = "report.html"
 

@@ -226,10 +226,10 @@ class ReviewScreen(Screen[None]):
     def update(self, target: Path) -> None:
         """Merge the edited answers into the project as `npu-wizard update` does; change nothing on a conflict."""
         from wizard.render.conflict_markers import refuse_unresolved
+        from wizard.render.project_locks import update_lock
         from wizard.render.render import RenderResult
         from wizard.render.update import plan_update
         from wizard.render.update_command import write
-        from wizard.render.update_lock import update_lock
 
         try:
             with RENDER_LOCK, update_lock(target, "npu-wizard --edit (the wizard)"):
