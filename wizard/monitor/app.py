@@ -20,6 +20,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
+from textual.widgets.data_table import ColumnKey
 
 from wizard.monitor.ask_stacks import StacksNotCollected, ask_stacks
 from wizard.monitor.attach import RunFolder
@@ -142,6 +143,7 @@ class MonitorApp(App[str | None]):
         self.query_one("#alert", Static).update(self._alert(state, now))
         table = self.query_one(DataTable)
         slow = _slow_ranks(state)
+        widths = {column: table.columns[ColumnKey(column)] for column in COLUMNS}
         for rank, view in sorted(state.ranks.items()):
             if str(rank) not in table.rows:
                 continue
@@ -163,7 +165,10 @@ class MonitorApp(App[str | None]):
                 str(view.restarts),
             )
             for column, value in zip(COLUMNS, cells, strict=True):
-                table.update_cell(str(rank), column, _styled(column, value), update_width=column == "state")
+                # a column widens for what comes later ("printed 3s ago" where "0" was first drawn); only
+                # then, for a narrower value would have the table measure the whole column again
+                wider = column == "state" or len(value) > widths[column].content_width
+                table.update_cell(str(rank), column, _styled(column, value), update_width=wider)
         self._draw_plot(state)
         self._follow_log()
 

@@ -15,7 +15,7 @@ from wizard.monitor.attempt_text import attempt_lines
 from wizard.monitor.hosts_text import host_lines
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.run_files import RunFileError, log_lines, read_tail
-from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
+from wizard.monitor.state import FINISHED, HUNG, RUNNING, STALLED, JobState
 from wizard.monitor.stragglers import LEARN_WINDOWS, Straggler, describe
 
 SUMMARY_FILE = "summary.json"
@@ -54,7 +54,12 @@ def progress_line(state: JobState, elapsed: float, now: float | None = None) -> 
         line += f" | step {state.newest_step()}{f'/{total}' if total else ''}"
         if losses:
             line += f" loss {max(losses, key=lambda view: view.step).loss:.4f}"
-        line += f" | {state.throughput():,.0f} samples/s | {eta_text(state)}"
+        stepped = [view.progress_at for view in state.ranks.values() if view.outcome is None and view.progress_at]
+        if any(name in (STALLED, HUNG) for name in states) and stepped:
+            # a stall: the throughput and the ETA of before it would only repeat, frozen
+            line += f" | last step {max(0.0, (now or state.clock()) - max(stepped)):.0f}s ago"
+        else:
+            line += f" | {state.throughput():,.0f} samples/s | {eta_text(state)}"
     elif (quietest := state.quietest(now)) is not None:
         # ranks of a script that reports no steps: how long the quietest has printed nothing
         line += f" | no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
