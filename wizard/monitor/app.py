@@ -28,7 +28,7 @@ from wizard.monitor.ranks import where
 from wizard.monitor.run_files import RunFileError, open_regular
 from wizard.monitor.source import JobSource, RunningJob
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, JobState
-from wizard.monitor.summary_text import duration, eta_text, failure_log_lines, format_summary, log_tail
+from wizard.monitor.summary_text import FAILED_OUTCOMES, duration, eta_text, failure_log_lines, format_summary, log_tail
 from wizard.monitor.terminal import PrintableOut, printable
 from wizard.stopping import stop_signals_raise
 
@@ -196,7 +196,8 @@ class MonitorApp(App[str | None]):
         summary = self.source.summary or {}
         failure = summary.get("failure")
         hang = (summary.get("hang") or {}).get("text")
-        hang = f"\n[b red]{_shown(hang)}[/]" if hang else ""
+        colour = "b" if (summary.get("hang") or {}).get("reason") == "asked" else "b red"  # asked for: no hang
+        hang = f"\n[{colour}]{_shown(hang)}[/]" if hang else ""
         if failure:
             hint = f"\nhint: {_shown(failure['hint'])}" if failure.get("hint") else ""
             return (
@@ -389,7 +390,8 @@ def run_live(job: RunningJob) -> None:
     for note in job.notes:
         print(note, file=out)
     if job.summary is not None:
-        print(format_summary(job.summary), file=out)
+        # a failed run's error names the root cause next: the summary does not say it first
+        print(format_summary(job.summary, root_cause_follows=job.outcome in FAILED_OUTCOMES), file=out)
     note = job.finished_note()
     if note:
         print(note, file=out)

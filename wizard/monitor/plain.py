@@ -14,7 +14,7 @@ from typing import TextIO
 from wizard.monitor.plain_lines import progress_block, restart_lines
 from wizard.monitor.source import RunningJob
 from wizard.monitor.state import JobState
-from wizard.monitor.summary_text import format_summary, progress_line, straggler_line
+from wizard.monitor.summary_text import FAILED_OUTCOMES, format_summary, progress_line, straggler_line
 from wizard.monitor.terminal import PrintableOut
 from wizard.stopping import stop_signals_raise
 
@@ -76,7 +76,8 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     job.engine_lines.clear()
     print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
     if job.summary is not None:
-        print(format_summary(job.summary), file=out)
+        # a failed run's error names the root cause next: the summary does not say it first
+        print(format_summary(job.summary, root_cause_follows=job.outcome in FAILED_OUTCOMES), file=out)
     note = job.finished_note()
     if note:
         print(note, file=out)
