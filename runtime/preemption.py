@@ -88,8 +88,17 @@ def requested() -> str | None:
 def should_stop() -> bool:
     """True once SIGUSR1 or SIGTERM arrived: save a checkpoint and exit with PREEMPTED_EXIT."""
     global _watched
-    _watched = True
+    if not _watched:
+        _watched = True
+        _say_asked()
     return _received is not None
+
+
+def _say_asked() -> None:
+    """Tell the monitor, once, that this rank asks: a stop signal now has it save rather than end it."""
+    writer = events.current_writer()
+    if writer is not None:  # npu-wizard run's words when it stops the job depend on it
+        writer.emit("stop_asked")
 
 
 def agree(device: Any) -> str | None:

@@ -2,9 +2,16 @@
 
     from runtime import report
 
+    waited = time.perf_counter()
     for step, (inputs, targets) in enumerate(loader, start=1):
-        ...
-        report.step(step, loss=loss, samples=len(inputs), total_steps=epochs * len(loader))
+        data_s = time.perf_counter() - waited  # waiting for the batch
+        began = time.perf_counter()
+        loss = loss_fn(model(inputs), targets)
+        forward_s = time.perf_counter() - began  # the forward pass, no collective in it
+        ...  # backward, optimizer step
+        report.step(step, loss=loss, samples=len(inputs), data_s=data_s, forward_s=forward_s,
+                    total_steps=epochs * len(loader))
+        waited = time.perf_counter()
     report.checkpoint(step, path)
     if report.should_stop_together():  # a rank got SIGUSR1 or SIGTERM: all save at this step, then
         sys.exit(report.PREEMPTED_EXIT)
@@ -24,6 +31,9 @@ A step event is written about once per NPU_WIZARD_REPORT_S seconds (default
 1), with the newest loss, the window's throughput and its mean data and
 forward times. `loss` may be a tensor: it is read (a host-device
 synchronisation) only when an event is written.
+
+Without `data_s` and `forward_s` the straggler detector has nothing to
+compare, and the summary says the stragglers were not judged.
 
 Every rank writes at the same steps, so that the monitor can compare their
 windows (wizard/monitor/stragglers.py matches them by step): an event is

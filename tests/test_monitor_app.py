@@ -279,3 +279,22 @@ async def test_a_run_ended_without_any_window_compared_says_its_stragglers_were_
     async with app.run_test(size=(110, 32)):
         alert = str(app.query_one("#alert", Static).render())
         assert "the job finished: press q for the summary\nstragglers not judged: no rank reported a step" in alert
+
+
+async def test_the_columns_widen_for_what_comes_after_the_first_picture(tmp_path: Path) -> None:
+    state = JobState(2, hang_after=30, clock=lambda: NOW)
+    for rank in range(2):
+        state.ingest(event(rank, "started", 900.0, node=0, host="host0", pid=100 + rank, world_size=2))
+    app = app_for(FakeJob(state, tmp_path))
+    async with app.run_test(size=(110, 32)) as pilot:
+        table = app.query_one(DataTable)
+        assert [str(cell) for cell in table.get_row("0")][3:5] == ["0", "-"]  # drawn before the ranks said more
+        state.ingest(event(0, "heartbeat", 999.0, step=0, epoch=0, silent_s=3.0))
+        state.ingest(event(1, "step", 999.0, step=12, epoch=0, loss=1.23456, samples_per_s=123456.0))
+        app.redraw()
+        await pilot.pause()
+        assert str(table.get_row("0")[3]) == "printed 4s ago"
+        for row in table.rows:
+            for column, cell in zip(table.columns, table.get_row(row), strict=True):
+                # "printed 3s ago" was cut to "prin": a column kept the width of its first picture
+                assert table.columns[column].content_width >= len(str(cell)), (column, cell)

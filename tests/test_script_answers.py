@@ -131,7 +131,7 @@ def test_the_readme_of_a_foreign_project_shows_the_backend_lines_and_the_report_
         compile(block, "README.md", "exec")  # each snippet is Python a user can paste
     assert "import torch_npu" in blocks[0] and 'backend = "hccl" if device == "npu" else "gloo"' in blocks[0]
     assert "from runtime import report" in blocks[1]
-    assert "report.step(step, loss=loss, samples=len(batch), total_steps=epochs * len(loader))" in blocks[1]
+    assert "data_s=data_s, forward_s=forward_s," in blocks[1] and "total_steps=epochs * len(loader)," in blocks[1]
     words = " ".join(readme.split())
     assert "`total_steps` (the steps of the whole run) gives the ETA" in words
     assert f"without it the monitor shows `{ETA_NEEDS_TOTAL}` where the time left would be" in words

@@ -20,6 +20,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Log, Sparkline, Static
+from textual.widgets.data_table import ColumnKey
 
 from wizard.monitor.ask_stacks import StacksNotCollected, ask_stacks
 from wizard.monitor.attach import RunFolder
@@ -27,7 +28,7 @@ from wizard.monitor.ranks import where
 from wizard.monitor.run_files import RunFileError, open_regular
 from wizard.monitor.source import JobSource, RunningJob
 from wizard.monitor.state import FAILED, FINISHED, HUNG, RUNNING, STALLED, JobState
-from wizard.monitor.summary_text import duration, eta_text, failure_log_lines, format_summary, log_tail
+from wizard.monitor.summary_text import FAILED_OUTCOMES, duration, eta_text, failure_log_lines, format_summary, log_tail
 from wizard.monitor.terminal import PrintableOut, printable
 from wizard.stopping import stop_signals_raise
 
@@ -142,6 +143,7 @@ class MonitorApp(App[str | None]):
         self.query_one("#alert", Static).update(self._alert(state, now))
         table = self.query_one(DataTable)
         slow = _slow_ranks(state)
+        widths = {column: table.columns[ColumnKey(column)] for column in COLUMNS}
         for rank, view in sorted(state.ranks.items()):
             if str(rank) not in table.rows:
                 continue
@@ -163,7 +165,10 @@ class MonitorApp(App[str | None]):
                 str(view.restarts),
             )
             for column, value in zip(COLUMNS, cells, strict=True):
-                table.update_cell(str(rank), column, _styled(column, value), update_width=column == "state")
+                # a column widens for what comes later ("printed 3s ago" where "0" was first drawn); only
+                # then, for a narrower value would have the table measure the whole column again
+                wider = column == "state" or len(value) > widths[column].content_width
+                table.update_cell(str(rank), column, _styled(column, value), update_width=wider)
         self._draw_plot(state)
         self._follow_log()
 
@@ -191,7 +196,8 @@ class MonitorApp(App[str | None]):
         summary = self.source.summary or {}
         failure = summary.get("failure")
         hang = (summary.get("hang") or {}).get("text")
-        hang = f"\n[b red]{_shown(hang)}[/]" if hang else ""
+        colour = "b" if (summary.get("hang") or {}).get("reason") == "asked" else "b red"  # asked for: no hang
+        hang = f"\n[{colour}]{_shown(hang)}[/]" if hang else ""
         if failure:
             hint = f"\nhint: {_shown(failure['hint'])}" if failure.get("hint") else ""
             return (
@@ -384,7 +390,8 @@ def run_live(job: RunningJob) -> None:
     for note in job.notes:
         print(note, file=out)
     if job.summary is not None:
-        print(format_summary(job.summary), file=out)
+        # a failed run's error names the root cause next: the summary does not say it first
+        print(format_summary(job.summary, root_cause_follows=job.outcome in FAILED_OUTCOMES), file=out)
     note = job.finished_note()
     if note:
         print(note, file=out)

@@ -15,6 +15,7 @@ from typing import TextIO
 from runtime.events import EventFollower
 from wizard.errors import TargetError
 from wizard.monitor import procs
+from wizard.monitor.plain_lines import progress_block, restart_lines
 from wizard.monitor.run_files import RegularFollower, events_files, read_head, read_json_object
 from wizard.monitor.state import DEFAULT_HANG_AFTER, JobState
 from wizard.monitor.summary_file import checked
@@ -22,7 +23,6 @@ from wizard.monitor.summary_text import (
     SUMMARY_FILE,
     failure_log_lines,
     format_summary,
-    progress_line,
     straggler_line,
     summarize,
 )
@@ -191,11 +191,12 @@ def _first_event_time(run_dir: Path) -> float | None:
 
 
 def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None = None, poll: float = 0.5) -> None:
-    """Print a progress line per interval until the run ends, then its summary."""
+    """Print the job's line and each rank's per interval until the run ends, then its summary."""
     # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
     out = PrintableOut(out or sys.stdout)
     print(f"run folder: {folder.run_dir}", file=out, flush=True)
     next_line, noted = folder.clock(), 0
+    restarts_said: dict[int, int] = {}
     while folder.tick() is None:
         now = folder.clock()
         for note in folder.notes[noted:]:
@@ -203,8 +204,10 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None 
         noted = len(folder.notes)
         for kind, finding in folder.state.stragglers.fresh():
             print(straggler_line(kind, finding, now - folder.started_at), file=out, flush=True)
+        for line in restart_lines(folder.state, restarts_said):
+            print(line, file=out, flush=True)
         if now >= next_line:
-            print(progress_line(folder.state, now - folder.started_at, now), file=out, flush=True)
+            print(progress_block(folder.state, now - folder.started_at, now), file=out, flush=True)
             next_line = now + interval
         time.sleep(poll)
     for note in folder.notes[noted:]:

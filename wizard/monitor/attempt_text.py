@@ -32,3 +32,23 @@ def attempt_line(attempt: Mapping[str, Any]) -> str:
     if attempt.get("refused"):
         said += f"; {attempt['refused']}"
     return said
+
+
+def restart_words(summary: dict[str, Any]) -> str:
+    """`no restart`, `1 restart of the whole job`, `2 restarts: 1 of the whole job, 1 of ranks by their launcher`.
+
+    summary.json's `restarts` counts both kinds; `job_restarts` the whole job's (run --restarts).
+    """
+    total, job = summary.get("restarts") or 0, summary.get("job_restarts") or 0
+    total = total if isinstance(total, int) else 0
+    job = min(job, total) if isinstance(job, int) else 0
+    workers = total - job
+    if not total:
+        return "no restart"
+    kinds = [
+        *([f"{job} of the whole job"] if job else []),
+        *([f"{workers} of ranks by their launcher"] if workers else []),
+    ]
+    if len(kinds) == 1:
+        return f"{total} restart{'s' if total > 1 else ''} {kinds[0].split(' ', 1)[1]}"
+    return f"{total} restarts: {', '.join(kinds)}"

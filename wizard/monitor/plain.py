@@ -1,4 +1,4 @@
-"""The plain view of `npu-wizard run`: a progress line per interval, then the summary.
+"""The plain view of `npu-wizard run`: the job's line and a line per rank each interval, then the summary.
 
 For logs, pipes and terminals without the live view (`--plain`); it drives the
 same job (a `RunningJob`, wizard.monitor.source) as the live view (wizard.monitor.app).
@@ -11,15 +11,16 @@ import sys
 import time
 from typing import TextIO
 
+from wizard.monitor.plain_lines import progress_block, restart_lines
 from wizard.monitor.source import RunningJob
 from wizard.monitor.state import JobState
-from wizard.monitor.summary_text import format_summary, progress_line, straggler_line
+from wizard.monitor.summary_text import FAILED_OUTCOMES, format_summary, progress_line, straggler_line
 from wizard.monitor.terminal import PrintableOut
 from wizard.stopping import stop_signals_raise
 
 
 def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) -> RunningJob:
-    """Start the job, print a progress line per interval and the summary; return the ended job."""
+    """Start the job, print its line and each rank's per interval, then the summary; return the ended job."""
     # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
     out = PrintableOut(out or sys.stdout)
     job.say = lambda line: print(line, file=out, flush=True)
@@ -34,6 +35,7 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     reported_hangs: set[int] = set()
     reported_late = False
     reported_verdict: object | None = None
+    restarts_said: dict[int, int] = {}
     try:
         with stop_signals_raise():
             job.start()
@@ -59,10 +61,12 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
                     print(f"WARNING from {notice.line()}", file=out, flush=True)
                 for kind, finding in job.state.stragglers.fresh():
                     print(straggler_line(kind, finding, now - job.started_at), file=out, flush=True)
+                for line in restart_lines(job.state, restarts_said):
+                    print(line, file=out, flush=True)
                 if outcome is not None:
                     break
                 if now >= next_line:
-                    print(progress_line(job.state, now - job.started_at, now), file=out, flush=True)
+                    print(progress_block(job.state, now - job.started_at, now), file=out, flush=True)
                     next_line += job.interval
                 time.sleep(poll)
     except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
@@ -72,7 +76,8 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     job.engine_lines.clear()
     print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
     if job.summary is not None:
-        print(format_summary(job.summary), file=out)
+        # a failed run's error names the root cause next: the summary does not say it first
+        print(format_summary(job.summary, root_cause_follows=job.outcome in FAILED_OUTCOMES), file=out)
     note = job.finished_note()
     if note:
         print(note, file=out)

@@ -64,6 +64,7 @@ class RankView:
     ended_at: float | None = None
     outcome: str | None = None  # finished, failed (an error event), lost (the process vanished) or preempted
     stop_signal: str | None = None  # the signal a preempted rank saved on
+    asks_stop: bool = False  # its script asked report.should_stop(): a stop signal has it save, not end
     error: dict | None = None
     checkpoint: tuple[int, str, float] | None = None  # the newest this rank wrote: step, path, time
     printed_at: float | None = None  # when its log last grew (a user's script: runtime.userscript's heartbeats)

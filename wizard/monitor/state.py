@@ -160,6 +160,9 @@ class JobState:
         view.stop_signal = str(event.get("signal") or "") or None
         self.stragglers.rank_ended(view.rank)
 
+    def _on_stop_asked(self, view: RankView, event: dict, at: float) -> None:
+        view.asks_stop = True
+
     def _on_error(self, view: RankView, event: dict, at: float) -> None:
         # kept bounded: an event file may hold a message of any size
         error = {key: event.get(key) for key in ("type", "message", "traceback")}

@@ -8,11 +8,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from wizard.monitor.attempt_text import attempt_lines
+from wizard.monitor.attempt_text import attempt_lines, restart_words
 from wizard.monitor.hosts_text import host_lines
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.run_files import RunFileError, log_lines, read_tail
-from wizard.monitor.state import FINISHED, RUNNING, STALLED, JobState
+from wizard.monitor.state import FINISHED, HUNG, RUNNING, STALLED, JobState
 from wizard.monitor.stragglers import LEARN_WINDOWS, Straggler, describe
 
 SUMMARY_FILE = "summary.json"
@@ -20,6 +20,8 @@ LOG_TAIL_LINES = 10
 LOG_SCANNED_LINES = 100_000  # lines of a node's log end (its last 64 KiB) searched for the preflight's failures
 # In place of the ETA where a script sends its steps without total_steps, which the ETA needs.
 ETA_NEEDS_TOTAL = "ETA: pass total_steps= to report.step"
+# the outcomes `npu-wizard run` exits with RunFailed for, whose message names the root cause
+FAILED_OUTCOMES = ("failed", "hung")
 
 
 def duration(seconds: float | None) -> str:
@@ -51,7 +53,12 @@ def progress_line(state: JobState, elapsed: float, now: float | None = None) -> 
         line += f" | step {state.newest_step()}{f'/{total}' if total else ''}"
         if losses:
             line += f" loss {max(losses, key=lambda view: view.step).loss:.4f}"
-        line += f" | {state.throughput():,.0f} samples/s | {eta_text(state)}"
+        stepped = [view.progress_at for view in state.ranks.values() if view.outcome is None and view.progress_at]
+        if any(name in (STALLED, HUNG) for name in states) and stepped:
+            # a stall: the throughput and the ETA of before it would only repeat, frozen
+            line += f" | last step {max(0.0, (now or state.clock()) - max(stepped)):.0f}s ago"
+        else:
+            line += f" | {state.throughput():,.0f} samples/s | {eta_text(state)}"
     elif (quietest := state.quietest(now)) is not None:
         # ranks of a script that reports no steps: how long the quietest has printed nothing
         line += f" | no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
@@ -263,15 +270,18 @@ def preempted_line(preempted: dict[str, Any]) -> str:
     )
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    """The summary as the lines printed at the end of a run."""
+def format_summary(summary: dict[str, Any], *, root_cause_follows: bool = False) -> str:
+    """The summary as the lines printed at the end of a run.
+
+    `root_cause_follows`: the failure is left out, for `npu-wizard run`'s error names it right after.
+    """
     loss = summary.get("final_loss")
     rate = summary.get("samples_per_s")
     lines = [
         f"outcome: {summary['outcome']}",
         f"wall time {duration(summary.get('wall_s'))}, first logged step after "
         f"{duration(summary.get('time_to_first_step_s'))}, {summary.get('steps', 0)} steps, "
-        f"restarts {summary.get('restarts', 0)}",
+        f"{restart_words(summary)}",
         f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
         f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
     ]
@@ -288,14 +298,17 @@ def format_summary(summary: dict[str, Any]) -> str:
         head = f"  rank {rank}{node}: {info.get('state')}"
         head += "" if code is None else f" (exit {code})"
         printed = info.get("printed_s_before_end")
+        again = info.get("restarts") or 0
+        # the launcher's restarts of this rank in the last attempt: a restart of the whole job is said above
+        again = f", started again {again}x by its launcher" if isinstance(again, int) and again > 0 else ""
         if info.get("steps_reported") is False and printed is not None:
             said = f"last printed {duration(printed)} before the end"
-            lines.append(f"{head}, no step reported, {said}, restarts {info.get('restarts', 0)}")
+            lines.append(f"{head}, no step reported, {said}{again}")
             continue
         rank_rate = info.get("samples_per_s")
         shown_rate = f"{rank_rate:,.0f} samples/s" if rank_rate else "- samples/s"
         shown_loss = f"loss {info['loss']:.4f}" if isinstance(info.get("loss"), (int, float)) else "loss -"
-        lines.append(f"{head}, step {info.get('step')}, {shown_loss}, {shown_rate}, restarts {info.get('restarts', 0)}")
+        lines.append(f"{head}, step {info.get('step')}, {shown_loss}, {shown_rate}{again}")
     warnings = summary.get("warnings") or []
     if warnings:
         lines.append("warnings:")
@@ -319,7 +332,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     if hang and hang.get("text"):
         lines.append(f"{hang['text']}\n  (every rank's stack and collectives: {hang.get('folder') or 'hang/'})")
     failure = summary.get("failure")
-    if failure:
+    if failure and not root_cause_follows:
         lines.append(f"failure: {where(failure['rank'], failure['node'])}: {failure['summary']}")
         if failure.get("hint"):
             lines.append(f"hint: {failure['hint']}")

@@ -25,6 +25,7 @@ from typing import TextIO
 
 from runtime.preemption import PREEMPTED_EXIT
 from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
+from wizard.answers.script import is_foreign
 from wizard.atomic_files import write_json
 from wizard.errors import TargetError, cannot_write
 from wizard.monitor.attach import RUN_FILE
@@ -32,6 +33,7 @@ from wizard.monitor.hang_verdict import HangVerdict, hang_summary
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
+from wizard.monitor.stop_text import stop_words
 from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize
 from wizard.run.attempts import Attempts
 from wizard.run.bandwidth import print_bandwidth_report
@@ -227,7 +229,7 @@ class Job(JobStacks, JobRestarts):
         if self.options.max_restarts == 0 and cause is not None and not self._launcher_yet_to_say(cause, codes):
             return self._fail(self.intake.settled_root_cause())
         if self._hang_ends_attempt():
-            return self._failed("hung", hang_failure(self.state, self.clock()))
+            return self._failed("hung", hang_failure(self.state, self.clock(), self.hang_verdict))
         if description.state == ENDED:
             self.intake.ingest()
             if codes and all(code == 0 for code in codes.values()):
@@ -306,10 +308,7 @@ class Job(JobStacks, JobRestarts):
         if not self.submitted or grace <= 0 or not self.engine.ask_to_save():
             return False
         self.state.stopping()
-        self.say(
-            f"stopping: every rank was sent SIGTERM to save a checkpoint at its next logged step; "
-            f"what still runs in {grace:g} s is killed (--save-grace S; Ctrl-C again kills it now)"
-        )
+        self.say(stop_words(self.state, own_script=is_foreign(self.answers["training.script"]), grace=grace))
         deadline = time.monotonic() + grace
         try:
             with stop_signals_raise():

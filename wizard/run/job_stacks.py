@@ -60,7 +60,7 @@ class JobStacks(StacksOfJob):
         except OSError as error:
             self.unwritten.append(cannot_write(self.run_dir / hang_stacks.HANG_DIR, error))
             return None
-        self.hang_verdict = judge(self.stacks)
+        self.hang_verdict = judge(self.stacks, asked=reason == "asked")  # a snapshot asked for is no hang
         return self.run_dir / hang_stacks.HANG_DIR
 
     def _collect_at_hang(self) -> None:

@@ -8,9 +8,17 @@ from pathlib import Path
 
 from runtime.preemption import PREEMPTED_EXIT
 from wizard.errors import WizardError
+from wizard.monitor.hang_verdict import HangVerdict
 from wizard.monitor.ranks import Failure
 from wizard.monitor.state import JobState
-from wizard.monitor.summary_text import SHELL_EXIT, exit_words, failure_report, launcher_log, node_log_reason
+from wizard.monitor.summary_text import (
+    FAILED_OUTCOMES,
+    SHELL_EXIT,
+    exit_words,
+    failure_report,
+    launcher_log,
+    node_log_reason,
+)
 from wizard.monitor.terminal import printable
 
 
@@ -90,11 +98,23 @@ def engine_failure(engine: str, reason: str | None, now: float) -> Failure:
     return Failure(None, None, now, "engine", f"the {engine} job ended early: {reason or 'no reason given'}")
 
 
-def hang_failure(state: JobState, now: float) -> Failure:
-    """The first hung rank (or the start-up deadline, or the stall) as the failure of an --abort-on-hang run."""
+def hang_failure(state: JobState, now: float, verdict: HangVerdict | None = None) -> Failure:
+    """The first hung rank (or the start-up deadline, or the stall) as the failure of an --abort-on-hang run.
+
+    `verdict`: where each rank was at the hang (its stacks); a stall is then laid on the ranks it names as
+    the odd ones out, as the verdict printed before it does, not on every rank that made no step.
+    """
     hung = state.hung(now)
     if not hung and state.late(now):
         return Failure(None, None, now, "missing", f"start-up deadline passed: {state.late_report(now)}")
+    if not hung and verdict is not None and verdict.odd_ones_out:
+        odd = verdict.odd_ones_out
+        held = "; ".join(group.words for group in verdict.groups if set(group.ranks) & set(odd))
+        summary = f"the job stalled (no rank made a step for {state.hang_after:.0f}s): {held}"
+        if len(odd) > 1:
+            return Failure(None, None, now, "hung", summary)
+        view = state.view(odd[0])
+        return Failure(view.rank, view.node, now, "hung", summary, device=view.device, pid=view.pid)
     if not hung:
         return Failure(None, None, now, "hung", f"the job stalled: {state.hang_report(now)}")
     view = state.ranks[hung[0]]
@@ -130,7 +150,7 @@ def outcome_error(
 
     `stop_signal`: what stopped the runner (None: nothing did).
     """
-    if outcome in ("failed", "hung"):
+    if outcome in FAILED_OUTCOMES:
         # the root cause quotes the rank's message and log: their control characters are shown escaped
         return RunFailed(printable(f"the training run failed; {report}\nevents, logs and summary in {run_dir}"))
     if outcome == "preempted":

@@ -43,11 +43,13 @@ def hang_section(record: RunRecord, summary: dict[str, Any]) -> str:
     if not hang or not hang.get("text"):
         return ""
     rows = _rows(hang)
+    asked = hang.get("reason") == "asked"  # a snapshot the user asked for (monitor --stacks), no hang verdict
+    at = "when the stacks were asked" if asked else "at the hang"
     problems = "".join(f"<li>{escape(str(line))}</li>" for line in hang.get("problems") or [])
     folder = f'<p class="meta">stacks and recorder dumps: {escape(str(hang.get("folder") or "hang/"))}</p>'
     verdict = (
-        '<h2 id="hang">Where each rank was</h2>'
-        f'<div class="box failure"><p><b>{escape(str(hang["text"]))}</b></p>{folder}'
+        f'<h2 id="hang">Where each rank was{f" {at}" if asked else ""}</h2>'
+        f'<div class="box{"" if asked else " failure"}"><p><b>{escape(str(hang["text"]))}</b></p>{folder}'
         + (f"<p>files not read:</p><ul>{problems}</ul>" if problems else "")
         + "</div>"
     )
@@ -58,8 +60,8 @@ def hang_section(record: RunRecord, summary: dict[str, Any]) -> str:
     return (
         verdict + f'<figure id="hang-timeline"><img class="plot" id="plot-hang-timeline" alt="Where each rank was" '
         f'width="{width}" height="{height}" src="data:image/png;base64,{data}">'
-        "<figcaption>from each rank's start to its last logged step (grey), the straggler flags before the hang "
-        "(orange), and where it was at the hang</figcaption></figure>" + _table(rows)
+        f"<figcaption>from each rank's start to its last logged step (grey), the straggler flags before "
+        f"(orange), and where it was {at}</figcaption></figure>" + _table(rows, at)
     )
 
 
@@ -101,7 +103,8 @@ def timeline(record: RunRecord, summary: dict[str, Any], hang: dict[str, Any], r
             axes.plot(hang_x, y, marker=marker, color=colour, markersize=9, linestyle="", label=_once(words, labelled))
             axes.annotate(_short(group), (hang_x, y), xytext=(8, -3), textcoords="offset points", fontsize=8)
     if hang_x is not None:
-        axes.axvline(hang_x, color="#c62828", linewidth=1, linestyle="--", label="hang")
+        moment = "stacks asked" if hang.get("reason") == "asked" else "hang"
+        axes.axvline(hang_x, color="#c62828", linewidth=1, linestyle="--", label=moment)
         left = min(axes.get_xlim()[0], hang_x)
         axes.set_xlim(left, hang_x + 0.4 * max(hang_x - left, 1.0))  # room for the words by each mark
     axes.set_yticks(range(len(rows)), [plot_text(row[0]) for row in rows], fontsize=8 if len(rows) > 16 else 10)
@@ -162,8 +165,8 @@ def _words(group: dict[str, Any]) -> str:
     return op if collective else str(place.get("function") or "?")
 
 
-def _table(rows: list[tuple[str, list[int], dict[str, Any]]]) -> str:
-    head = ["rank", "at the hang", "collective", "where (the user's code)", "code"]
+def _table(rows: list[tuple[str, list[int], dict[str, Any]]], at: str = "at the hang") -> str:
+    head = ["rank", at, "collective", "where (the user's code)", "code"]
     body = []
     for label, _, group in rows:
         collective, place = group.get("collective") or {}, group.get("place") or {}
