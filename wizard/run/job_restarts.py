@@ -16,7 +16,7 @@ from dataclasses import replace
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
 from wizard.monitor.run_files import RunFileError, read_json_object
-from wizard.monitor.summary_text import write_json
+from wizard.monitor.summary_text import launcher_exit, write_json
 from wizard.run.attempts import keep_logs, node_health
 from wizard.run.engines import EngineError, engine_for
 
@@ -26,7 +26,8 @@ class JobRestarts:
 
     def _failed(self, outcome: str, failure: Failure | None) -> str | None:
         """End the job, or, where --restarts allows and a restart can fix it, stop it to start it again."""
-        refusal = self.attempts.refusal(outcome, failure, self.state)
+        ended = launcher_exit(self.run_dir, failure) if failure is not None and failure.kind == "vanished" else None
+        refusal = self.attempts.refusal(outcome, failure, self.state, ended)
         if refusal is not None:
             self.attempts.current.refused = refusal or None
             return self._end(outcome, failure)
