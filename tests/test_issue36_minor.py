@@ -76,3 +76,17 @@ def test_a_straggler_named_in_summary_json_is_labelled_without_control_bytes(mon
     plots._shade_straggler(axes, Grid(), {"rank": None, "node": "\x1bnode", "start": 0.0, "end": 1.0}, "compute_ms")
     (label,) = [patch.get_label() for patch in axes.patches]
     assert "\x1b" not in label and "\\x1b" in label
+
+
+def test_a_rank_that_crashed_in_native_code_before_the_first_step_is_not_restarted() -> None:
+    from wizard.monitor.ranks import Failure
+
+    state = JobState(2)
+    state.ingest({"event": "started", "rank": 0, "time": 1.0, "pid": 11})
+    vanished = Failure(0, 0, 2.0, "vanished", "its process 11 vanished without an error")
+    ended = "signal 11 (SIGSEGV: a crash in native code)"
+    refusal = Attempts(3).refusal("failed", vanished, state, ended)
+    assert refusal is not None
+    assert refusal.startswith("not restarted: the script crashed (signal 11, SIGSEGV) before the job's first step")
+    # killed from outside (kill -9, a node's preemption) is not the script's own doing: a restart may help
+    assert Attempts(3).refusal("failed", vanished, state, "signal 9 (SIGKILL: kill -9 or the OOM killer)") is None

@@ -155,8 +155,12 @@ def test_a_script_failing_on_every_attempt_stops_after_n_restarts_naming_each_ca
             "raise RuntimeError('checkpoint step-8.pt does not fit this model (size mismatch)')\n",
             "the checkpoint does not fit the model",
         ),
+        (
+            "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+            "the script crashed (signal 11, SIGSEGV) before the job's first step",
+        ),
     ],
-    ids=["import", "checkpoint"],
+    ids=["import", "checkpoint", "native-crash-at-import"],
 )
 def test_a_failure_a_restart_cannot_fix_is_never_retried(tmp_path: Path, text: str, why: str) -> None:
     project = render_own_one_rank(tmp_path, "never-retried", "own.py", text)

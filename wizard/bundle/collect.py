@@ -221,29 +221,33 @@ def _add_started(bundle: Bundle, started: dict[int, list[dict]], redactor: Redac
 
 
 def _project_of(run_dir: Path) -> Path | None:
-    """The project of the run: run.json's, else the folder above runs/; None where it has no answers.yaml."""
-    read = read_part(run_dir / "run.json", MEMBER_LIMIT)
-    try:
-        named = json.loads(read.data).get("project") if read else None
-    except (ValueError, AttributeError):
-        named = None
-    for candidate in ([Path(named)] if isinstance(named, str) else []) + [run_dir.parent.parent]:
-        if (candidate / "answers.yaml").is_file():
-            return candidate
-    return None
+    """The project the run folder lies in (PROJECT/runs/RUN, as npu-wizard run makes it); None where it lies in none.
+
+    run.json's `project` is anyone's to write: followed, a crafted one would lend the bundle another project's
+    answers (and its doctor, its ssh hosts), so it is never read here.
+    """
+    run_dir = run_dir.resolve()
+    project = run_dir.parent.parent
+    return project if run_dir.parent.name == "runs" and (project / "answers.yaml").is_file() else None
 
 
 def _add_answers(bundle: Bundle, project: Path | None, redactor: Redactor) -> None:
     read = read_part(project / "answers.yaml", MEMBER_LIMIT) if project else None
-    if read is None:
-        bundle.lack("answers.yaml", "the run's project folder (run.json's project) has no answers.yaml")
+    if project is None:
+        bundle.lack(
+            "answers.yaml",
+            "the run folder lies in no project folder (PROJECT/runs/RUN with an answers.yaml); "
+            "the project run.json names is not taken on its word",
+        )
+    elif read is None:
+        bundle.lack("answers.yaml", "the run's project folder has no answers.yaml")
     else:
         bundle.add("answers.yaml", redactor.text(read.data.decode("utf-8", "replace")).encode(), _cut(read))
 
 
 def _add_doctor(bundle: Bundle, project: Path | None, redactor: Redactor, env: dict[str, str]) -> None:
     if project is None:
-        bundle.lack("doctor.json", "skipped: the run's project folder is not there to check")
+        bundle.lack("doctor.json", "skipped: the run folder lies in no project folder to check")
         return
     ran = _bounded_run([sys.executable, "-m", "wizard", "doctor", str(project), "--json"], DOCTOR_S, env)
     if isinstance(ran, str):

@@ -70,6 +70,7 @@ class RunFolder:
         self.outcome: str | None = None
         self.ended_at: float | None = None
         self.notes: list[str] = []
+        self._runner_gone_said = False
 
     @classmethod
     def open(cls, path: Path, *, hang_after: float = DEFAULT_HANG_AFTER) -> RunFolder:
@@ -95,7 +96,9 @@ class RunFolder:
             outcome, ended_at = self.summary.get("outcome"), self.summary.get("ended_at")
             self.outcome = outcome if isinstance(outcome, str) and outcome else "unknown"
             self.ended_at = ended_at if is_time(ended_at) else _last_time(self.state) or self.clock()
-        elif self.runner_pid is not None and not procs.is_alive(self.runner_pid):
+        elif self.runner_pid is not None and not procs.is_alive(self.runner_pid) and not self._ranks_said_last():
+            if self._ranks_going():  # the runner was killed, its job was not: the ranks' own files tell on
+                return None
             self.outcome, self.ended_at = "abandoned", _last_time(self.state) or self.clock()
             self.summary = summarize(
                 self.state,
@@ -104,8 +107,8 @@ class RunFolder:
                 outcome=self.outcome,
                 run_dir=self.run_dir,
             )
-        elif self.runner_pid is None and (self.state.finished() or self.state.preempted() or self.state.root_cause()):
-            # launch scripts run by hand: the ranks' own last words say how the run ended
+        elif (self.runner_pid is None or not procs.is_alive(self.runner_pid)) and self._ranks_said_last():
+            # launch scripts run by hand, or a runner gone before them: the ranks' own last words say how it ended
             self.outcome = "finished" if self.state.finished() else "preempted" if self.state.preempted() else "failed"
             self.ended_at = _last_time(self.state) or self.clock()
             self.summary = summarize(
@@ -117,6 +120,30 @@ class RunFolder:
                 run_dir=self.run_dir,
             )
         return self.outcome
+
+    def _ranks_said_last(self) -> bool:
+        """True once the ranks' own events say the run ended: every rank finished or saved, or one failed."""
+        return self.state.finished() or self.state.preempted() is not None or self.state.root_cause() is not None
+
+    def _ranks_going(self) -> bool:
+        """With the runner gone: True while processes of the run live on this host or its ranks still write events.
+
+        Said once in the notes: nothing supervises those ranks now (no stop at a failure or a hang).
+        """
+        alive = procs.job_processes(self.run_dir)
+        newest = _last_time(self.state)
+        writing = newest is not None and self.clock() - newest <= self.state.hang_after
+        if not alive and not writing:
+            return False
+        said = f"{len(alive)} process(es) of the run alive on this host" if alive else "its ranks still write events"
+        note = (
+            f"warning: the runner of this run (pid {self.runner_pid}) is gone (killed?), but the ranks still run "
+            f"({said}): following their own events; nothing supervises them or stops them at a failure or a hang"
+        )
+        if not self._runner_gone_said:
+            self.notes.append(note)
+            self._runner_gone_said = True
+        return True
 
     def _note_refused(self) -> None:
         """Say once of each events file passed over since the folder was opened (swapped for a FIFO, say)."""

@@ -107,7 +107,9 @@ class StatusServer:
     host: str
     port: int
     token: str
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.time  # stamps: an event's arrival, a lost connection's end
+    # durations (the auth deadline, the loss grace): a step of the system clock (NTP) moves neither
+    ticker: Callable[[], float] = time.monotonic
     loss_grace: float = LOSS_GRACE_S
     auth_deadline: float = AUTH_DEADLINE_S
     max_pending: int = MAX_PENDING
@@ -125,7 +127,8 @@ class StatusServer:
         self._open = 0
         self._live: dict[tuple[int, int | None], int] = {}  # (rank, pid) -> its open connections
         self._seen: set[tuple[int, int | None]] = set()
-        self._losses: dict[tuple[int, int | None], float] = {}  # (rank, pid) -> when its last connection ended
+        # (rank, pid) -> when its last connection ended: (the clock's stamp, the ticker's reading)
+        self._losses: dict[tuple[int, int | None], tuple[float, float]] = {}
         self._losses_lock = threading.Condition()  # settle_losses() runs on the supervisor's thread
         self._rounds = 0  # serving rounds completed, so that settle_losses() can wait for one
         self._listener = socket.socket(family, socket.SOCK_STREAM)
@@ -191,7 +194,7 @@ class StatusServer:
             # what reached the socket before this call is read first: wait for a whole serving round
             target = self._rounds + 2
             self._losses_lock.wait_for(lambda: self._rounds >= target or not self._thread.is_alive(), timeout=2.0)
-            for (rank, pid), ended in self._losses.items():
+            for (rank, pid), (ended, _ticked) in self._losses.items():
                 self._events.put({"event": LOST, "rank": rank, "time": ended, "pid": pid, RECEIVED: ended})
             self._losses.clear()
 
@@ -205,7 +208,7 @@ class StatusServer:
         with self._losses_lock:
             target = self._rounds + 2
             self._losses_lock.wait_for(lambda: self._rounds >= target or not self._thread.is_alive(), timeout=2.0)
-            return dict(self._losses)
+            return {key: ended for key, (ended, _ticked) in self._losses.items()}
 
     def close(self) -> None:
         """Stop listening and drop every connection (the serving thread closes them as it ends)."""
@@ -224,7 +227,7 @@ class StatusServer:
                     except Exception:  # whatever a peer sends, the loop goes on without that peer
                         self.counts.peer_errors += 1
                         self._close_peer(key.fileobj, key.data)  # type: ignore[arg-type]
-                self._expire(self.clock())
+                self._expire(self.ticker())
                 self._send_asks()
                 with self._losses_lock:
                     self._rounds += 1
@@ -252,7 +255,7 @@ class StatusServer:
                 connection.close()
                 continue
             connection.setblocking(False)
-            peer = _Peer(since=self.clock(), address=str(remote[0]))
+            peer = _Peer(since=self.ticker(), address=str(remote[0]))
             self._selector.register(connection, selectors.EVENT_READ, peer)
             self._pending[connection] = peer
             self._pending_from.setdefault(peer.address, {})[connection] = None
@@ -312,15 +315,18 @@ class StatusServer:
         del peer.outbox[:sent]
 
     def _expire(self, now: float) -> None:
-        """Close connections too slow to authenticate; report ranks whose connection did not come back."""
+        """Close connections too slow to authenticate; report ranks whose connection did not come back.
+
+        `now` is the ticker's reading (monotonic): the deadlines are durations.
+        """
         for connection, peer in list(self._pending.items()):
             if now - peer.since < self.auth_deadline:
                 break  # oldest first: the rest are younger
             self.counts.timed_out += 1  # counted before the close a peer may already be waiting on
             self._drop(connection)
         with self._losses_lock:
-            for key, ended in list(self._losses.items()):
-                if now - ended >= self.loss_grace:
+            for key, (ended, ticked) in list(self._losses.items()):
+                if now - ticked >= self.loss_grace:
                     del self._losses[key]
                     rank, pid = key
                     self._events.put({"event": LOST, "rank": rank, "time": ended, "pid": pid, RECEIVED: ended})
@@ -431,7 +437,7 @@ class StatusServer:
             return
         if self._forget(peer) == 0 and not peer.said_bye:
             with self._losses_lock:
-                self._losses[(peer.rank, peer.pid)] = self.clock() if now is None else now
+                self._losses[(peer.rank, peer.pid)] = (self.clock() if now is None else now, self.ticker())
 
     def _drop(self, connection: socket.socket) -> None:
         try:

@@ -20,6 +20,7 @@ attempt are decided: today the same ones.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import time
@@ -37,6 +38,8 @@ from wizard.run.safe_folder import Folder, NotAFolder
 
 HEALTH_DEADLINE_S = 60.0  # for the failed node to be free of the old processes: a safety net, not a wait
 CHECKPOINT_WORDS = ("does not fit this model", "CheckpointReadError", "ForeignCheckpointError")
+CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")  # the code itself crashed: it would again
+SIGNAL_WORDS = re.compile(r"\bsignal (\d+) \((SIG[A-Z]+)")  # as summary_text.exit_words says a signal
 
 
 @dataclass
@@ -104,11 +107,14 @@ class Attempts:
         """True between a failed attempt and the start of the next."""
         return self.restart_at is not None
 
-    def refusal(self, outcome: str, failure: Failure | None, state: JobState) -> str | None:
-        """Why this failure does not start the job again; None when it does."""
+    def refusal(self, outcome: str, failure: Failure | None, state: JobState, ended: str | None = None) -> str | None:
+        """Why this failure does not start the job again; None when it does.
+
+        `ended`: how the failed rank's launcher saw its process end (`signal 11 (SIGSEGV: ...)`), where known.
+        """
         if self.allowed == 0:
             return ""  # no restarts asked: nothing to say
-        why = _cannot_fix(outcome, failure, state)
+        why = _cannot_fix(outcome, failure, state, ended)
         if why is not None:
             return f"not restarted: {why}"
         if self.restarts >= self.allowed:
@@ -198,13 +204,19 @@ class Attempts:
         return [attempt.record() for attempt in self.attempts]
 
 
-def _cannot_fix(outcome: str, failure: Failure | None, state: JobState) -> str | None:
+def _cannot_fix(outcome: str, failure: Failure | None, state: JobState, ended: str | None = None) -> str | None:
     """Why a restart cannot fix this failure (None when it may)."""
     if failure is None:
         return None
     if failure.kind == "runner":
         return "npu-wizard run itself failed"
     stepped = any(view.steps_reported for view in state.ranks.values())
+    crash = _crash_signal(f"{ended or ''} {failure.summary}") if failure.kind in ("vanished", "launcher") else None
+    if crash is not None and not stepped:
+        return (
+            f"the script crashed ({crash}) before the job's first step (at import, setting up or in its first "
+            "step): a restart would crash the same way; fix the script or the native library it loads and run again"
+        )
     if failure.kind == "error":
         if any(words in failure.summary for words in CHECKPOINT_WORDS):
             return "the checkpoint does not fit the model (or cannot be read): a restart would load it again"
@@ -217,6 +229,14 @@ def _cannot_fix(outcome: str, failure: Failure | None, state: JobState) -> str |
         return "the launch failed before any rank started (the launch script, a preflight check, the launcher)"
     if outcome == "hung" and not stepped and not any(view.starts for view in state.ranks.values()):
         return "no rank started by the start-up deadline: check the addresses and ports (npu-wizard doctor)"
+    return None
+
+
+def _crash_signal(text: str) -> str | None:
+    """`signal 11, SIGSEGV` where `text` says a process ended on a signal of a crash in its own code; else None."""
+    for found in SIGNAL_WORDS.finditer(text):
+        if found.group(2) in CRASH_SIGNALS:
+            return f"signal {found.group(1)}, {found.group(2)}"
     return None
 
 

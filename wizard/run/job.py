@@ -30,7 +30,7 @@ from wizard.atomic_files import write_json
 from wizard.errors import TargetError, cannot_write
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.hang_verdict import HangVerdict, hang_summary
-from wizard.monitor.ranks import Failure
+from wizard.monitor.ranks import Failure, where
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.monitor.status_server import StatusServer
 from wizard.monitor.stop_text import stop_words
@@ -48,6 +48,7 @@ from wizard.run.launch import RunOptions, address, launch_for, load_project, new
 from wizard.run.profile_asks import StragglerProfiles, straggler_profiles
 from wizard.run.secret_marks import record_secret_marks
 from wizard.run.smoke import print_smoke_report
+from wizard.run.teardown import Teardown, no_save_reason
 from wizard.run.verdict import engine_failure, failure_words, hang_failure, launcher_failure, outcome_error
 from wizard.stopping import STOP_SIGNALS, main_thread, stop_signals_raise
 
@@ -80,6 +81,7 @@ class Job(JobStacks, JobRestarts):
         self.failure: Failure | None = None
         self.summary: dict | None = None
         self.unwritten: list[str] = []  # records of the run a full or read-only disk refused
+        self.teardown = Teardown(options.save_grace)  # how the job was stopped (summary.json's teardown)
         self.intake = Intake(self.state, self.run_dir)
         restarts = self.answers["run.restarts"] if options.restarts is None else options.restarts
         if restarts and self.engine.recovery == "operator":  # its manifest carries run.restarts as rendered
@@ -294,11 +296,20 @@ class Job(JobStacks, JobRestarts):
 
         The ranks are first sent SIGTERM and given --save-grace seconds to save a
         checkpoint at their next logged step and exit: the outcome is then
-        "preempted". Whatever still runs after that is killed.
+        "preempted". Whatever still runs after that is killed. A job with a rank
+        dead or hung is stopped at once: no rank can save (wizard/run/teardown.py).
         """
         if self.outcome is None:
             self.stop_signal, self.stopped = signum, True
-            if outcome == "interrupted" and self._saved_on_stop():
+            self.teardown.began()
+            blocked = no_save_reason(self.state) if self.submitted else None
+            if blocked is not None:
+                self.teardown.no_save_because = blocked
+                self.say(
+                    f"stopping: no rank can save a checkpoint ({blocked}: the others wait for it in a collective); "
+                    f"stopping every process now, without the {self.options.save_grace:g} s save grace"
+                )
+            elif outcome == "interrupted" and self._saved_on_stop():
                 outcome = "preempted"
         return self._end(outcome, None)
 
@@ -309,7 +320,8 @@ class Job(JobStacks, JobRestarts):
             return False
         self.state.stopping()
         self.say(stop_words(self.state, own_script=is_foreign(self.answers["training.script"]), grace=grace))
-        deadline = time.monotonic() + grace
+        asked = time.monotonic()
+        deadline = asked + grace
         try:
             with stop_signals_raise():
                 while time.monotonic() < deadline and self.engine.describe().state != ENDED:
@@ -317,6 +329,7 @@ class Job(JobStacks, JobRestarts):
                     time.sleep(0.2)
         except KeyboardInterrupt:
             self.say("stopping: asked again: killing the job now")
+        self.teardown.waited_for_saves_s = time.monotonic() - asked
         self.intake.ingest()
         return self.state.preempted() is not None
 
@@ -351,8 +364,10 @@ class Job(JobStacks, JobRestarts):
         if self.outcome is not None:
             return self.outcome
         if outcome != "finished":
+            self.teardown.began()
             self.state.stopping()
-            self._stop_processes()
+            self._stop_processes(self._prompt_stop(outcome, failure))
+            self.teardown.done()
             self.intake.ingest()
             self.engine_reason = self.engine.describe().reason or self.engine_reason
         self.engine_lines.extend(self.engine.stream())
@@ -381,6 +396,8 @@ class Job(JobStacks, JobRestarts):
         if self.profiles is not None and not self.state.profile_asks:  # --profile-ranks straggler, none flagged
             self.summary["profile"] = {**(self.summary.get("profile") or {}), "no_straggler": True}
         self.summary["attempts"] = self.attempts.records()
+        if outcome != "finished":
+            self.summary["teardown"] = self.teardown.record()
         hang = hang_summary(self.run_dir)  # the ranks' stacks, where they were collected at a hang
         if hang is not None:
             self.summary["hang"] = hang
@@ -390,13 +407,24 @@ class Job(JobStacks, JobRestarts):
             self.unwritten.append(cannot_write(self.run_dir / "summary.json", error))
         return outcome
 
-    def _stop_processes(self) -> None:
-        """Have the engine stop every process of the job on every node."""
+    def _prompt_stop(self, outcome: str, failure: Failure | None) -> bool:
+        """True when no rank can save: the job fails for a dead or hung rank, or was stopped with one."""
+        if self.teardown.no_save_because is not None:
+            return True
+        if outcome not in ("failed", "hung") or (failure is not None and failure.kind == "runner"):
+            return False  # the runner's own failure: the ranks may be healthy, and the engine's stop lets them save
+        self.teardown.no_save_because = (
+            no_save_reason(self.state) or f"{where(failure.rank, failure.node) if failure else 'the job'} failed"
+        )
+        return True
+
+    def _stop_processes(self, prompt: bool = False) -> None:
+        """Have the engine stop every process of the job on every node (`prompt`: no rank can save)."""
         # a second Ctrl-C, TERM or HUP must not cut the stopping short and orphan what is left
         stoppers = (signal.SIGINT, *STOP_SIGNALS)
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stoppers} if main_thread() else {}
         try:
-            self.engine.cancel()
+            self.engine.cancel(prompt=prompt)
         finally:
             for sig, action in previous.items():
                 signal.signal(sig, action)

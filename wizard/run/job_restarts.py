@@ -19,6 +19,7 @@ from wizard.atomic_files import write_json
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.ranks import Failure
 from wizard.monitor.run_files import RunFileError, read_json_object
+from wizard.monitor.summary_text import launcher_exit
 from wizard.run.attempts import keep_logs, node_health
 from wizard.run.engines import EngineError, engine_for
 
@@ -70,13 +71,14 @@ class JobRestarts(RestartsOfJob):
 
     def _failed(self, outcome: str, failure: Failure | None) -> str | None:
         """End the job, or, where --restarts allows and a restart can fix it, stop it to start it again."""
-        refusal = self.attempts.refusal(outcome, failure, self.state)
+        ended = launcher_exit(self.run_dir, failure) if failure is not None and failure.kind == "vanished" else None
+        refusal = self.attempts.refusal(outcome, failure, self.state, ended)
         if refusal is not None:
             self.attempts.current.refused = refusal or None
             return self._end(outcome, failure)
         # at a hang, tick's _collect_at_hang has collected every rank's stacks (RUN/hang/) before this stop
         self.state.stopping()
-        self._stop_processes()
+        self._stop_processes(prompt=True)  # a dead or hung rank: no rank can save, the restart resumes from the last
         self.intake.settled_root_cause()  # what the stopped ranks said last, into this attempt's state
         now = self.clock()
         wait = self.attempts.failed(failure, self.state, now)

@@ -119,8 +119,12 @@ class Engine(abc.ABC):
         return False
 
     @abc.abstractmethod
-    def cancel(self) -> None:
-        """Stop every process of the job on every node; return once they are gone."""
+    def cancel(self, prompt: bool = False) -> None:
+        """Stop every process of the job on every node; return once they are gone.
+
+        `prompt`: a rank is dead or hung, so no rank can save a checkpoint: nothing waits for one
+        (a stop signal the ranks would take for a request to save is not waited out).
+        """
 
     def node_log(self, launch: Launch, node: int) -> str:
         """Where node's launch script writes its log, as the user finds it (on another host: HOST:PATH)."""

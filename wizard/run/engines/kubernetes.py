@@ -389,8 +389,12 @@ class KubernetesEngine(Engine):
             lines, self._lines = self._lines, []
         return lines
 
-    def cancel(self) -> None:
-        """Delete the job and its ConfigMap; wait until its pods are gone."""
+    def cancel(self, prompt: bool = False) -> None:
+        """Delete the job and its ConfigMap; wait until its pods are gone.
+
+        The pods' termination grace outlasts the save grace; `prompt` (no rank can save) deletes the
+        pods themselves with 1 s of grace once the job is gone (a deleted job's pods keep their own).
+        """
         self._stop_follower()
         if self.launch is None:
             return
@@ -403,6 +407,10 @@ class KubernetesEngine(Engine):
             self._say(f"kubectl delete failed: {(result.stderr or result.stdout).strip()}")
             return
         self._say(f"deleted {self.resource}/{self.job_name} and its ConfigMap")
+        if prompt:
+            selector = f"{k8s.JOB_LABEL}={self.job_name}"
+            pods = [KUBECTL, "delete", "pods", "-l", selector, "--grace-period=1", "--ignore-not-found", "--wait=false"]
+            run_command(pods, cwd=str(self.launch.project), timeout=CANCEL_WAIT_S)
         deadline = time.monotonic() + CANCEL_WAIT_S
         while time.monotonic() < deadline:
             pods = self._kubectl_json("get", "pods", "-l", f"{k8s.JOB_LABEL}={self.job_name}")

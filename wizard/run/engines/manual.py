@@ -109,8 +109,11 @@ class ManualEngine(Engine):
         procs.signal_all((node.process.pid for node in self.processes), signal.SIGTERM)
         return True
 
-    def cancel(self) -> None:
-        """TERM each node's launcher (it stops its ranks), then KILL whatever of the job is left."""
+    def cancel(self, prompt: bool = False) -> None:
+        """TERM each node's launcher (it stops its ranks), then KILL whatever of the job is left.
+
+        The launcher gets the stop grace (--grace), never the save grace, `prompt` or not.
+        """
         if self.launch is None:
             return
         for node in self.processes:

@@ -168,10 +168,16 @@ class SlurmEngine(Engine):
         lines, self._lines = self._lines, []
         return lines
 
-    def cancel(self) -> None:
-        """scancel the job and wait until Slurm says it ended."""
+    def cancel(self, prompt: bool = False) -> None:
+        """scancel the job and wait until Slurm says it ended.
+
+        A plain scancel sends TERM, on which the ranks save, and KILLs only after the cluster's
+        KillWait (30 s by default): `prompt` (a rank dead or hung, no save possible) KILLs first.
+        """
         if self.job_id is None:
             return
+        if prompt:
+            run_command(["scancel", "--full", "--signal=KILL", self.job_id], timeout=30)
         run_command(["scancel", self.job_id], timeout=30)
         deadline = time.monotonic() + CANCEL_WAIT_S
         while time.monotonic() < deadline:

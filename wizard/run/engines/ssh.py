@@ -394,8 +394,8 @@ class SshEngine(Engine):
         stat_line, _, stacks_text = done.stdout.decode("utf-8", "replace").partition("\n")
         return (stat_line, stacks_text) if done.returncode == 0 else None
 
-    def cancel(self) -> None:
-        """TERM every node's session on its host, wait the grace, then KILL what is left of the run.
+    def cancel(self, prompt: bool = False) -> None:
+        """TERM every node's session on its host, wait the (stop) grace, then KILL what is left of the run.
 
         Each round waits ROUND_S at most for a host (a hung host cannot hold the runner); a
         node that had not yet said its session id when stopped is swept once more after its
