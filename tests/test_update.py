@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.runs import free_port, node_env, start_nodes, wait_nodes
@@ -109,6 +110,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
 # ---- merges that keep the user's code ----------------------------------------------
 
 
+@pytest.mark.slow  # the updated project trains: four torch processes
 def test_my_build_model_survives_two_to_four_nodes_and_a_launcher_change_and_trains(tmp_path: Path) -> None:
     project = two_node_project_with_my_model(tmp_path)
     port = yaml.safe_load((project / "answers.yaml").read_text())["network"]["master_port"]
