@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -88,7 +89,11 @@ def build_run_parser() -> argparse.ArgumentParser:
         "(root cause printed), 130 interrupted, 143 SIGTERM, 129 SIGHUP (every process of the job stopped). "
         "To rehearse a failure before a long job, set NPU_WIZARD_REHEARSE: hang:RANK:STEP[:sleep|barrier|data] "
         "hangs a rank (or * for every rank) at its STEP-th step, compile-fails makes the compiler fail, "
-        "comma-separated (docs/rehearse.md).",
+        "comma-separated (docs/rehearse.md). "
+        "npu-wizard run PROJECT [OPTIONS] -- ARGS: ARGS go to every rank's script for this run only, last (after "
+        "training.script_args, and training.resume_args where the start resumes). Every rank's environment says "
+        "which start of the job it is (NPU_WIZARD_ATTEMPT, 1 for the first) and whether it resumes "
+        "(NPU_WIZARD_RESUMING=1: a --restarts attempt, or a run after one that did not finish).",
     )
     parser.add_argument("project", help="the rendered project folder")
     where = parser.add_mutually_exclusive_group()
@@ -383,7 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return _guarded(lambda: doctor(argv[1:]))
     if argv[:1] == ["run"]:
-        return _guarded(lambda: _run(build_run_parser().parse_args(argv[1:])))
+        own, script_args = _split_script_args(argv[1:])
+        return _guarded(lambda: _run(build_run_parser().parse_args(own), script_args))
     if argv[:1] == ["monitor"]:
         return _guarded(lambda: _monitor(build_monitor_parser().parse_args(argv[1:])))
     if argv[:1] == ["report"]:
@@ -419,11 +425,29 @@ def _guarded(command: Callable[[], int]) -> int:
         return 128 + getattr(stop, "signum", EXIT_INTERRUPTED - 128)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _split_script_args(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """`run`'s own arguments, and those after `--`, which go to every rank's script."""
+    if "--" not in argv:
+        return argv, ()
+    at = argv.index("--")
+    return argv[:at], tuple(argv[at + 1 :])
+
+
+def _run(args: argparse.Namespace, script_args: tuple[str, ...] = ()) -> int:
+    from wizard.answers import script
     from wizard.run.command import run
     from wizard.run.launch import RunOptions
 
     train_args = _train_args(args)
+    if script_args and (args.smoke or args.bandwidth):
+        build_run_parser().error(
+            f"-- {shlex.join(script_args)}: arguments after -- go to your training script, which --smoke and "
+            "--bandwidth do not run (they run npu-wizard's own check)"
+        )
+    try:
+        script.script_args(list(script_args))
+    except script.Invalid as invalid:
+        build_run_parser().error(f"the arguments after --: {invalid}")
     options = RunOptions(
         node=args.node,
         all_nodes=args.all_nodes,
@@ -436,6 +460,7 @@ def _run(args: argparse.Namespace) -> int:
         status_port=args.status_port,
         **({} if args.save_grace is None else {"save_grace": float(args.save_grace)}),
         train_args=train_args,
+        extra_args=script_args,
         profile=args.profile,
         profile_ranks=args.profile_ranks,
     )

@@ -289,6 +289,16 @@ QUESTIONS: tuple[Question, ...] = (
         "other known places.",
     ),
     Question(
+        name="run.python",
+        prompt="Python for the ranks",
+        kind="path",
+        optional=True,
+        step="environment",
+        help="The interpreter the launch scripts run (and the torchrun beside it), the same path on every node. "
+        "Empty: npu-wizard run starts them with the Python it runs in itself; a launch script started by hand "
+        "(or in a container) uses python3. PYTHON in the environment overrides both.",
+    ),
+    Question(
         name="network.hccl_port_count",
         prompt="HCCL port count",
         kind="choice_int",

@@ -14,6 +14,13 @@ def _foreign(values: Values) -> bool:
     return is_foreign(values.get("training.script"))
 
 
+def _resume_args_refused(values: Values) -> str:
+    return (
+        "the generated train.py resumes from its newest checkpoint by itself: resume_args is for a script "
+        "of your own (training.script); leave it out"
+    )
+
+
 def _needs_data_dir(values: Values) -> bool:
     return values.get("training.dataset") in ("mnist", "imagefolder")
 
@@ -41,6 +48,18 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         when=_foreign,
         step="training",
         help="Arguments every rank's script gets, before those given to the launch scripts.",
+    ),
+    Question(
+        name="training.resume_args",
+        prompt="Arguments to resume",
+        kind="args",
+        default=(),
+        when=_foreign,
+        refused=_resume_args_refused,
+        step="training",
+        help="Arguments added after the script arguments when a start resumes (NPU_WIZARD_RESUMING=1): every "
+        "attempt after the first of run --restarts, and a run after one that did not finish. A script that "
+        "resumes from its own checkpoint behind a flag gets it here, e.g. --init_from=resume.",
     ),
     Question(
         name="training.model",

@@ -64,7 +64,7 @@ def _run_locked(
         refuse_fresh(project)
     if "--bandwidth" in options.train_args:
         refuse_one_rank_bandwidth(project)
-    job = Job(project, options)
+    job = Job(project, options, fresh=fresh)
     lock.name_run(job.run_dir)
     if fresh:
         job.notes.extend(fresh_start(job.project, job.answers))

@@ -46,6 +46,7 @@ from wizard.run.job_restarts import JobRestarts
 from wizard.run.job_stacks import JobStacks
 from wizard.run.launch import RunOptions, address, launch_for, load_project, new_run_dir, restart_note
 from wizard.run.profile_asks import StragglerProfiles, straggler_profiles
+from wizard.run.resuming import Unfinished, resuming_note, unfinished_run
 from wizard.run.secret_marks import record_secret_marks
 from wizard.run.smoke import print_smoke_report
 from wizard.run.teardown import Teardown, no_save_reason
@@ -56,7 +57,9 @@ from wizard.stopping import STOP_SIGNALS, main_thread, stop_signals_raise
 class Job(JobStacks, JobRestarts):
     """One run of a project on this host: its node processes, its state and its end."""
 
-    def __init__(self, project: Path, options: RunOptions, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, project: Path, options: RunOptions, *, fresh: bool = False, clock: Callable[[], float] = time.time
+    ) -> None:
         self.project = project.resolve()
         self.options = options
         self.answers = load_project(self.project)
@@ -68,6 +71,12 @@ class Job(JobStacks, JobRestarts):
         self.status_token = {**os.environ, **options.env}.get(ENV_STATUS_TOKEN) or secrets.token_hex(16)
         self.run_dir = new_run_dir(self.project)
         self.notes: list[str] = []
+        # the project's last training run, where it did not finish: this run's first attempt resumes (not --fresh)
+        self.resumes: Unfinished | None = None
+        if not fresh and "--smoke" not in options.train_args:
+            self.resumes = unfinished_run(self.project, self.run_dir)
+        if self.resumes is not None:
+            self.notes.append(resuming_note(self.resumes, self.answers.get("training.resume_args") or ()))
         self.engine_lines: list[str] = []
         self.job_id: str | None = None
         self.engine_reason: str | None = None
@@ -138,7 +147,8 @@ class Job(JobStacks, JobRestarts):
 
     def launch(self) -> Launch:
         """What the engine is asked to start: the nodes, the run folder, the ranks' extra environment."""
-        return launch_for(self.project, self.answers, self.nodes, self.run_dir, self.options)
+        resuming = self.resumes is not None
+        return launch_for(self.project, self.answers, self.nodes, self.run_dir, self.options, resuming=resuming)
 
     def start(self) -> None:
         """Check the engine can start the job, open the status stream, and have the engine start every node."""
@@ -160,6 +170,8 @@ class Job(JobStacks, JobRestarts):
             "started_at": self.started_at,
             "hang_after": self.options.hang_after,
             "status_addr": status_addr,
+            "smoke": "--smoke" in self.options.train_args,
+            "resumes": None if self.resumes is None else self.resumes.run_dir.name,
         }
         try:
             write_json(self.run_dir / RUN_FILE, info)

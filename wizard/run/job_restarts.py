@@ -22,6 +22,7 @@ from wizard.monitor.run_files import RunFileError, read_json_object
 from wizard.monitor.summary_text import launcher_exit
 from wizard.run.attempts import keep_logs, node_health
 from wizard.run.engines import EngineError, engine_for
+from wizard.run.resuming import attempt_env
 
 if TYPE_CHECKING:
     from wizard.answers.model import Answers
@@ -134,7 +135,9 @@ class JobRestarts(RestartsOfJob):
         old_pids = {view.pid for view in self.state.ranks.values() if view.pid is not None}
         self.nodes = self.attempts.next_nodes(self.nodes, self.state.root_cause())
         old_engine, self.engine = self.engine, engine_for(self.answers)
-        launch = replace(self.submitted_launch or self.launch(), nodes=tuple(self.nodes))
+        launch = self.submitted_launch or self.launch()
+        # every rank of a later attempt resumes (training.resume_args): its number and NPU_WIZARD_RESUMING=1
+        launch = replace(launch, nodes=tuple(self.nodes), env={**launch.env, **attempt_env(number, resuming=True)})
         try:
             launch = self.hosts.start_on(old_engine, self.engine, launch, self.failed_node, health, number)
         except EngineError as error:

@@ -21,6 +21,8 @@ from wizard.answers.source import read_answers_text
 from wizard.errors import TargetError, write_advice
 from wizard.monitor.state import DEFAULT_HANG_AFTER
 from wizard.run.engines import Launch, engine_for
+from wizard.run.engines.interpreter import ENV_PYTHON, interpreter
+from wizard.run.resuming import attempt_env, unfinished_run
 
 GRACE_SECONDS = 4.0
 # a stopped run's ranks (Ctrl-C, SIGTERM) get this long to reach their next logged step and save
@@ -44,7 +46,8 @@ class RunOptions:
     status_port: int | None = None
     grace: float = GRACE_SECONDS
     save_grace: float = SAVE_GRACE_SECONDS
-    train_args: tuple[str, ...] = ()
+    train_args: tuple[str, ...] = ()  # what npu-wizard asks of the script: --smoke, --epochs N
+    extra_args: tuple[str, ...] = ()  # run PROJECT -- ARGS: one-off arguments for every rank's script, last
     env: dict[str, str] = field(default_factory=dict)
     profile: str | None = None  # --profile A:B (runtime/profile_window.py)
     profile_ranks: str | None = None  # --profile-ranks all | 0,3 | straggler[:N]
@@ -96,10 +99,15 @@ def new_run_dir(project: Path) -> Path:
     raise TargetError(f"cannot make a run folder under {project / 'runs'}")
 
 
-def launch_for(project: Path, answers: Answers, nodes: Sequence[int], run_dir: Path, options: RunOptions) -> Launch:
-    """What the engine is asked to start: the nodes, the run folder, the ranks' extra environment."""
+def launch_for(
+    project: Path, answers: Answers, nodes: Sequence[int], run_dir: Path, options: RunOptions, *, resuming: bool
+) -> Launch:
+    """What the engine is asked to start (the first attempt): the nodes, the run folder, the ranks' extra
+    environment (the interpreter, the attempt, whether it resumes) and the script's arguments."""
     env = {
         **options.env,
+        ENV_PYTHON: interpreter(answers, options.env),
+        **attempt_env(1, resuming),
         "NPU_WIZARD_RUN_DIR": str(run_dir),
         "NPU_WIZARD_MAX_RESTARTS": str(options.max_restarts),
         # how long launch/run-node.sh lets its ranks save after a stop signal before it kills them
@@ -110,7 +118,13 @@ def launch_for(project: Path, answers: Answers, nodes: Sequence[int], run_dir: P
         env[ENV_PROFILE] = options.profile
     if options.profile or options.profile_ranks:
         env[ENV_PROFILE_RANKS] = options.profile_ranks or "all"
-    return Launch(project, answers, tuple(nodes), run_dir, env, tuple(options.train_args), options.grace)
+    args = (*options.train_args, *options.extra_args)
+    return Launch(project, answers, tuple(nodes), run_dir, env, args, options.grace)
+
+
+def resumes(project: Path, options: RunOptions, this_run: Path | None = None) -> bool:
+    """Whether a run's first attempt resumes: the project's last training run did not finish (not for --smoke)."""
+    return "--smoke" not in options.train_args and unfinished_run(project, this_run) is not None
 
 
 def dry_run(project: Path, options: RunOptions) -> str:
@@ -119,7 +133,8 @@ def dry_run(project: Path, options: RunOptions) -> str:
     answers = load_project(project)
     engine = engine_for(answers)
     nodes = engine.nodes_to_start(answers, options.node, options.all_nodes)
-    launch = launch_for(project, answers, nodes, project / "runs" / time.strftime("%Y%m%d-%H%M%S"), options)
+    run_dir = project / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    launch = launch_for(project, answers, nodes, run_dir, options, resuming=resumes(project, options))
     plan = engine.status_plan(launch, options.status_port)
     host = f"[{plan.advertise}]" if ":" in plan.advertise else plan.advertise
     port = str(plan.port) if plan.port else "<a free port, chosen at start>"
@@ -134,7 +149,8 @@ def manual_steps(project: Path, options: RunOptions) -> str | None:
     answers = load_project(project)
     engine = engine_for(answers)
     nodes = engine.nodes_to_start(answers, options.node, options.all_nodes)
-    launch = launch_for(project, answers, nodes, project / "runs" / time.strftime("%Y%m%d-%H%M%S"), options)
+    run_dir = project / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    launch = launch_for(project, answers, nodes, run_dir, options, resuming=resumes(project, options))
     return engine.manual_steps(launch)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
+
+from wizard.answers.model import Answers
+from wizard.run.engines.interpreter import ENV_PYTHON, interpreter
 
 ENV_STATUS_HOST = "NPU_WIZARD_STATUS_HOST"
 """The host name or address the nodes reach this runner at, where the engine cannot tell."""
@@ -15,20 +15,14 @@ ENV_SPARE_ADDR = "NPU_WIZARD_SPARE_ADDR"
 """Set for node K's launch script on a spare host: that host's address, its HCCL_IF_IP (launch/nodeK.sh)."""
 
 
-def interpreter(env: Mapping[str, str]) -> str:
-    """The Python the nodes run: PYTHON if set, else the python3 this shell finds, else npu-wizard's own."""
-    return env.get("PYTHON") or os.environ.get("PYTHON") or shutil.which("python3") or sys.executable
-
-
-def node_environment(env: Mapping[str, str]) -> dict[str, str]:
+def node_environment(answers: Answers, env: Mapping[str, str]) -> dict[str, str]:
     """The ranks' extra environment plus PYTHON, the interpreter by absolute path.
 
     A non-interactive remote shell does not activate the user's virtual environment or
     conda env, so the nodes get its interpreter by absolute path (the same on every host,
     as on a shared home) and its folder first on PATH, where torchrun lives.
     """
-    python = interpreter(env)
-    return {**env, "PYTHON": python}
+    return {**env, ENV_PYTHON: interpreter(answers, env)}
 
 
 def route_source(host: str) -> str | None:

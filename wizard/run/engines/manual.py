@@ -13,8 +13,9 @@ from wizard.answers.addresses import is_loopback
 from wizard.answers.model import Answers
 from wizard.errors import TargetError
 from wizard.monitor import procs
-from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, Launch, StatusPlan
+from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import ENV_SPARE_ADDR
+from wizard.run.engines.interpreter import interpreter, launcher_problem
 from wizard.stopping import deferred_signals
 
 
@@ -62,6 +63,12 @@ class ManualEngine(Engine):
         chosen = port or (0 if len(launch.nodes) > 1 else answers["network.master_port"] + 1)
         return StatusPlan(master, chosen, master)
 
+    def check(self, launch: Launch) -> None:
+        """The interpreter the launch scripts are given, and the launcher beside it, are here."""
+        problem = launcher_problem(launch.answers, interpreter(launch.answers, launch.env))
+        if problem is not None:
+            raise EngineError(f"{problem}; nothing was started")
+
     def _command(self, launch: Launch, node: int) -> list[str]:
         return ["bash", str(launch.project / "launch" / f"node{node}.sh"), *launch.train_args]
 
@@ -79,6 +86,9 @@ class ManualEngine(Engine):
         """Start each node's launch script in a session of its own."""
         self.launch = launch
         env = {key: value for key, value in {**os.environ, **launch.env}.items() if key != ENV_SPARE_ADDR}
+        # the interpreter's folder first on PATH: the torchrun beside it is the one the launch scripts start
+        python = interpreter(launch.answers, launch.env)
+        env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(python), env.get("PATH")]))
         for node in launch.nodes:
             # node K's script on a spare host (simulated here on loopback) takes the spare's address
             spare = {ENV_SPARE_ADDR: launch.spares[node]} if node in launch.spares else {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import ENV_STATUS_HOST, node_environment, run_command
+from wizard.run.engines.interpreter import ENV_PYTHON, launcher_problem
 
 SBATCH = "slurm/job.sbatch"
 POLL_S = 1.0
@@ -72,7 +73,7 @@ class SlurmEngine(Engine):
         return ["sbatch", "--parsable", f"--output={output}", *exclude, SBATCH, *launch.train_args]
 
     def _env(self, launch: Launch) -> dict[str, str]:
-        env = node_environment(launch.env)
+        env = node_environment(launch.answers, launch.env)
         # sbatch exports PATH to the nodes: the interpreter's folder first, where torchrun lives
         env["PATH"] = f"{os.path.dirname(env['PYTHON'])}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         return env
@@ -93,6 +94,14 @@ class SlurmEngine(Engine):
             raise EngineError(f"{launch.project / SBATCH} is missing: render the project again with engine slurm")
         if not any(os.access(os.path.join(d, "sbatch"), os.X_OK) for d in os.environ.get("PATH", "").split(":")):
             raise EngineError("sbatch not found: run npu-wizard run on a Slurm login node (sbatch on PATH)")
+        # sbatch exports this PATH and PYTHON to the nodes, which see the same shared folders
+        python = self._env(launch)[ENV_PYTHON]
+        problem = launcher_problem(launch.answers, python, self._env(launch)["PATH"])
+        if problem is not None:
+            raise EngineError(
+                f"{problem.replace('on this host', 'on this login node')}; the job's nodes would not find it "
+                "either, so nothing was submitted"
+            )
 
     def submit(self, launch: Launch) -> str:
         """sbatch --parsable; return the job id."""

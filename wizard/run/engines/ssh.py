@@ -28,6 +28,7 @@ from runtime.status import ENV_STATUS_TOKEN
 from wizard.answers.model import Answers
 from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import ENV_SPARE_ADDR, ENV_STATUS_HOST, node_environment, route_source
+from wizard.run.engines.interpreter import ENV_PYTHON, fix, launcher_check, remote_problems
 from wizard.run.engines.ssh_copy import copy_list
 from wizard.run.engines.ssh_folder import folder_check, project_line, refuse_foreign, refuse_system_folder
 from wizard.run.engines.ssh_run import run_all
@@ -120,7 +121,7 @@ class SshEngine(Engine):
             for key, value in os.environ.items()
             if (key.startswith(PASSED_PREFIXES) or key in PASSED_NAMES) and key not in NOT_PASSED
         }
-        env = node_environment({**passed, **launch.env})
+        env = node_environment(launch.answers, {**passed, **launch.env})
         env["NPU_WIZARD_RUN_DIR"] = self.remote_run_dir(launch)
         return env
 
@@ -215,7 +216,13 @@ class SshEngine(Engine):
         """
         hosts, remote = self.hosts(launch), self.remote_dir(launch)
         refuse_system_folder(remote)
-        check = folder_check(remote, project_line(launch.project, launch.answers["project_name"])) + "; true"
+        check = "; ".join(
+            [
+                folder_check(remote, project_line(launch.project, launch.answers["project_name"])),
+                launcher_check(launch.answers, self.node_env(launch)[ENV_PYTHON]),
+                "true",
+            ]
+        )
         started = time.monotonic()
         results = run_all([[*ssh_command(), host, check] for host in hosts], CHECK_S)
         failed = [(node, result) for node, result in enumerate(results) if result.returncode != 0]
@@ -230,6 +237,13 @@ class SshEngine(Engine):
                 + f"\n(the ssh command is `{shlex.join(ssh_command())}`; set {ENV_SSH_COMMAND} to change it)"
             )
         refuse_foreign(remote, hosts, [result.stdout for result in results], launch.answers["project_name"])
+        missing = remote_problems([result.stdout for result in results], hosts)
+        if missing:
+            raise EngineError(
+                "the Python for the ranks or its launcher is missing on a host, so nothing was started:\n  "
+                + "\n  ".join(missing)
+                + f"\n{fix('at the same path on every host').capitalize()}"
+            )
         self._lines.append(f"ssh: {len(hosts)} host(s) answered in {time.monotonic() - started:.1f}s")
 
     def submit(self, launch: Launch) -> str:

@@ -106,6 +106,13 @@ hccl_base=$(({{ cookiecutter.hccl_base_port|int }} + hccl_slot * {{ cookiecutter
 # For the preflight: a port found taken is then named with the job and the slot it came from.
 export NPU_WIZARD_JOB_ID="$job_id" NPU_WIZARD_HCCL_SLOT="$hccl_slot"
 job="job $job_id"
+# A requeued job (scontrol requeue after the ranks saved on a stop signal) runs again with
+# SLURM_RESTART_COUNT set: a later start of the job, which resumes (launch/run-node.sh).
+if whole_number "${SLURM_RESTART_COUNT:-0}" && ((10#${SLURM_RESTART_COUNT:-0} > 0)); then
+    whole_number "${NPU_WIZARD_ATTEMPT:-1}" || NPU_WIZARD_ATTEMPT=1
+    export NPU_WIZARD_ATTEMPT=$((10#${NPU_WIZARD_ATTEMPT:-1} + 10#$SLURM_RESTART_COUNT))
+    export NPU_WIZARD_RESUMING=1
+fi
 {%- elif cookiecutter.engine == "ascendjob" %}
 
 # ---- MindCluster AscendJob -----------------------------------------------------------
@@ -165,6 +172,21 @@ master="$MASTER_ADDR"
 master_port="$MASTER_PORT"
 hccl_base={{ cookiecutter.hccl_base_port|int }}
 job="pod $(hostname)"
+# The operator may start this container again in place after a failure (restartCount): the pod's
+# workspace keeps the count of its starts, and a start after the first resumes (launch/run-node.sh).
+# A pod made anew (another node) starts from 1 with an empty workspace.
+mkdir -p runs
+pod_starts=0
+if [[ -f runs/.pod-starts ]]; then
+    read -r pod_starts <runs/.pod-starts || pod_starts=0
+    whole_number "$pod_starts" || pod_starts=0
+fi
+pod_starts=$((10#$pod_starts + 1))
+echo "$pod_starts" >runs/.pod-starts
+export NPU_WIZARD_ATTEMPT="$pod_starts"
+if ((pod_starts > 1)); then
+    export NPU_WIZARD_RESUMING=1
+fi
 {%- endif %}
 
 # ---- checks every engine shares ------------------------------------------------------

@@ -41,9 +41,16 @@
 # Arguments go to train.py (e.g. --epochs 1).
 {%- endif %}
 # Environment overrides: MASTER_PORT, NPU_WIZARD_RUN_DIR (default runs/latest),
-# PYTHON (default python3), CANN_SET_ENV, NPU_WIZARD_STOP_GRACE (seconds ranks
-# get between TERM and KILL when one failed, default 5), NPU_WIZARD_SAVE_GRACE (seconds
-# they get to save a checkpoint when SIGTERM or SIGUSR1 reaches this script, default 60).
+{%- if cookiecutter.python %}
+# PYTHON (default run.python, {{ cookiecutter.python|sh }}; npu-wizard run passes it), CANN_SET_ENV,
+{%- else %}
+# PYTHON (default python3; npu-wizard run passes the Python it runs in), CANN_SET_ENV,
+{%- endif %}
+# NPU_WIZARD_STOP_GRACE (seconds ranks get between TERM and KILL when one failed,
+# default 5), NPU_WIZARD_SAVE_GRACE (seconds they get to save a checkpoint when SIGTERM
+# or SIGUSR1 reaches this script, default 60), NPU_WIZARD_ATTEMPT (which start of the
+# job this is, default 1) and NPU_WIZARD_RESUMING (1: this start resumes; default 0,
+# 1 from attempt 2 on): every rank has both in its environment.
 {%- if cookiecutter.launcher in ["torchrun", "torch-npu-run"] %}
 # NPU_WIZARD_MAX_RESTARTS: how often the launcher restarts failed workers (default 0).
 {%- endif %}
@@ -65,6 +72,13 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PROJECT_DIR="$(pwd)"
+# The interpreter every rank runs; it is checked (and its folder put on PATH) below.
+{%- if cookiecutter.python %}
+# (Unquoted on purpose: quotes inside "${VAR:-...}" would be kept as text.)
+PYTHON=${PYTHON:-{{ cookiecutter.python|sh }}}
+{%- else %}
+PYTHON="${PYTHON:-python3}"
+{%- endif %}
 {%- if foreign %}
 # The project first on the path: `from runtime import report` works in your script and
 # in every process it starts.
@@ -116,9 +130,35 @@ export HCCL_IF_BASE_PORT
 {%- endif %}
 export HCCL_CONNECT_TIMEOUT={{ cookiecutter.connect_timeout|int }}
 export HCCL_EXEC_TIMEOUT={{ cookiecutter.exec_timeout|int }}
+
+# ---- attempt ------------------------------------------------------------------
+# Which start of the job this is (NPU_WIZARD_ATTEMPT; npu-wizard run --restarts counts on)
+# and whether it resumes (NPU_WIZARD_RESUMING=1: a start after the first, or npu-wizard
+# run after a run that did not finish).
+{%- if cookiecutter.engine == "slurm" %}
+# A requeued job counts on too (launch/entry.sh).
+{%- elif cookiecutter.engine in ["ascendjob", "pytorchjob"] %}
+# A container the operator starts again counts on too (launch/entry.sh).
+{%- endif %}
+if ! [[ "${NPU_WIZARD_ATTEMPT:-1}" =~ ^[1-9][0-9]{0,5}$ ]]; then
+    echo "run-node.sh: NPU_WIZARD_ATTEMPT='${NPU_WIZARD_ATTEMPT:-}' is not an attempt number (1, 2, ...): using 1" >&2
+    NPU_WIZARD_ATTEMPT=1
+fi
+export NPU_WIZARD_ATTEMPT="${NPU_WIZARD_ATTEMPT:-1}"
+if [[ "${NPU_WIZARD_RESUMING:-0}" == 1 ]] || ((NPU_WIZARD_ATTEMPT > 1)); then
+    export NPU_WIZARD_RESUMING=1
+else
+    export NPU_WIZARD_RESUMING=0
+fi
 {%- if cookiecutter.launcher != "mp-spawn" %}
 # What every rank runs (after python, or the launcher's flags).
 program=({% for word in words %}{{ word|sh }}{% if not loop.last %} {% endif %}{% endfor %})
+{%- endif %}
+{%- if foreign and cookiecutter.resume_args %}
+if ((NPU_WIZARD_RESUMING)); then
+    # training.resume_args: this start resumes
+    program+=({% for word in cookiecutter.resume_args|shell_words %}{{ word|sh }}{% if not loop.last %} {% endif %}{% endfor %})
+fi
 {%- endif %}
 {%- if foreign %}
 if [[ "${1:-}" == --smoke ]]; then
@@ -128,7 +168,7 @@ fi
 # gloo (the CPU backend) takes its address from the host name, which need not be this
 # node's host IP: it uses HCCL's NIC, as the generated train.py sets it.
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" ]]; then
-    gloo_nic="$("${PYTHON:-python3}" -m runtime.nic 2>/dev/null)" || gloo_nic=""
+    gloo_nic="$("$PYTHON" -m runtime.nic 2>/dev/null)" || gloo_nic=""
     [[ -z "$gloo_nic" ]] || export GLOO_SOCKET_IFNAME="$gloo_nic"
 fi
 {%- endif %}
@@ -198,6 +238,25 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+if ((NPU_WIZARD_RESUMING)); then
+    echo "node $NODE_RANK: attempt $NPU_WIZARD_ATTEMPT, resuming (NPU_WIZARD_RESUMING=1){% if foreign and cookiecutter.resume_args %}: training.resume_args added{% endif %}"
+fi
+
+# ---- the Python and the launcher --------------------------------------------------
+# npu-wizard run puts the interpreter's folder first on PATH (the torchrun beside it is the one
+# started); here it comes last, so that a launch script started by hand finds that torchrun too.
+if ! python_found="$(command -v "$PYTHON")"; then
+    echo "node $NODE_RANK: no Python '$PYTHON' on $(hostname), so nothing started: set run.python in answers.yaml (or PYTHON) to the interpreter that has torch on every node, e.g. your virtual environment's bin/python"
+    exit 1
+fi
+python_dir="$(dirname "$python_found")"
+export PYTHON PATH="$PATH:$python_dir"
+{%- if cookiecutter.launcher in ["torchrun", "torch-npu-run"] %}
+if ! command -v torchrun >/dev/null 2>&1{% if cookiecutter.launcher == "torch-npu-run" %} && ! command -v torch_npu_run >/dev/null 2>&1{% endif %}; then
+    echo "node $NODE_RANK: torchrun is neither beside $python_found nor on PATH on $(hostname), so nothing started: install torch into that Python ($PYTHON -m pip install torch), or set run.python in answers.yaml (or PYTHON) to the interpreter that has it"
+    exit 1
+fi
+{%- endif %}
 {%- if cookiecutter.device != "cpu" %}
 {%- if cookiecutter.hardware == "atlas-training" %}
 echo "node $NODE_RANK: HCCL host ports from HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT ({{ cookiecutter.hccl_port_count|int }} ports)"
@@ -321,7 +380,7 @@ else
     # and no file of the project hides a standard-library module (random.py, logging/)
     preflight_args+=(--user-script {{ cookiecutter.script|sh }})
 {%- endif %}
-    "${PYTHON:-python3}" -m runtime.preflight "${preflight_args[@]}" || preflight=$?
+    "$PYTHON" -m runtime.preflight "${preflight_args[@]}" || preflight=$?
     if ((preflight == 3)); then
         echo "node $NODE_RANK: preflight failed: nothing started; fix the above (or skip the checks with NPU_WIZARD_SKIP_PREFLIGHT=1)"
         exit 1
@@ -395,7 +454,7 @@ stop_children() {
 preempted_ranks() {
     # Say so and return 0 when every rank of this node saved a checkpoint on a stop signal and exited.
     local said
-    said="$("${PYTHON:-python3}" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
+    said="$("$PYTHON" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
         $((NODE_RANK * NPROC_PER_NODE)) "$NPROC_PER_NODE" --since "$STARTED_AT" 2>/dev/null)" || return 1
     echo "node $NODE_RANK: $said; exiting with code $PREEMPTED_EXIT (preempted)"
 }
@@ -497,24 +556,24 @@ for ((local_rank = 0; local_rank < NPROC_PER_NODE; local_rank++)); do
         device=$((10#${rank_devices[local_rank]}))
         cores="$((device * cores_per_device))-$((device * cores_per_device + cores_per_device - 1))"
         start_child "rank $RANK (local rank $LOCAL_RANK, device $device, cores $cores)" taskset -c "$cores" \
-            "${PYTHON:-python3}" "${program[@]}" "$@"
+            "$PYTHON" "${program[@]}" "$@"
         continue
     fi
 {%- endif %}
-    start_child "rank $RANK (local rank $LOCAL_RANK)" "${PYTHON:-python3}" "${program[@]}" "$@"
+    start_child "rank $RANK (local rank $LOCAL_RANK)" "$PYTHON" "${program[@]}" "$@"
 done
 echo "node $NODE_RANK: started ranks $((NODE_RANK * NPROC_PER_NODE))-$((NODE_RANK * NPROC_PER_NODE + NPROC_PER_NODE - 1)) of $WORLD_SIZE"
 {%- elif cookiecutter.launcher == "mp-spawn" %}
 # train.py spawns NPROC_PER_NODE processes itself (torch.multiprocessing.spawn).
-start_child "train.py (mp-spawn)" "${PYTHON:-python3}" train.py --launcher mp-spawn \
+start_child "train.py (mp-spawn)" "$PYTHON" train.py --launcher mp-spawn \
     --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE" "$@"
 {%- elif cookiecutter.launcher == "torch-launch" %}
 echo "node $NODE_RANK: NOTE: torch.distributed.launch is deprecated upstream in favour of torchrun"
 launch_args=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE"
     --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT")
 # Look for the module's file without importing torch (fast, and works before CANN is set up).
-if "${PYTHON:-python3}" -c 'import importlib.util as u, os, sys; s = u.find_spec("torch"); sys.exit(0 if s is None or os.path.exists(os.path.join(os.path.dirname(s.origin), "distributed", "launch.py")) else 1)'; then
-    start_child "torch.distributed.launch" "${PYTHON:-python3}" -m torch.distributed.launch "${launch_args[@]}" \
+if "$PYTHON" -c 'import importlib.util as u, os, sys; s = u.find_spec("torch"); sys.exit(0 if s is None or os.path.exists(os.path.join(os.path.dirname(s.origin), "distributed", "launch.py")) else 1)'; then
+    start_child "torch.distributed.launch" "$PYTHON" -m torch.distributed.launch "${launch_args[@]}" \
         "${program[@]}" "$@"
 else
     echo "node $NODE_RANK: torch.distributed.launch is gone from this torch; using torchrun with the same flags"

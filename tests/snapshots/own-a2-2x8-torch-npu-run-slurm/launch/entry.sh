@@ -71,6 +71,13 @@ hccl_base=$((60000 + hccl_slot * 32))
 # For the preflight: a port found taken is then named with the job and the slot it came from.
 export NPU_WIZARD_JOB_ID="$job_id" NPU_WIZARD_HCCL_SLOT="$hccl_slot"
 job="job $job_id"
+# A requeued job (scontrol requeue after the ranks saved on a stop signal) runs again with
+# SLURM_RESTART_COUNT set: a later start of the job, which resumes (launch/run-node.sh).
+if whole_number "${SLURM_RESTART_COUNT:-0}" && ((10#${SLURM_RESTART_COUNT:-0} > 0)); then
+    whole_number "${NPU_WIZARD_ATTEMPT:-1}" || NPU_WIZARD_ATTEMPT=1
+    export NPU_WIZARD_ATTEMPT=$((10#${NPU_WIZARD_ATTEMPT:-1} + 10#$SLURM_RESTART_COUNT))
+    export NPU_WIZARD_RESUMING=1
+fi
 
 # ---- checks every engine shares ------------------------------------------------------
 if ((node_count != EXPECTED_NODES)); then
