@@ -3,8 +3,10 @@
 Each rank appends to `<run dir>/events/rank-<R>.jsonl`; the monitor reads them
 with `read_events` (or follows them live with `EventFollower`), both in
 runtime/event_reading.py. Every event carries `schema`, `event`, `time` (unix
-seconds) and `rank`. Writing costs a small file write and flush, never a
-host-device synchronisation.
+seconds, for people: clocks step), `rank`, `pid` and `seq`, its number among
+the events of its process (1, 2, ...): the runner tells a repeat (the same
+event in the file and on the status stream) by pid and seq, never by time.
+Writing costs a small file write and flush, never a host-device synchronisation.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ class EventWriter:
         self._beat_fields: Callable[[], dict[str, Any]] | None = None
         self.step = 0
         self.epoch = 0
+        self._seq = 0  # the number of the last event made (a forked child goes on from its parent's, as its pid)
         self._publisher = status.publisher_from_env(rank)
         # a rank killed mid-line leaves a torn line; start ours on a fresh one
         if self._file.tell() > 0 and not self.path.read_bytes().endswith(b"\n"):
@@ -130,11 +133,12 @@ class EventWriter:
 
     def emit(self, event: str, **fields: Any) -> Event:
         """Write one event line now and return it."""
-        record = {"schema": SCHEMA_VERSION, "event": event, "time": time.time()}
-        record.update(rank=self.rank, **fields)
-        line = json.dumps(record, default=str) + "\n"
         failed: OSError | None = None
+        # numbered, written and sent in one order, whichever thread emits
         with self._lock:
+            record = self._record(event)
+            record.update(fields)
+            line = json.dumps(record, default=str) + "\n"
             if not self._file.closed:
                 try:
                     self._file.write(line)
@@ -142,11 +146,23 @@ class EventWriter:
                 except OSError as error:
                     failed = error
                     self._drop_file()
-        if self._publisher is not None:
-            self._publisher.publish(record)
+            if self._publisher is not None:
+                self._publisher.publish(record)
         if failed is not None:
             self._stopped_writing(failed)
         return record
+
+    def _record(self, event: str) -> dict[str, Any]:
+        """The fields every event starts with, numbered next (the caller holds the lock)."""
+        self._seq += 1
+        return {
+            "schema": SCHEMA_VERSION,
+            "event": event,
+            "time": time.time(),
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "seq": self._seq,
+        }
 
     def _drop_file(self) -> None:
         """Close the events file, dropping what its buffer still holds (it could not be written)."""
@@ -165,16 +181,11 @@ class EventWriter:
             "(free space on that disk for the next run)"
         )
         print(message, file=sys.stderr, flush=True)
-        if self._publisher is not None:
-            warning = {
-                "schema": SCHEMA_VERSION,
-                "event": "warning",
-                "time": time.time(),
-            }
-            warning.update(
-                rank=self.rank, kind="events", message=message, step=self.step
-            )
-            self._publisher.publish(warning)
+        with self._lock:
+            if self._publisher is not None:
+                warning = self._record("warning")
+                warning.update(kind="events", message=message, step=self.step)
+                self._publisher.publish(warning)
 
     def started(
         self,

@@ -42,6 +42,20 @@ def test_run_starts_every_simulated_node_and_reports_the_finish(finished_2x2_run
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("finished-2x2-run")
+def test_every_event_of_a_real_run_is_numbered_in_order_within_its_process(finished_2x2_run: RunEnded) -> None:
+    run = finished_2x2_run  # the runner tells repeats by (rank, pid, seq), so an NTP step cannot (issue 36 item 20)
+    for rank, written in events_of(run.run_dir).items():
+        numbers: dict[int, list[int]] = {}
+        for event in written:
+            numbers.setdefault(event["pid"], []).append(event["seq"])
+        assert numbers, f"rank {rank} wrote no event"
+        for pid, seqs in numbers.items():
+            assert seqs == list(range(1, len(seqs) + 1)), f"rank {rank}, process {pid}: {seqs[:20]}"
+        assert any(event["event"] == "step" for event in written)
+
+
+@pytest.mark.slow
 def test_a_failing_job_exits_3_and_names_the_first_failing_rank(tmp_path: Path) -> None:
     project = render_cpu(tmp_path, "shell", nodes=1, dataset="mnist", data_dir="no-such-folder", model="convnet")
     result = npu_wizard_run(project, tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -35,6 +36,22 @@ def test_events_round_trip_with_schema_time_and_rank(tmp_path: Path) -> None:
     assert {"local_rank", "node", "host", "device", "pid", "world_size"} <= started.keys()
     assert (step["step"], step["epoch"], step["loss"], step["lr"]) == (10, 0, 2.5, 0.1)
     assert found[3][3]["weights_sha256"] == "abc" and found[3][3]["step"] == 10
+
+
+def test_every_event_carries_its_process_and_its_number_in_the_order_written(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path, rank=1)
+    writer.started(local_rank=1, node=0, device="cpu", world_size=2)
+    writer.start_heartbeat(0.01)  # a second thread emitting at the same time
+    for step in range(1, 51):
+        writer.step_done(step=step, epoch=0, loss=1.0, samples_per_s=10.0, lr=0.1)
+    writer.warning("a checkpoint was set aside", "checkpoint")
+    writer.close()
+    written = events.read_events(tmp_path)[1]
+    assert [event["seq"] for event in written] == list(range(1, len(written) + 1))  # the file's order
+    assert {event["pid"] for event in written} == {os.getpid()}
+    again = EventWriter(tmp_path, rank=1)  # the rank started again (here by the same process): from 1 again
+    assert again.finished()["seq"] == 1
+    again.close()
 
 
 def test_each_rank_has_its_own_file(tmp_path: Path) -> None:

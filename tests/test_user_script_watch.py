@@ -139,8 +139,9 @@ def test_a_script_without_steps_is_judged_by_when_it_last_printed(tmp_path: Path
 
         def rank_1_stalled_rank_0_long_up() -> float | None:
             folder.tick()
-            now, started = folder.clock(), folder.state.ranks[0].started_at
-            long_up = started is not None and now - started > 1.5
+            started = folder.state.ranks[0].started_at  # wall time, as the rank stamped it
+            long_up = started is not None and folder.clock() - started > 1.5
+            now = folder.state.now()  # silences are judged on the state's own (monotonic) clock
             return now if long_up and folder.state.state(1, now) == STALLED else None
 
         now = wait_for(rank_1_stalled_rank_0_long_up, 60, "rank 1, silent, to be stalled")

@@ -137,23 +137,24 @@ class MonitorApp(App[str | None]):
 
     def redraw(self) -> None:
         """Show the source's current state."""
-        state, now = self.source.state, self.source.clock()
+        state, now, heard_now = self.source.state, self.source.clock(), self.source.state.now()
         end = now if self.source.outcome is None else (self._ended_at() or now)
         self.query_one("#job", Static).update(self._job_line(state, end))
-        self.query_one("#alert", Static).update(self._alert(state, now))
+        self.query_one("#alert", Static).update(self._alert(state, heard_now))
         table = self.query_one(DataTable)
         slow = _slow_ranks(state)
         widths = {column: table.columns[ColumnKey(column)] for column in COLUMNS}
         for rank, view in sorted(state.ranks.items()):
             if str(rank) not in table.rows:
                 continue
-            rank_state = state.state(rank, now)
+            rank_state = state.state(rank, heard_now)
             if rank_state == RUNNING and rank in slow:
                 rank_state = f"{SLOW} +{slow[rank]:.0f}%"
-            beat = f"{now - view.last_seen:.0f}s" if view.last_seen and view.outcome is None else "-"
+            beat = f"{heard_now - view.last_seen:.0f}s" if view.last_seen and view.outcome is None else "-"
             shown_step = str(view.step)
             if not view.steps_reported and view.printed_at is not None and view.outcome is None:
-                shown_step = f"printed {max(0.0, now - view.printed_at):.0f}s ago"  # a script that reports no steps
+                # a script that reports no steps
+                shown_step = f"printed {max(0.0, heard_now - view.printed_at):.0f}s ago"
             cells = (
                 str(rank),
                 "?" if view.node is None else str(view.node),
@@ -178,7 +179,7 @@ class MonitorApp(App[str | None]):
     def _job_line(self, state: JobState, now: float) -> str:
         total = state.total_steps()
         step = f"step {state.newest_step()}{f'/{total}' if total else ''}"
-        quietest = state.quietest(now)
+        quietest = state.quietest()  # a duration: on the state's own clock, not `now` (wall time, for the header)
         if quietest is not None and not any(view.steps_reported for view in state.ranks.values()):
             step = f"no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
         head = f"{_shown(self.job_title)}  |  {duration(now - self.source.started_at)}  |  {step}"

@@ -35,10 +35,10 @@ FIRST_EVENTS_READ = 64  # events files whose first event says when a run folder 
 REMOTE_DIR = "remote"  # <run>/remote/events/rank-R.jsonl: what the stream told node 0 about other nodes
 
 
-def catch_up(state: JobState, follower: EventFollower) -> None:
-    """Fold in every event the follower has not read yet, a bounded chunk at a time."""
+def catch_up(state: JobState, follower: EventFollower, heard: Callable[[dict], float] | None = None) -> None:
+    """Fold in every event the follower has not read yet, a bounded chunk at a time (`heard`: as ingest_all's)."""
     while True:
-        state.ingest_all(follower.poll())
+        state.ingest_all(follower.poll(), heard)
         if not follower.behind:
             return
 
@@ -47,7 +47,12 @@ class RunFolder:
     """A run folder as a job source: its events, its runner, its summary once written."""
 
     def __init__(
-        self, run_dir: Path, *, hang_after: float = DEFAULT_HANG_AFTER, clock: Callable[[], float] = time.time
+        self,
+        run_dir: Path,
+        *,
+        hang_after: float = DEFAULT_HANG_AFTER,
+        clock: Callable[[], float] = time.time,
+        ticker: Callable[[], float] = time.monotonic,
     ) -> None:
         self.run_dir = run_dir
         self.clock = clock
@@ -61,9 +66,12 @@ class RunFolder:
                 f"{run_dir} says its world size is {str(world_size)[:20]}: npu-wizard runs 1 to {MAX_WORLD_SIZE} "
                 "ranks, so this is no run folder of its own"
             )
-        self.state = JobState(world_size, hang_after=hang_after, clock=clock, nodes=self.info.get("node_count"))
+        self.state = JobState(
+            world_size, hang_after=hang_after, clock=clock, ticker=ticker, nodes=self.info.get("node_count")
+        )
+        # judged by when this monitor heard each event; what was written before it opened, by its age
         for follower in self._followers:
-            catch_up(self.state, follower)
+            catch_up(self.state, follower, self.state.backdated)
         said = self.info.get("started_at")  # run.json is anyone's to write into: a value that is no time is none
         self.started_at = (said if is_time(said) else None) or _first_time(self.state) or clock()
         self.summary: dict | None = None
@@ -131,8 +139,8 @@ class RunFolder:
         Said once in the notes: nothing supervises those ranks now (no stop at a failure or a hang).
         """
         alive = procs.job_processes(self.run_dir)
-        newest = _last_time(self.state)
-        writing = newest is not None and self.clock() - newest <= self.state.hang_after
+        heard = [view.last_seen for view in self.state.ranks.values() if view.last_seen is not None]
+        writing = bool(heard) and self.state.now() - max(heard) <= self.state.hang_after
         if not alive and not writing:
             return False
         said = f"{len(alive)} process(es) of the run alive on this host" if alive else "its ranks still write events"
@@ -234,7 +242,7 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None 
         for line in restart_lines(folder.state, restarts_said):
             print(line, file=out, flush=True)
         if now >= next_line:
-            print(progress_block(folder.state, now - folder.started_at, now), file=out, flush=True)
+            print(progress_block(folder.state, now - folder.started_at, folder.state.now()), file=out, flush=True)
             next_line = now + interval
         time.sleep(poll)
     for note in folder.notes[noted:]:
@@ -271,4 +279,4 @@ def _first_time(state: JobState) -> float | None:
 
 
 def _last_time(state: JobState) -> float | None:
-    return max((v.last_seen for v in state.ranks.values() if v.last_seen), default=None)
+    return max((v.last_said for v in state.ranks.values() if v.last_said), default=None)

@@ -41,16 +41,16 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
             job.start()
             while True:
                 outcome = job.tick()
-                now = job.clock()
-                for rank in job.state.hung(now):
+                now, heard_now = job.clock(), job.state.now()  # wall time for what is shown; durations on the state's
+                for rank in job.state.hung(heard_now):
                     if rank not in reported_hangs:
-                        print(f"HUNG: {_hang_line(job.state, rank, now)}", file=out, flush=True)
+                        print(f"HUNG: {_hang_line(job.state, rank, heard_now)}", file=out, flush=True)
                         reported_hangs.add(rank)
                 verdict = getattr(job, "hang_verdict", None)  # the runner judged the ranks' stacks (hang/)
                 if verdict is not None and verdict is not reported_verdict:
                     print(f"WHERE EACH RANK IS: {verdict.text}", file=out, flush=True)
                     reported_verdict = verdict
-                late = "" if reported_late else job.state.late_report(now)
+                late = "" if reported_late else job.state.late_report(heard_now)
                 if late:
                     print(f"START-UP DEADLINE: {late}", file=out, flush=True)
                     reported_late = True
@@ -66,7 +66,7 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
                 if outcome is not None:
                     break
                 if now >= next_line:
-                    print(progress_block(job.state, now - job.started_at, now), file=out, flush=True)
+                    print(progress_block(job.state, now - job.started_at, heard_now), file=out, flush=True)
                     next_line += job.interval
                 time.sleep(poll)
     except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
@@ -74,7 +74,7 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     for line in job.engine_lines:  # what the engine said while stopping the job
         print(line, file=out)
     job.engine_lines.clear()
-    print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at, job.ended_at), file=out)
+    print(progress_line(job.state, (job.ended_at or job.clock()) - job.started_at), file=out)
     if job.summary is not None:
         # a failed run's error names the root cause next: the summary does not say it first
         print(format_summary(job.summary, root_cause_follows=job.outcome in FAILED_OUTCOMES), file=out)

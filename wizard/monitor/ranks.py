@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from wizard.monitor.hints import Hint
+from wizard.monitor.values import is_step
 
 LOSS_HISTORY = 256  # loss points kept per rank: the plot shows 120
 
@@ -59,22 +60,45 @@ class RankView:
     started_at: float | None = None
     first_step_at: float | None = None
     first_step: int | None = None  # the step its first step event named (a user's script resumed one before)
-    last_seen: float | None = None
-    progress_at: float | None = None
+    last_seen: float | None = None  # when it was last heard, on the state's clock (JobState.now)
+    last_said: float | None = None  # the same in wall time, for people: its newest event's stamp or arrival
+    progress_at: float | None = None  # when its step last changed, on the state's clock
     ended_at: float | None = None
     outcome: str | None = None  # finished, failed (an error event), lost (the process vanished) or preempted
     stop_signal: str | None = None  # the signal a preempted rank saved on
     asks_stop: bool = False  # its script asked report.should_stop(): a stop signal has it save, not end
     error: dict | None = None
     checkpoint: tuple[int, str, float] | None = None  # the newest this rank wrote: step, path, time
-    printed_at: float | None = None  # when its log last grew (a user's script: runtime.userscript's heartbeats)
+    printed_at: float | None = None  # when its log last grew, on the state's clock (runtime.userscript's heartbeats)
     exit_code: int | None = None  # as its finished or error event said (runtime.userscript)
     compute_s: float | None = None  # its newest window's data_s + forward_s (a straggler's median rank by it)
     losses: LossHistory = field(default_factory=lambda: LossHistory(LOSS_HISTORY))
     rate_count: int = 0  # step events with a positive rate, and the sum of 1/rate: the overall rate, in O(1)
     inverse_rate_sum: float = 0.0
     step_times: list[tuple[float, int]] = field(default_factory=list)
-    newest: dict[str, float] = field(default_factory=dict)  # per event kind: the newest time ingested
+    newest: dict[str, float] = field(default_factory=dict)  # per event kind: the newest time (events without seq)
+    # per (process, event kind): the highest event number ingested (runtime/events.py numbers them)
+    newest_seq: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    def repeats(self, kind: str, event: dict) -> bool:
+        """Whether `event` (of `kind`) was seen already, in the file or on the stream; notes it as seen if not.
+
+        A process writes its events numbered in order, so one numbered no higher than the highest of its kind
+        from that process is a repeat, whatever the clocks did. An older runtime's events carry no number:
+        there one no newer than the newest of its kind is (a clock stepped back loses events, as it did then).
+        """
+        seq, pid = event.get("seq"), event.get("pid")
+        if is_step(seq) and is_step(pid):
+            key = (pid, kind)
+            if seq <= self.newest_seq.get(key, -1):
+                return True
+            self.newest_seq[key] = seq
+            return False
+        at = event["time"]
+        if at <= self.newest.get(kind, float("-inf")):
+            return True
+        self.newest[kind] = at
+        return False
 
     @property
     def restarts(self) -> int:

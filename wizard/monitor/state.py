@@ -4,6 +4,15 @@ Events come from the ranks' files on this node and from the status stream
 (every node's ranks); both go through `JobState.ingest`, which drops
 duplicates. States, hangs, throughput, ETA and the root cause of a failure are
 computed here, with no UI and no processes, so tests feed events directly.
+
+Two clocks. A live state (the runner's, a monitor's: `ticker` given, time.monotonic) judges every duration,
+a rank's silence, the time since its last step, the start-up deadline, on that ticker, from when each event
+was heard here: the ranks' stamps and this host's wall clock may step (NTP) by any amount, and an event's
+`time` is the rank's own clock. A state replaying files after the fact (no ticker) has only the stamps, and
+measures on them. Wall times (`clock`, the events' `time`) are kept only for what people read: when a rank
+started, failed or stepped first, the order of failures.
+A repeat is known by its process and number (`pid`, `seq`: runtime/events.py); an event of an older runtime
+without them by its time, as then: no newer than the newest of its kind is a repeat.
 Memory is bounded: each rank keeps its current state, running sums and a short
 history (the loss plot's points), never its events, so thousands of ranks can
 be watched for days.
@@ -41,6 +50,7 @@ class JobState:
         *,
         hang_after: float = DEFAULT_HANG_AFTER,
         clock: Callable[[], float] = time.time,
+        ticker: Callable[[], float] | None = None,
         nodes: int | None = None,
         start_deadline: float | None = None,
     ) -> None:
@@ -51,10 +61,12 @@ class JobState:
         self.expected: set[int] | None = None  # the ranks that report here (None: all); the deadline counts these
         # what became of each node's launch script this runner started itself (see late_report)
         self.launchers: dict[int, str] = {}
-        self.clock = clock
-        self.opened_at = clock()
+        self.clock = clock  # wall time, for stamps people read
+        self.ticker = ticker  # durations, from when each event was heard; None: on the events' own stamps
+        self.opened_at = self.now()
         self.ranks: dict[int, RankView] = {rank: RankView(rank) for rank in range(world_size)}
-        self.stopping_since: float | None = None
+        self.stopping_since: float | None = None  # wall time: ranks lost after it were stopped
+        self.stopping_heard: float | None = None  # the same moment on the state's own clock (now())
         self.notices = Notices()
         self.stragglers = StragglerDetector(self.node_of)  # fed the step events' data_s and forward_s
         self.profiles: list[dict] = []  # the profile windows the ranks recorded (runtime/profile_window.py)
@@ -64,28 +76,53 @@ class JobState:
         """The view of `rank`, made on first sight (a rank beyond the world size too)."""
         return self.ranks.setdefault(rank, RankView(rank))
 
-    def ingest_all(self, events: Mapping[int, Iterable[dict]] | Iterable[dict]) -> None:
-        """Fold many events in: a {rank: events} mapping or a flat sequence."""
+    def now(self) -> float:
+        """Now on the clock this state measures durations on: the ticker, else (replaying files) the wall clock."""
+        return self.ticker() if self.ticker is not None else self.clock()
+
+    def ingest_all(
+        self, events: Mapping[int, Iterable[dict]] | Iterable[dict], heard: Callable[[dict], float] | None = None
+    ) -> None:
+        """Fold many events in: a {rank: events} mapping or a flat sequence; `heard` as for `ingest`, per event."""
         flat = (e for rank_events in events.values() for e in rank_events) if isinstance(events, Mapping) else events
         for event in flat:
-            self.ingest(event)
+            self.ingest(event, None if heard is None else heard(event))
 
-    def ingest(self, event: dict) -> None:
-        """Fold one event in; a duplicate (seen in the file and on the stream) is ignored."""
+    def ingest(self, event: dict, heard: float | None = None) -> None:
+        """Fold one event in; a duplicate (seen in the file and on the stream) is ignored.
+
+        `heard`: when it reached this state, on its ticker; by default now (its stamp, without a ticker).
+        """
         rank, kind, at = event.get("rank"), event.get("event"), event.get("time")
         if not is_step(rank) or not isinstance(kind, str) or not is_time(at):  # NaN, 1e300, 400 digits: no time
             return
         view = self.view(rank)
-        # one process writes a rank's events in time order: one no newer than the newest of its kind was seen
-        if at <= view.newest.get(kind, float("-inf")):
+        if view.repeats(kind, event):
             return
-        view.newest[kind] = at
-        seen_at = event.get(RECEIVED, at)
+        said = event.get(RECEIVED, at)  # wall time: when node 0's stream took it, else the rank's own stamp
+        if self.ticker is None:
+            heard = said
+        elif heard is None:
+            heard = self.ticker()
         if kind != LOST:
-            view.last_seen = max(view.last_seen or seen_at, seen_at)
+            view.last_seen = max(view.last_seen or heard, heard)
+            view.last_said = max(view.last_said or said, said)
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:
-            handler(view, event, seen_at)
+            handler(view, event, heard)
+
+    def backdated(self, event: dict) -> float:
+        """When an event already written before this state opened would have been heard: its age, by its stamp.
+
+        For the events a monitor finds on opening a run folder: a rank silent for an hour is silent for an hour
+        at once, not only one deadline after the monitor opened. Never later than now (a stamp ahead of this
+        host's clock, a clock stepped back since, is taken as heard now).
+        """
+        said = event.get(RECEIVED, event.get("time"))
+        now = self.now()
+        if self.ticker is None or not is_time(said):
+            return now
+        return now - max(0.0, self.clock() - float(said))  # type: ignore[arg-type]
 
     def _on_hello(self, view: RankView, event: dict, at: float) -> None:
         view.pid = event.get("pid", view.pid)
@@ -178,13 +215,14 @@ class JobState:
             view.checkpoint = (event["step"], str(event.get("path") or ""), event["time"])
 
     def _on_warning(self, view: RankView, event: dict, at: float) -> None:
-        self.notices.add(view.rank, str(event.get("kind") or "warning"), str(event.get("message") or ""), at)
+        said = event.get(RECEIVED, event["time"])  # wall time: a notice says when
+        self.notices.add(view.rank, str(event.get("kind") or "warning"), str(event.get("message") or ""), said)
 
     def _on_lost(self, view: RankView, event: dict, at: float) -> None:
         pid = event.get("pid")
         if pid is not None and view.pid is not None and pid != view.pid:
             return  # an earlier process of the rank (the launcher restarted it): the new one is watched
-        self.vanished(view.rank, at)
+        self.vanished(view.rank, event.get(RECEIVED, event["time"]))  # wall time: failures are ordered by it
 
     def vanished(self, rank: int, at: float) -> None:
         """The rank's process is gone without a finished or error event."""
@@ -203,9 +241,19 @@ class JobState:
             if view.outcome == LOST and self.node_of(rank) == node:
                 view.outcome, view.exit_code = FINISHED, 0
 
+    def judged_at(self, ended_at: float) -> float:
+        """The moment a job ended at `ended_at` (wall time) is judged at, on this state's clock (now()).
+
+        When the monitor began stopping it (ranks it stopped were fine until then), else its end.
+        """
+        if self.ticker is None:
+            return self.stopping_since or ended_at
+        return self.stopping_heard or self.now()
+
     def stopping(self) -> None:
         """The monitor is stopping the job: ranks vanishing from now on were stopped, not failed."""
         self.stopping_since = self.stopping_since or self.clock()
+        self.stopping_heard = self.stopping_heard or self.now()
 
     # ---- reading ---------------------------------------------------------------
 
@@ -218,7 +266,7 @@ class JobState:
             return FAILED
         if not view.starts:
             return STARTING
-        now = self.clock() if now is None else now
+        now = self.now() if now is None else now
         if view.last_seen is not None and now - view.last_seen > self.hang_after:
             return HUNG
         if view.progress_at is not None and now - view.progress_at > self.hang_after:
@@ -245,7 +293,7 @@ class JobState:
 
     def hang_report(self, now: float | None = None) -> str:
         """Which ranks are hung, and which wait, in words."""
-        now = self.clock() if now is None else now
+        now = self.now() if now is None else now
         lines = []
         for rank in self.hung(now):
             view = self.ranks[rank]
@@ -265,7 +313,7 @@ class JobState:
 
     def quietest(self, now: float | None = None) -> tuple[int, float] | None:
         """(rank, seconds) of the running rank that printed longest ago, among ranks that send no steps."""
-        now = self.clock() if now is None else now
+        now = self.now() if now is None else now
         quiet = [
             (now - view.printed_at, rank)
             for rank, view in self.ranks.items()
@@ -278,7 +326,7 @@ class JobState:
 
     def late(self, now: float | None = None) -> list[int]:
         """Ranks that did not report `started` within the start-up deadline."""
-        now = self.clock() if now is None else now
+        now = self.now() if now is None else now
         if self.start_deadline is None or now - self.opened_at <= self.start_deadline:
             return []
         return [

@@ -43,7 +43,7 @@ def eta_text(state: JobState) -> str:
 
 
 def progress_line(state: JobState, elapsed: float, now: float | None = None) -> str:
-    """One line: ranks by state, newest step and loss, throughput, ETA, hung ranks."""
+    """One line: ranks by state, newest step and loss, throughput, ETA, hung ranks (`now`: on state.now()'s clock)."""
     states = [state.state(rank, now) for rank in sorted(state.ranks)]
     counts = ", ".join(f"{name} {states.count(name)}" for name in dict.fromkeys(states))
     line = f"[{elapsed:7.1f}s] {len(states)} ranks: {counts}"
@@ -56,7 +56,7 @@ def progress_line(state: JobState, elapsed: float, now: float | None = None) -> 
         stepped = [view.progress_at for view in state.ranks.values() if view.outcome is None and view.progress_at]
         if any(name in (STALLED, HUNG) for name in states) and stepped:
             # a stall: the throughput and the ETA of before it would only repeat, frozen
-            line += f" | last step {max(0.0, (now or state.clock()) - max(stepped)):.0f}s ago"
+            line += f" | last step {max(0.0, (state.now() if now is None else now) - max(stepped)):.0f}s ago"
         else:
             line += f" | {state.throughput():,.0f} samples/s | {eta_text(state)}"
     elif (quietest := state.quietest(now)) is not None:
@@ -203,9 +203,11 @@ def summarize(
     """
     first_steps = [v.first_step_at for v in state.ranks.values() if v.first_step_at is not None]
     per_rank = {}
-    as_of = state.stopping_since or ended_at  # ranks the monitor stopped were fine until then
+    as_of = state.judged_at(ended_at)  # on the state's clock: ranks the monitor stopped were fine until then
     for rank, view in sorted(state.ranks.items()):
         rank_state = state.state(rank, as_of)
+        # a rank that ended: as its last word said (on the state's clock, when it was heard)
+        ended = view.ended_at if state.ticker is None else view.last_seen if view.outcome else None
         per_rank[str(rank)] = {
             "node": view.node,
             "state": "stopped" if rank_state in (RUNNING, STALLED) and outcome != FINISHED else rank_state,
@@ -218,7 +220,7 @@ def summarize(
             # a rank of a script that reports no steps: how long before the end it last printed
             "printed_s_before_end": None
             if view.printed_at is None or view.steps_reported
-            else max(0.0, (view.ended_at or as_of) - view.printed_at),
+            else max(0.0, (ended or as_of) - view.printed_at),
         }
     rates = [r["samples_per_s"] for r in per_rank.values() if r["samples_per_s"] is not None]
     final = state.ranks.get(0)

@@ -58,14 +58,22 @@ class Job(JobStacks, JobRestarts):
     """One run of a project on this host: its node processes, its state and its end."""
 
     def __init__(
-        self, project: Path, options: RunOptions, *, fresh: bool = False, clock: Callable[[], float] = time.time
+        self,
+        project: Path,
+        options: RunOptions,
+        *,
+        fresh: bool = False,
+        clock: Callable[[], float] = time.time,
+        ticker: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock`: wall time, for what is shown and written; `ticker`: every duration judged (hangs, deadlines)."""
         self.project = project.resolve()
         self.options = options
         self.answers = load_project(self.project)
         self.engine: Engine = engine_for(self.answers)
         self.nodes = list(self.engine.nodes_to_start(self.answers, options.node, options.all_nodes))
         self.clock = clock
+        self.ticker = ticker
         self.state = self._new_state()
         # the ranks present it to node 0's status stream; every node's runner must hand its ranks the same one
         self.status_token = {**os.environ, **options.env}.get(ENV_STATUS_TOKEN) or secrets.token_hex(16)
@@ -136,6 +144,7 @@ class Job(JobStacks, JobRestarts):
             self.answers.world_size,
             hang_after=options.hang_after,
             clock=self.clock,
+            ticker=self.ticker,
             nodes=self.answers["nodes"],
             start_deadline=start_deadline,
         )
@@ -193,7 +202,9 @@ class Job(JobStacks, JobRestarts):
         if plan.listen is None:
             return address(plan.advertise, plan.port) if plan.advertise else None
         try:
-            self.intake.server = StatusServer(plan.listen, plan.port, self.status_token, clock=self.clock)
+            self.intake.server = StatusServer(
+                plan.listen, plan.port, self.status_token, clock=self.clock, ticker=self.ticker
+            )
         except OSError as error:
             self.notes.append(
                 f"warning: cannot listen on {plan.listen}:{plan.port} for the ranks' status ({error}); "

@@ -102,11 +102,13 @@ def hang_failure(state: JobState, now: float, verdict: HangVerdict | None = None
     """The first hung rank (or the start-up deadline, or the stall) as the failure of an --abort-on-hang run.
 
     `verdict`: where each rank was at the hang (its stacks); a stall is then laid on the ranks it names as
-    the odd ones out, as the verdict printed before it does, not on every rank that made no step.
+    the odd ones out, as the verdict printed before it does, not on every rank that made no step. `now` (wall
+    time) stamps the failure; the silences are measured on the state's own clock.
     """
-    hung = state.hung(now)
-    if not hung and state.late(now):
-        return Failure(None, None, now, "missing", f"start-up deadline passed: {state.late_report(now)}")
+    heard_now = state.now()
+    hung = state.hung(heard_now)
+    if not hung and state.late(heard_now):
+        return Failure(None, None, now, "missing", f"start-up deadline passed: {state.late_report(heard_now)}")
     if not hung and verdict is not None and verdict.odd_ones_out:
         odd = verdict.odd_ones_out
         held = "; ".join(group.words for group in verdict.groups if set(group.ranks) & set(odd))
@@ -116,9 +118,9 @@ def hang_failure(state: JobState, now: float, verdict: HangVerdict | None = None
         view = state.view(odd[0])
         return Failure(view.rank, view.node, now, "hung", summary, device=view.device, pid=view.pid)
     if not hung:
-        return Failure(None, None, now, "hung", f"the job stalled: {state.hang_report(now)}")
+        return Failure(None, None, now, "hung", f"the job stalled: {state.hang_report(heard_now)}")
     view = state.ranks[hung[0]]
-    silent = now - (view.last_seen or now)
+    silent = heard_now - (view.last_seen or heard_now)
     others = f"; also hung: ranks {', '.join(map(str, hung[1:]))}" if hung[1:] else ""
     summary = (
         f"hung: no heartbeat or step for {silent:.0f}s at step {view.step} "

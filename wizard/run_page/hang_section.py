@@ -134,8 +134,8 @@ def _stepped(record: RunRecord, rank: int) -> tuple[float, float] | None:
     ranked, view = record.ranks.get(rank), record.state.ranks.get(rank)
     times = [*(ranked.starts[:1] if ranked else []), *(ranked.times[:1] if ranked and len(ranked.times) else [])]
     ends = [ranked.times[-1]] if ranked and len(ranked.times) else []
-    if view is not None and view.last_seen is not None:
-        ends.append(view.last_seen)
+    if view is not None and view.last_said is not None:
+        ends.append(view.last_said)
     if not times or not ends:
         return None
     return min(times), max(ends)

@@ -47,7 +47,7 @@ def effective_summary(record: RunRecord) -> dict[str, Any]:
         outcome = "failed"
     else:
         outcome = "unknown"
-    ended = max((v.last_seen for v in state.ranks.values() if v.last_seen), default=record.started_at)
+    ended = max((v.last_said for v in state.ranks.values() if v.last_said), default=record.started_at)
     made = summarize(state, started_at=record.started_at, ended_at=ended, outcome=outcome, failure=state.root_cause())
     made["inferred"] = True
     found = replayed_stragglers(record, made["wall_s"])
