@@ -225,11 +225,13 @@ class EventWriter:
         lr: float,
         data_s: float | None = None,
         forward_s: float | None = None,
+        **extra: float,
     ) -> Event:
         """A logging-interval step: loss, throughput and learning rate.
 
         `data_s` and `forward_s`, when given: the mean seconds per step of this
-        window spent waiting for data and in the forward pass (runtime/timing.py).
+        window spent waiting for data and in the forward pass (runtime/timing.py);
+        `extra`: a language model's tokens_per_s and, where the peak is known, mfu.
         """
         self.progress(step, epoch)
         times = {
@@ -245,7 +247,12 @@ class EventWriter:
             samples_per_s=samples_per_s,
             lr=lr,
             **times,
+            **extra,
         )
+
+    def evaluated(self, *, step: int, val_loss: float) -> Event:
+        """The validation loss, averaged over every rank, after `step` optimizer steps."""
+        return self.emit("eval", step=step, epoch=self.epoch, val_loss=val_loss)
 
     def checkpoint(self, *, step: int, path: Path) -> Event:
         """A checkpoint was written."""

@@ -121,7 +121,7 @@ ERRORS = [
     ("batch", {"training.batch_size": 0}, "training.batch_size", "at least 1"),
     ("lr negative", {"training.lr": -0.1}, "training.lr", "at least 0"),
     ("lr nan", {"training.lr": "nan"}, "training.lr", "finite"),
-    ("model", {"training.model": "gpt"}, "training.model", "mlp, convnet, resnet18"),
+    ("model", {"training.model": "llama"}, "training.model", "mlp, convnet, resnet18, gpt"),
     (
         "data_dir quotes",
         {"training.dataset": "mnist", "training.data_dir": "my data"},

@@ -54,8 +54,9 @@ def lint_python(project: Path) -> None:
         py_compile.compile(source, doraise=True, cfile=str(Path(source).with_suffix(".pyc.lint")))
     for path in project.rglob("*.pyc.lint"):
         path.unlink()
+    # from the project folder, as its user runs ruff: its own modules (runtime, model) are first-party there
     for command in (["check", "--isolated", "--no-cache"], ["format", "--isolated", "--no-cache", "--check"]):
-        result = subprocess.run([tool("ruff"), *command, *sources], capture_output=True, text=True)
+        result = subprocess.run([tool("ruff"), *command, *sources], capture_output=True, text=True, cwd=project)
         assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from wizard.answers.questions_lm import GPT_QUESTIONS, LOOP_QUESTIONS, SCHEDULE_QUESTIONS
 from wizard.answers.script import GENERATED_SCRIPT, is_foreign
 from wizard.answers.spec import Choice, Question, Values
 
@@ -22,11 +23,19 @@ def _resume_args_refused(values: Values) -> str:
 
 
 def _needs_data_dir(values: Values) -> bool:
-    return values.get("training.dataset") in ("mnist", "imagefolder")
+    return values.get("training.dataset") in ("mnist", "imagefolder", "tokens")
 
 
 def _without_lr(values: Values) -> bool:
     return values.get("training.lr") is None
+
+
+def _epoch_warmup(values: Values) -> bool:
+    return _without_lr(values) and not values.get("training.warmup_steps")
+
+
+def _gpt(values: Values) -> bool:
+    return values.get("training.model") == "gpt"
 
 
 TRAINING_QUESTIONS: tuple[Question, ...] = (
@@ -70,10 +79,12 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
             Choice("mlp", "MLP", "A small multi-layer perceptron: fast anywhere, the CPU demo's model."),
             Choice("convnet", "ConvNet", "A small convolutional network for 28x28 images (MNIST-shaped)."),
             Choice("resnet18", "ResNet-18", "torchvision's ResNet-18 for image folders (needs torchvision)."),
+            Choice("gpt", "GPT", "A decoder-only transformer language model (model.py) for token data."),
         ),
         when=_generated,
         step="training",
-        help="The network train.py builds; replace it with your own in train.py.",
+        help="The network train.py builds; replace it with your own in train.py. gpt trains on token data "
+        "(dataset tokens) with AdamW.",
     ),
     Question(
         name="training.dataset",
@@ -84,10 +95,12 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
             Choice("synthetic", "Synthetic", "A learnable, seeded dataset made in memory; needs no download."),
             Choice("mnist", "MNIST", "MNIST through torchvision, read from data_dir."),
             Choice("imagefolder", "Image folder", "torchvision ImageFolder: one sub-folder per class under data_dir."),
+            Choice("tokens", "Tokens", "train.bin and val.bin in data_dir, made by python prepare_data.py SOURCE."),
         ),
         when=_generated,
         step="training",
-        help="What train.py trains on.",
+        help="What train.py trains on. tokens: memory-mapped token files that the generated prepare_data.py "
+        "writes from a folder of .txt files or a .jsonl file (a text field), for the gpt model.",
     ),
     Question(
         name="training.data_dir",
@@ -98,6 +111,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         step="training",
         help="Where the dataset lives, relative to the project or absolute.",
     ),
+    *GPT_QUESTIONS,
     Question(
         name="training.batch_size",
         prompt="Batch size per device",
@@ -119,6 +133,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         help="The learning rate of the whole job. Leave empty to scale it from a single-card "
         "baseline: lr = base_lr x global batch / base_batch_size.",
     ),
+    *SCHEDULE_QUESTIONS,
     Question(
         name="training.base_batch_size",
         prompt="Single-card batch size",
@@ -134,21 +149,21 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         name="training.base_lr",
         prompt="Single-card learning rate",
         kind="float",
-        default=0.05,
+        default_from=lambda values: 0.001 if _gpt(values) else 0.05,
         minimum=0.0,
         maximum=10.0,
         when=_without_lr,
         step="training",
-        help="The learning rate the single-card script used.",
+        help="The learning rate the single-card script used (SGD for the image models, AdamW for gpt).",
     ),
     Question(
         name="training.warmup_epochs",
         prompt="Warmup epochs",
         kind="int",
-        default=5,
+        default_from=lambda values: 0 if _gpt(values) else 5,
         minimum=0,
         maximum=100000,
-        when=_without_lr,
+        when=_epoch_warmup,
         step="training",
         help="When the scaled rate is above the single-card rate, climb to it linearly from the "
         "single-card rate over this many epochs (0: no warmup). 5, as Goyal et al. (2017, "
@@ -164,6 +179,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         step="training",
         help="Passes over the dataset.",
     ),
+    *LOOP_QUESTIONS,
     Question(
         name="training.samples",
         prompt="Synthetic samples",

@@ -16,6 +16,7 @@ import jinja2
 from jinja2.ext import Extension
 
 from wizard.answers import hardware
+from wizard.answers.language_model import gpt_config
 from wizard.answers.questions_cluster import HCCL_SLOTS, MASTER_PORT_SPAN, OPERATOR_MASTER_PORTS
 
 EXTENSION = f"{__name__}.ReleaseFacts"
@@ -77,9 +78,10 @@ def _port_range(first: int, last: int) -> str:
 
 
 class ReleaseFacts(Extension):
-    """Jinja extension that adds the `torch_npu_has` and `port_plan` filters."""
+    """Jinja extension that adds the `torch_npu_has`, `port_plan` and `gpt_config` filters."""
 
     def __init__(self, environment: jinja2.Environment) -> None:
         super().__init__(environment)
         environment.filters["torch_npu_has"] = torch_npu_has
         environment.filters["port_plan"] = port_plan
+        environment.filters["gpt_config"] = gpt_config

@@ -27,6 +27,8 @@ NODE_TEMPLATE = Path("launch") / "_node.sh.j2"
 SHARED_SCRIPT = Path("launch") / "run-node.sh"
 ENTRY_SCRIPT = Path("launch") / "entry.sh"
 SBATCH_FILE = Path("slurm") / "job.sbatch"
+MODEL_FILE = Path("model.py")  # the GPT (training.model: gpt)
+PREPARE_DATA = Path("prepare_data.py")  # text to token files (training.dataset: tokens)
 
 
 def node_script_name(node: int) -> str:
@@ -57,6 +59,10 @@ def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
     template_path.unlink()
     if is_foreign(answers["training.script"]):
         (project / GENERATED_SCRIPT).unlink()  # the user's own script runs instead
+    if answers.get("training.model") != "gpt":
+        (project / MODEL_FILE).unlink()
+    if answers.get("training.dataset") != "tokens":
+        (project / PREPARE_DATA).unlink()
     (project / SHARED_SCRIPT).chmod(0o755)
     if scheduled:
         (project / ENTRY_SCRIPT).chmod(0o755)

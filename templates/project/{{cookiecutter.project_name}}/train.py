@@ -5,8 +5,11 @@ device, the process group, events and checkpoints come from runtime/.
 """
 
 import argparse
+import contextlib
+import itertools
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -17,6 +20,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.tensorboard import SummaryWriter
 {%- endif %}
 
+{% if cookiecutter.model == "gpt" -%}
+from model import GPT, GPTConfig, next_token_loss
+{% endif -%}
 from runtime import (
     amp,
     checkpoint,
@@ -33,6 +39,9 @@ from runtime import (
     smoke,
     stacks,
     timing,
+{%- if cookiecutter.dataset == "tokens" %}
+    tokens,
+{%- endif %}
 )
 from runtime.errors import SetupError
 
@@ -52,9 +61,20 @@ LR = {{ cookiecutter.lr|float }}
 {%- else %}
 BASE_BATCH_SIZE = {{ cookiecutter.base_batch_size|int }}  # the single-card batch ...
 BASE_LR = {{ cookiecutter.base_lr|float }}  # ... and learning rate to scale from
+{%- if cookiecutter.warmup_steps|int == 0 %}
 WARMUP_EPOCHS = {{ cookiecutter.warmup_epochs|int }}  # from BASE_LR up to the scaled rate
 {%- endif %}
+{%- endif %}
+{%- if cookiecutter.warmup_steps|int > 0 %}
+WARMUP_STEPS = {{ cookiecutter.warmup_steps|int }}  # optimizer steps from 0 up to the peak rate
+{%- endif %}
+{%- if cookiecutter.lr_schedule == "cosine" %}
+MIN_LR = {{ cookiecutter.min_lr|float }}  # the cosine's end, at the last step
+{%- endif %}
 EPOCHS = {{ cookiecutter.epochs|int }}
+MAX_STEPS = {{ cookiecutter.max_steps|int }}  # optimizer steps, or the epochs: whichever ends first
+GRAD_ACCUM = {{ cookiecutter.grad_accum|int }}  # micro-batches per optimizer step
+GRAD_CLIP = {{ cookiecutter.grad_clip|float }}  # the gradients' largest global norm (0.0: no clipping)
 SEED = {{ cookiecutter.seed|int }}
 CHECKPOINT_EVERY = {{ cookiecutter.checkpoint_every|int }}  # steps; 0: at epoch ends only
 LOG_EVERY = {{ cookiecutter.log_every|int }}  # steps; the loss is read only this often
@@ -69,6 +89,24 @@ INPUT_SHAPE = (3, 32, 32)
 {%- endif %}
 {%- else %}
 DATA_DIR = PROJECT_DIR / {{ cookiecutter.data_dir|tojson }}
+{%- endif %}
+{%- if cookiecutter.dataset == "tokens" %}
+EVAL_EVERY = {{ cookiecutter.eval_every|int }}  # optimizer steps between validation losses (0: never)
+EVAL_BATCHES = 8  # batches of val.bin per rank at each validation
+{%- endif %}
+{%- if cookiecutter.model == "gpt" %}
+{%- set gpt = cookiecutter|gpt_config %}
+# the model's shape: training.gpt_size {{ cookiecutter.gpt_size }} with the overrides of the answers
+N_LAYER = {{ gpt.n_layer|int }}
+N_HEAD = {{ gpt.n_head|int }}
+N_EMBD = {{ gpt.n_embd|int }}
+BLOCK_SIZE = {{ gpt.block_size|int }}  # tokens of context; a window is one more
+DROPOUT = {{ gpt.dropout|float }}
+{%- if cookiecutter.peak_tflops %}
+PEAK_TFLOPS = {{ cookiecutter.peak_tflops|float }}  # per device, at the training precision: the MFU's denominator
+{%- else %}
+PEAK_TFLOPS = None  # training.peak_tflops: set it to report the model FLOPs utilisation
+{%- endif %}
 {%- endif %}
 {%- if cookiecutter.dataset == "imagefolder" %}
 {%- if cookiecutter.model == "resnet18" %}
@@ -110,7 +148,12 @@ class Trainer:
     def __init__(
         self,
         model: nn.Module,
+{%- if cookiecutter.dataset == "tokens" %}
+        train_data: tokens.TokenBatches,
+        val_data: tokens.TokenBatches,
+{%- else %}
         train_data: data.TensorBatches | data.LoaderBatches,
+{%- endif %}
         optimizer: torch.optim.Optimizer,
         lr_schedule: schedule.LinearWarmup,
         rank: distributed.RankInfo,
@@ -125,19 +168,29 @@ class Trainer:
         self.device = target
         self.model = model
         self.train_data = train_data
+{%- if cookiecutter.dataset == "tokens" %}
+        self.val_data = val_data
+{%- endif %}
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
 {%- if cookiecutter.amp == "fp16" %}
         self.scaler = amp.grad_scaler(target.type, AMP)  # dynamic loss scaling for fp16
 {%- endif %}
+{%- if cookiecutter.model == "gpt" %}
+        self.loss_fn = next_token_loss
+        self.flops_per_token = model.flops_per_token()  # for the MFU
+{%- else %}
         self.loss_fn = nn.CrossEntropyLoss()
+{%- endif %}
         self.recorder = recorder
         # waiting for data and the forward pass, per logged window: the monitor names stragglers from them
         self.timer = timing.StepTimer(target.type, enabled=timing.timing_enabled())
         self.checkpoint_dir = checkpoint_dir
         self.epoch = 0
-        self.step = 0
-        self.batches_done = 0  # in the current epoch: where a resumed epoch starts
+        self.step = 0  # optimizer steps
+        # micro-batches done in this epoch: where a resumed epoch starts
+        self.batches_done = 0
+        self.max_steps = 0
         self.saved_step = -1
         # the newest checkpoint every rank can load (a damaged one is set aside)
         resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
@@ -198,9 +251,64 @@ class Trainer:
         return self.loss_fn(self.model(inputs), targets)
 
     def _forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
         with self.timer.forward(), amp.autocast(self.device.type, AMP):
             return self.forward_loss(inputs, targets)
+
+    def _forward_afresh(
+        self, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor:
+        # only ever at the very first backward (the first micro-batch): no earlier gradient is lost
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._forward(inputs, targets)
+
+    def _run_step(self, micro_batches: list[data.Batch]) -> torch.Tensor:
+        """One optimizer step over `micro_batches`; their mean loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = []
+        for index, (inputs, targets) in enumerate(micro_batches):
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            with self._sync_gradients(index == len(micro_batches) - 1):
+                loss = self._micro_step(inputs, targets, len(micro_batches))
+            losses.append(loss.detach())
+        self._optimizer_step()
+        return torch.stack(losses).mean()
+
+    def _micro_step(
+        self, inputs: torch.Tensor, targets: torch.Tensor, micro_batches: int
+    ) -> torch.Tensor:
+        loss = self._forward(inputs, targets)
+        # the backward compiles at the first one (TorchAir): where that fails, the
+        # micro-batch runs again eagerly
+        return self.forward_loss.backward(
+            loss,
+            lambda loss: self._backward(loss / micro_batches),
+            lambda: self._forward_afresh(inputs, targets),
+        )
+{%- else %}
+
+    def _run_step(self, micro_batches: list[data.Batch]) -> torch.Tensor:
+        """One optimizer step over `micro_batches`; their mean loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = []
+        for index, (inputs, targets) in enumerate(micro_batches):
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            with self._sync_gradients(index == len(micro_batches) - 1):
+                with self.timer.forward(), amp.autocast(self.device.type, AMP):
+                    loss = self.loss_fn(self.model(inputs), targets)
+                self._backward(loss / len(micro_batches))
+            losses.append(loss.detach())
+        self._optimizer_step()
+        return torch.stack(losses).mean()
+{%- endif %}
+
+    def _sync_gradients(self, sync: bool) -> contextlib.AbstractContextManager[None]:
+        # DDP averages the gradients across ranks in every backward: the inner micro-batches
+        # only add to this rank's own (no_sync), the last one averages the sum once
+        if sync or not isinstance(self.model, DDP):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
 
     def _backward(self, loss: torch.Tensor) -> None:
 {%- if cookiecutter.amp == "fp16" %}
@@ -209,59 +317,48 @@ class Trainer:
         loss.backward()
 {%- endif %}
 
-    def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = self._forward(inputs, targets)
-        # the backward compiles at the first one (TorchAir): where that fails, the step runs again eagerly
-        loss = self.forward_loss.backward(
-            loss, self._backward, lambda: self._forward(inputs, targets)
-        )
+    def _optimizer_step(self) -> None:
 {%- if cookiecutter.amp == "fp16" %}
+        if GRAD_CLIP:
+            # clip the true gradients, not the scaled ones
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
         self.scaler.step(self.optimizer)
         self.scaler.update()
 {%- else %}
+        if GRAD_CLIP:
+            nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
         self.optimizer.step()
-{%- endif %}
-        return loss.detach()
-{%- else %}
-
-    def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.timer.forward(), amp.autocast(self.device.type, AMP):
-            loss = self.loss_fn(self.model(inputs), targets)
-{%- if cookiecutter.amp == "fp16" %}
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-{%- else %}
-        loss.backward()
-        self.optimizer.step()
-{%- endif %}
-        return loss.detach()
 {%- endif %}
 
     def _run_epoch(self, epoch: int) -> bool:
-        """Train one epoch from where it stands; False when a stop signal ended it early (saved)."""
+        """Train one epoch from where it stands, or up to max_steps; False when a stop signal ended it early (saved)."""
         self.epoch = epoch
         self.train_data.set_epoch(epoch)
         window_start, window_steps = time.perf_counter(), 0
-        batches = self.train_data.batches(start=self.batches_done)
-        for inputs, targets in self.timer.batches(batches):
-            inputs = inputs.to(self.device, non_blocking=True)
-            targets = targets.to(self.device, non_blocking=True)
+        batches = self.timer.batches(self.train_data.batches(start=self.batches_done))
+        for micro_batches in optimizer_steps(batches, GRAD_ACCUM):
             self.lr_schedule.apply(self.optimizer, self.step)
-            loss = self._run_batch(inputs, targets)
+            loss = self._run_step(micro_batches)
             self.step += 1
-            self.batches_done += 1
+            self.batches_done += len(micro_batches)
             window_steps += 1
             self.recorder.progress(self.step, epoch)
             profile_window.step(self.step)  # a window of npu-wizard run --profile
             if self.step % LOG_EVERY == 0:
                 self._log(loss, window_steps, time.perf_counter() - window_start)
                 window_start, window_steps = time.perf_counter(), 0
+{%- if cookiecutter.dataset == "tokens" %}
+            if EVAL_EVERY and self.step % EVAL_EVERY == 0:
+                self._evaluate()
+{%- endif %}
             if CHECKPOINT_EVERY and self.step % CHECKPOINT_EVERY == 0:
                 self._save_checkpoint()
             if self.step % LOG_EVERY == 0 and self._stop_agreed():
                 return False
+            if self.step == self.max_steps:
+                self._save_checkpoint()  # mid-epoch: a run with more steps resumes here
+                return True
         self.epoch, self.batches_done = epoch + 1, 0
         self._save_checkpoint()
         return not self._stop_agreed()
@@ -278,9 +375,17 @@ class Trainer:
     def _log(self, loss: torch.Tensor, steps: int, seconds: float) -> None:
         # the one host-device synchronisation, every LOG_EVERY steps
         value = loss.item()
-        samples = steps * BATCH_SIZE * self.rank.world_size
+        samples = steps * BATCH_SIZE * GRAD_ACCUM * self.rank.world_size
         samples_per_s = samples / max(seconds, 1e-9)
         lr = self.optimizer.param_groups[0]["lr"]
+{%- if cookiecutter.model == "gpt" %}
+        throughput = {"tokens_per_s": samples_per_s * BLOCK_SIZE}
+        if PEAK_TFLOPS and self.device.type != "cpu":
+            # model FLOPs utilisation: the FLOPs one device does per second against its peak
+            tokens_per_device = throughput["tokens_per_s"] / self.rank.world_size
+            device_flops = self.flops_per_token * tokens_per_device
+            throughput["mfu"] = device_flops / (PEAK_TFLOPS * 1e12)
+{%- endif %}
         self.recorder.step_done(
             step=self.step,
             epoch=self.epoch,
@@ -288,6 +393,9 @@ class Trainer:
             samples_per_s=samples_per_s,
             lr=lr,
             **self.timer.window(),  # data_s and forward_s, read after the loss read synchronised
+{%- if cookiecutter.model == "gpt" %}
+            **throughput,
+{%- endif %}
         )
 {%- if cookiecutter.tensorboard == "true" %}
         if self.board is not None:
@@ -296,11 +404,40 @@ class Trainer:
             self.board.add_scalar("train/samples_per_s", samples_per_s, self.step)
 {%- endif %}
         if self.rank.is_main:
+{%- if cookiecutter.model == "gpt" %}
+            mfu = f", MFU {throughput['mfu']:.1%}" if "mfu" in throughput else ""
+            print(
+                f"step {self.step}: loss {value:.4f}, {throughput['tokens_per_s']:,.0f} tokens/s{mfu}, lr {lr:.4g}",
+                flush=True,
+            )
+{%- else %}
             print(
                 f"epoch {self.epoch + 1} step {self.step}: loss {value:.4f}, "
                 f"{samples_per_s:,.0f} samples/s, lr {lr:.4g}",
                 flush=True,
             )
+{%- endif %}
+{%- if cookiecutter.dataset == "tokens" %}
+
+    def _evaluate(self) -> float:
+        """The validation loss: the same EVAL_BATCHES batches of val.bin on every rank, averaged over all."""
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        batches = list(itertools.islice(self.val_data.batches(), EVAL_BATCHES))
+        with torch.no_grad():
+            for inputs, targets in batches:
+                inputs = inputs.to(self.device, non_blocking=True)
+                targets = targets.to(self.device, non_blocking=True)
+                with amp.autocast(self.device.type, AMP):
+                    total += self.loss_fn(self.model(inputs), targets).float()
+        self.model.train()
+        torch.distributed.all_reduce(total)  # every rank reads as many batches
+        val_loss = total.item() / (len(batches) * self.rank.world_size)
+        self.recorder.evaluated(step=self.step, val_loss=val_loss)
+        if self.rank.is_main:
+            print(f"step {self.step}: validation loss {val_loss:.4f}", flush=True)
+        return val_loss
+{%- endif %}
 
     def _save_checkpoint(self) -> None:
         # one copy per node (the weights are equal on every rank): no shared storage needed
@@ -323,35 +460,77 @@ class Trainer:
         self.recorder.checkpoint(step=self.step, path=path)
         print(f"step {self.step}: checkpoint {path}", flush=True)
 
-    def train(self, max_epochs: int) -> bool:
-        """Run the epochs left (all of them, unless resumed); False when a stop signal ended them early."""
+    def train(self, max_epochs: int, max_steps: int) -> bool:
+        """Run the epochs left, up to max_steps optimizer steps (0: no limit); False when a stop signal ended them."""
+        self.max_steps = max_steps
 {%- if cookiecutter.tensorboard == "true" %}
-        epochs = range(self.epoch, max_epochs)
         try:
-            return all(self._run_epoch(epoch) for epoch in epochs)
+            return self._run_epochs(max_epochs)
         finally:
             if self.board is not None:
                 self.board.close()  # writes out the steps still buffered
 {%- else %}
-        return all(self._run_epoch(epoch) for epoch in range(self.epoch, max_epochs))
+        return self._run_epochs(max_epochs)
 {%- endif %}
 
+    def _run_epochs(self, max_epochs: int) -> bool:
+        for epoch in range(self.epoch, max_epochs):
+            if self.finished_steps():
+                break
+            if not self._run_epoch(epoch):
+                return False
+        return True
 
-def learning_rate(world_size: int, steps_per_epoch: int) -> schedule.LinearWarmup:
+    def finished_steps(self) -> bool:
+        """Whether max_steps optimizer steps are done (never, without a limit)."""
+        return bool(self.max_steps) and self.step >= self.max_steps
+
+
+def optimizer_steps(
+    batches: Iterator[data.Batch], micro_batches: int
+) -> Iterator[list[data.Batch]]:
+    """The batches in groups of `micro_batches`, one group per optimizer step; a short last group is left out."""
+    while group := list(itertools.islice(batches, micro_batches)):
+        if len(group) < micro_batches:
+            return
+        yield group
+
+
+def learning_rate(
+    world_size: int, steps_per_epoch: int, total_steps: int
+) -> schedule.LinearWarmup:
 {%- if cookiecutter.lr %}
-    """The job's learning rate per step: LR, as given in the answers."""
-    return schedule.LinearWarmup(LR, LR, warmup_steps=0)
+    """The job's learning rate per step: LR, as given in the answers{% if cookiecutter.warmup_steps|int > 0 %}, reached over WARMUP_STEPS{% endif %}."""
+{%- if cookiecutter.warmup_steps|int > 0 %}
+    warmup = schedule.LinearWarmup(0.0, LR, warmup_steps=WARMUP_STEPS)
+{%- else %}
+    warmup = schedule.LinearWarmup(LR, LR, warmup_steps=0)
+{%- endif %}
 {%- else %}
     """The job's learning rate per step: scaled linearly with the global batch.
+{%- if cookiecutter.warmup_steps|int > 0 %}
+
+    It climbs there from 0 over the first WARMUP_STEPS optimizer steps.
+{%- else %}
 
     When that raises it above BASE_LR, it climbs there from BASE_LR over
     WARMUP_EPOCHS epochs (Goyal et al. 2017).
+{%- endif %}
     """
-    global_batch = BATCH_SIZE * world_size
+    global_batch = BATCH_SIZE * GRAD_ACCUM * world_size
     scaled_lr = BASE_LR * global_batch / BASE_BATCH_SIZE
-    return schedule.LinearWarmup.scaled(
+{%- if cookiecutter.warmup_steps|int > 0 %}
+    warmup = schedule.LinearWarmup(0.0, scaled_lr, warmup_steps=WARMUP_STEPS)
+{%- else %}
+    warmup = schedule.LinearWarmup.scaled(
         BASE_LR, scaled_lr, WARMUP_EPOCHS, steps_per_epoch
     )
+{%- endif %}
+{%- endif %}
+{%- if cookiecutter.lr_schedule == "cosine" %}
+    return warmup.with_cosine(total_steps, MIN_LR)  # down to MIN_LR at the end
+{%- else %}
+    return warmup
 {%- endif %}
 
 
@@ -403,6 +582,40 @@ def load_train_data(
         seed=SEED,
     )
     return train_data.to(target), spec
+{%- elif cookiecutter.dataset == "tokens" %}
+
+
+def load_train_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> tuple[tokens.TokenBatches, data.DataSpec]:
+    """Windows of BLOCK_SIZE + 1 tokens of DATA_DIR/train.bin from this rank's part, in a seeded order."""
+    meta = tokens.read_meta(DATA_DIR)
+    spec = data.DataSpec(input_shape=(BLOCK_SIZE,), num_classes=meta.vocab_size)
+    train_data = tokens.TokenBatches(
+        tokens.open_tokens(DATA_DIR, "train", meta),
+        BLOCK_SIZE,
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+        name=str(DATA_DIR / "train.bin"),
+    )
+    return train_data, spec
+
+
+def load_val_data(rank: distributed.RankInfo) -> tokens.TokenBatches:
+    """The windows of DATA_DIR/val.bin from this rank's part, in file order: the same at every validation."""
+    meta = tokens.read_meta(DATA_DIR)
+    return tokens.TokenBatches(
+        tokens.open_tokens(DATA_DIR, "val", meta),
+        BLOCK_SIZE,
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+        shuffle=False,
+        name=str(DATA_DIR / "val.bin"),
+    )
 {%- else %}
 
 
@@ -457,6 +670,20 @@ def build_model(spec: data.DataSpec) -> nn.Module:
         nn.ReLU(),
         nn.Linear(128, spec.num_classes),
     )
+{%- elif cookiecutter.model == "gpt" %}
+
+
+def build_model(spec: data.DataSpec) -> GPT:
+    """The GPT of model.py in the answers' shape, with the token data's vocabulary."""
+    config = GPTConfig(
+        vocab_size=spec.num_classes,
+        block_size=BLOCK_SIZE,
+        n_layer=N_LAYER,
+        n_head=N_HEAD,
+        n_embd=N_EMBD,
+        dropout=DROPOUT,
+    )
+    return GPT(config)
 {%- else %}
 
 
@@ -515,17 +742,36 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 fetch_mnist(rank)
 {%- endif %}
             train_data, spec = load_train_data(rank, target)
+{%- if cookiecutter.dataset == "tokens" %}
+            val_data = load_val_data(rank)
+{%- endif %}
             model = build_model(spec).to(target)
-            lr_schedule = learning_rate(rank.world_size, len(train_data))
+            steps_per_epoch = len(train_data) // GRAD_ACCUM
+            if steps_per_epoch == 0:
+                raise SetupError(
+                    f"an epoch of {len(train_data)} batches per rank makes no optimizer step of "
+                    f"{GRAD_ACCUM} micro-batches: lower training.grad_accum or the batch size"
+                )
+            total_steps = steps_per_epoch * args.epochs
+            if args.max_steps:
+                total_steps = min(total_steps, args.max_steps)
+            lr_schedule = learning_rate(rank.world_size, steps_per_epoch, total_steps)
+{%- if cookiecutter.model == "gpt" %}
+            optimizer = model.configure_optimizer(lr_schedule.lr_at(0))
+{%- else %}
             optimizer = torch.optim.SGD(
                 model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9
             )
+{%- endif %}
             if rank.is_main:
                 print(lr_schedule.describe(), flush=True)
             folder = checkpoint.resolve_checkpoint_dir(args.checkpoint_dir, PROJECT_DIR)
             trainer = Trainer(
                 model,
                 train_data,
+{%- if cookiecutter.dataset == "tokens" %}
+                val_data,
+{%- endif %}
                 optimizer,
                 lr_schedule,
                 rank,
@@ -543,7 +789,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 world_size=rank.world_size,
                 launcher=rank.launcher,
                 resumed_step=trainer.step,
-                total_steps=len(train_data) * args.epochs,
+                total_steps=total_steps,
             )
             recorder.start_heartbeat(events.heartbeat_interval())
             if trainer.epoch >= args.epochs and rank.is_main:
@@ -551,12 +797,20 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                     f"nothing to train: the checkpoint at step {trainer.step} already completes "
                     f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
                 )
-            completed = trainer.train(args.epochs)
+            elif args.max_steps and trainer.step >= args.max_steps and rank.is_main:
+                print(
+                    f"nothing to train: the checkpoint is at step {trainer.step}, max steps {args.max_steps}; "
+                    "pass --max-steps N for more, or start afresh with npu-wizard run --fresh"
+                )
+            completed = trainer.train(args.epochs, args.max_steps)
             profile_window.close()  # a window still recording is written
             if completed:
                 recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
                 if rank.is_main:
-                    print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
+                    if trainer.finished_steps():
+                        print(f"finished {trainer.step} steps (max steps)")
+                    else:
+                        print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
             else:
                 recorder.preempted(step=trainer.step, signal=preemption.requested())
                 if rank.is_main:
@@ -583,6 +837,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nproc-per-node", type=int, default=nproc_per_node)
     parser.add_argument("--local-rank", "--local_rank", type=int)
     parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=MAX_STEPS,
+        help="optimizer steps at most (0: the epochs decide)",
+    )
     parser.add_argument("--run-dir", help="default: $NPU_WIZARD_RUN_DIR")
     parser.add_argument("--checkpoint-dir", help="default: $NPU_WIZARD_CHECKPOINT_DIR")
     parser.add_argument("--smoke", action="store_true", help="test the topology only")

@@ -5,8 +5,11 @@ device, the process group, events and checkpoints come from runtime/.
 """
 
 import argparse
+import contextlib
+import itertools
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -42,6 +45,9 @@ BASE_BATCH_SIZE = 32  # the single-card batch ...
 BASE_LR = 0.05  # ... and learning rate to scale from
 WARMUP_EPOCHS = 5  # from BASE_LR up to the scaled rate
 EPOCHS = 3
+MAX_STEPS = 0  # optimizer steps, or the epochs: whichever ends first
+GRAD_ACCUM = 1  # micro-batches per optimizer step
+GRAD_CLIP = 0.0  # the gradients' largest global norm (0.0: no clipping)
 SEED = 1234
 CHECKPOINT_EVERY = 100  # steps; 0: at epoch ends only
 LOG_EVERY = 10  # steps; the loss is read only this often
@@ -95,8 +101,10 @@ class Trainer:
         self.timer = timing.StepTimer(target.type, enabled=timing.timing_enabled())
         self.checkpoint_dir = checkpoint_dir
         self.epoch = 0
-        self.step = 0
-        self.batches_done = 0  # in the current epoch: where a resumed epoch starts
+        self.step = 0  # optimizer steps
+        # micro-batches done in this epoch: where a resumed epoch starts
+        self.batches_done = 0
+        self.max_steps = 0
         self.saved_step = -1
         # the newest checkpoint every rank can load (a damaged one is set aside)
         resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
@@ -133,27 +141,47 @@ class Trainer:
                 "resume",
             )
 
-    def _run_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def _run_step(self, micro_batches: list[data.Batch]) -> torch.Tensor:
+        """One optimizer step over `micro_batches`; their mean loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        with self.timer.forward(), amp.autocast(self.device.type, AMP):
-            loss = self.loss_fn(self.model(inputs), targets)
+        losses = []
+        for index, (inputs, targets) in enumerate(micro_batches):
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            with self._sync_gradients(index == len(micro_batches) - 1):
+                with self.timer.forward(), amp.autocast(self.device.type, AMP):
+                    loss = self.loss_fn(self.model(inputs), targets)
+                self._backward(loss / len(micro_batches))
+            losses.append(loss.detach())
+        self._optimizer_step()
+        return torch.stack(losses).mean()
+
+    def _sync_gradients(self, sync: bool) -> contextlib.AbstractContextManager[None]:
+        # DDP averages the gradients across ranks in every backward: the inner micro-batches
+        # only add to this rank's own (no_sync), the last one averages the sum once
+        if sync or not isinstance(self.model, DDP):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
+
+    def _backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+
+    def _optimizer_step(self) -> None:
+        if GRAD_CLIP:
+            nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
         self.optimizer.step()
-        return loss.detach()
 
     def _run_epoch(self, epoch: int) -> bool:
-        """Train one epoch from where it stands; False when a stop signal ended it early (saved)."""
+        """Train one epoch from where it stands, or up to max_steps; False when a stop signal ended it early (saved)."""
         self.epoch = epoch
         self.train_data.set_epoch(epoch)
         window_start, window_steps = time.perf_counter(), 0
-        batches = self.train_data.batches(start=self.batches_done)
-        for inputs, targets in self.timer.batches(batches):
-            inputs = inputs.to(self.device, non_blocking=True)
-            targets = targets.to(self.device, non_blocking=True)
+        batches = self.timer.batches(self.train_data.batches(start=self.batches_done))
+        for micro_batches in optimizer_steps(batches, GRAD_ACCUM):
             self.lr_schedule.apply(self.optimizer, self.step)
-            loss = self._run_batch(inputs, targets)
+            loss = self._run_step(micro_batches)
             self.step += 1
-            self.batches_done += 1
+            self.batches_done += len(micro_batches)
             window_steps += 1
             self.recorder.progress(self.step, epoch)
             profile_window.step(self.step)  # a window of npu-wizard run --profile
@@ -164,6 +192,9 @@ class Trainer:
                 self._save_checkpoint()
             if self.step % LOG_EVERY == 0 and self._stop_agreed():
                 return False
+            if self.step == self.max_steps:
+                self._save_checkpoint()  # mid-epoch: a run with more steps resumes here
+                return True
         self.epoch, self.batches_done = epoch + 1, 0
         self._save_checkpoint()
         return not self._stop_agreed()
@@ -180,7 +211,7 @@ class Trainer:
     def _log(self, loss: torch.Tensor, steps: int, seconds: float) -> None:
         # the one host-device synchronisation, every LOG_EVERY steps
         value = loss.item()
-        samples = steps * BATCH_SIZE * self.rank.world_size
+        samples = steps * BATCH_SIZE * GRAD_ACCUM * self.rank.world_size
         samples_per_s = samples / max(seconds, 1e-9)
         lr = self.optimizer.param_groups[0]["lr"]
         self.recorder.step_done(
@@ -216,22 +247,48 @@ class Trainer:
         self.recorder.checkpoint(step=self.step, path=path)
         print(f"step {self.step}: checkpoint {path}", flush=True)
 
-    def train(self, max_epochs: int) -> bool:
-        """Run the epochs left (all of them, unless resumed); False when a stop signal ended them early."""
-        return all(self._run_epoch(epoch) for epoch in range(self.epoch, max_epochs))
+    def train(self, max_epochs: int, max_steps: int) -> bool:
+        """Run the epochs left, up to max_steps optimizer steps (0: no limit); False when a stop signal ended them."""
+        self.max_steps = max_steps
+        return self._run_epochs(max_epochs)
+
+    def _run_epochs(self, max_epochs: int) -> bool:
+        for epoch in range(self.epoch, max_epochs):
+            if self.finished_steps():
+                break
+            if not self._run_epoch(epoch):
+                return False
+        return True
+
+    def finished_steps(self) -> bool:
+        """Whether max_steps optimizer steps are done (never, without a limit)."""
+        return bool(self.max_steps) and self.step >= self.max_steps
 
 
-def learning_rate(world_size: int, steps_per_epoch: int) -> schedule.LinearWarmup:
+def optimizer_steps(
+    batches: Iterator[data.Batch], micro_batches: int
+) -> Iterator[list[data.Batch]]:
+    """The batches in groups of `micro_batches`, one group per optimizer step; a short last group is left out."""
+    while group := list(itertools.islice(batches, micro_batches)):
+        if len(group) < micro_batches:
+            return
+        yield group
+
+
+def learning_rate(
+    world_size: int, steps_per_epoch: int, total_steps: int
+) -> schedule.LinearWarmup:
     """The job's learning rate per step: scaled linearly with the global batch.
 
     When that raises it above BASE_LR, it climbs there from BASE_LR over
     WARMUP_EPOCHS epochs (Goyal et al. 2017).
     """
-    global_batch = BATCH_SIZE * world_size
+    global_batch = BATCH_SIZE * GRAD_ACCUM * world_size
     scaled_lr = BASE_LR * global_batch / BASE_BATCH_SIZE
-    return schedule.LinearWarmup.scaled(
+    warmup = schedule.LinearWarmup.scaled(
         BASE_LR, scaled_lr, WARMUP_EPOCHS, steps_per_epoch
     )
+    return warmup
 
 
 # ---- yours: the data and the model ------------------------------------------------
@@ -309,7 +366,16 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
             model = build_model(spec).to(target)
-            lr_schedule = learning_rate(rank.world_size, len(train_data))
+            steps_per_epoch = len(train_data) // GRAD_ACCUM
+            if steps_per_epoch == 0:
+                raise SetupError(
+                    f"an epoch of {len(train_data)} batches per rank makes no optimizer step of "
+                    f"{GRAD_ACCUM} micro-batches: lower training.grad_accum or the batch size"
+                )
+            total_steps = steps_per_epoch * args.epochs
+            if args.max_steps:
+                total_steps = min(total_steps, args.max_steps)
+            lr_schedule = learning_rate(rank.world_size, steps_per_epoch, total_steps)
             optimizer = torch.optim.SGD(
                 model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9
             )
@@ -333,7 +399,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 world_size=rank.world_size,
                 launcher=rank.launcher,
                 resumed_step=trainer.step,
-                total_steps=len(train_data) * args.epochs,
+                total_steps=total_steps,
             )
             recorder.start_heartbeat(events.heartbeat_interval())
             if trainer.epoch >= args.epochs and rank.is_main:
@@ -341,12 +407,20 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                     f"nothing to train: the checkpoint at step {trainer.step} already completes "
                     f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
                 )
-            completed = trainer.train(args.epochs)
+            elif args.max_steps and trainer.step >= args.max_steps and rank.is_main:
+                print(
+                    f"nothing to train: the checkpoint is at step {trainer.step}, max steps {args.max_steps}; "
+                    "pass --max-steps N for more, or start afresh with npu-wizard run --fresh"
+                )
+            completed = trainer.train(args.epochs, args.max_steps)
             profile_window.close()  # a window still recording is written
             if completed:
                 recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
                 if rank.is_main:
-                    print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
+                    if trainer.finished_steps():
+                        print(f"finished {trainer.step} steps (max steps)")
+                    else:
+                        print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
             else:
                 recorder.preempted(step=trainer.step, signal=preemption.requested())
                 if rank.is_main:
@@ -373,6 +447,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nproc-per-node", type=int, default=nproc_per_node)
     parser.add_argument("--local-rank", "--local_rank", type=int)
     parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=MAX_STEPS,
+        help="optimizer steps at most (0: the epochs decide)",
+    )
     parser.add_argument("--run-dir", help="default: $NPU_WIZARD_RUN_DIR")
     parser.add_argument("--checkpoint-dir", help="default: $NPU_WIZARD_CHECKPOINT_DIR")
     parser.add_argument("--smoke", action="store_true", help="test the topology only")

@@ -1,0 +1,182 @@
+"""The training step's questions for language models and the loop around any generated model.
+
+GPT_QUESTIONS shape the generated GPT (training.model: gpt); SCHEDULE_QUESTIONS
+and LOOP_QUESTIONS (the run's length, accumulation, clipping, evaluation) apply
+to every model train.py generates, never to a user's own script.
+"""
+
+from __future__ import annotations
+
+from wizard.answers.language_model import PRESETS
+from wizard.answers.script import is_foreign
+from wizard.answers.spec import Choice, Question, Values
+
+
+def _generated(values: Values) -> bool:
+    return not is_foreign(values.get("training.script"))
+
+
+def _gpt(values: Values) -> bool:
+    return _generated(values) and values.get("training.model") == "gpt"
+
+
+def _tokens(values: Values) -> bool:
+    return _generated(values) and values.get("training.dataset") == "tokens"
+
+
+def _cosine(values: Values) -> bool:
+    return _generated(values) and values.get("training.lr_schedule") == "cosine"
+
+
+def _preset_text(name: str) -> str:
+    return ", ".join(f"{size} {getattr(shape, name)}" for size, shape in PRESETS.items())
+
+
+def _override(name: str, prompt: str, meaning: str, maximum: int) -> Question:
+    return Question(
+        name=f"training.{name}",
+        prompt=prompt,
+        kind="int",
+        optional=True,
+        minimum=1,
+        maximum=maximum,
+        when=_gpt,
+        step="training",
+        help=f"{meaning} Empty: the preset's ({_preset_text(name)}).",
+    )
+
+
+GPT_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        name="training.gpt_size",
+        prompt="GPT size",
+        kind="choice",
+        default="tiny",
+        choices=(
+            Choice("tiny", "tiny", "2 layers, 2 heads, 64 wide, 64 tokens of context: seconds per step on a CPU."),
+            Choice("small", "small", "6 layers, 6 heads, 384 wide, 256 tokens: learns real text on one card."),
+            Choice("gpt2-124m", "GPT-2 124M", "12 layers, 12 heads, 768 wide, 1024 tokens: GPT-2's smallest shape."),
+        ),
+        when=_gpt,
+        step="training",
+        help="The preset shape of the GPT in model.py; the overrides below change single settings of it.",
+    ),
+    _override("n_layer", "Layers (optional)", "Transformer blocks.", 1024),
+    _override("n_head", "Attention heads (optional)", "Heads per block; must divide the embedding width.", 1024),
+    _override("n_embd", "Embedding width (optional)", "Width of the token vectors.", 65536),
+    _override("block_size", "Context length (optional)", "Tokens the model sees at once (one window).", 1_048_576),
+    Question(
+        name="training.dropout",
+        prompt="Dropout (optional)",
+        kind="float",
+        optional=True,
+        minimum=0.0,
+        maximum=0.9,
+        when=_gpt,
+        step="training",
+        help=f"Dropout after attention and MLP. Empty: the preset's ({_preset_text('dropout')}).",
+    ),
+    Question(
+        name="training.peak_tflops",
+        prompt="Peak TFLOPS per device (optional)",
+        kind="float",
+        optional=True,
+        minimum=0.001,
+        maximum=100000.0,
+        when=_gpt,
+        step="training",
+        help="The card's peak dense TFLOPS at the training precision. When set, each logged step reports the "
+        "model FLOPs utilisation (MFU) against it; never on a CPU. Empty: no MFU.",
+    ),
+)
+
+SCHEDULE_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        name="training.lr_schedule",
+        prompt="Learning-rate schedule",
+        kind="choice",
+        default="constant",
+        choices=(
+            Choice("constant", "Constant", "The rate stays at its peak after any warmup."),
+            Choice("cosine", "Cosine", "After the warmup, the rate falls along a cosine to min_lr at the last step."),
+        ),
+        when=_generated,
+        step="training",
+        help="How the learning rate moves over the run. The rate is a function of the step alone, so a resumed "
+        "run continues on the same curve.",
+    ),
+    Question(
+        name="training.warmup_steps",
+        prompt="Warmup steps",
+        kind="int",
+        default=0,
+        minimum=0,
+        maximum=10_000_000,
+        when=_generated,
+        step="training",
+        help="Optimizer steps over which the rate climbs linearly from 0 to its peak (0: none). When set, it "
+        "replaces the epoch warmup of a scaled rate (warmup_epochs).",
+    ),
+    Question(
+        name="training.min_lr",
+        prompt="Final learning rate",
+        kind="float",
+        default=0.0,
+        minimum=0.0,
+        maximum=10.0,
+        when=_cosine,
+        step="training",
+        help="Where the cosine ends, at the run's last step (often a tenth of the peak).",
+    ),
+)
+
+LOOP_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        name="training.max_steps",
+        prompt="Max optimizer steps",
+        kind="int",
+        default_from=lambda values: 1000 if values.get("training.dataset") == "tokens" else 0,
+        minimum=0,
+        maximum=1_000_000_000,
+        when=_generated,
+        step="training",
+        help="The run's length in optimizer steps; with epochs, whichever ends first (0: the epochs alone). "
+        "For token data, where an epoch of windows means little, this is the length that counts.",
+    ),
+    Question(
+        name="training.grad_accum",
+        prompt="Gradient accumulation",
+        kind="int",
+        default=1,
+        minimum=1,
+        maximum=65536,
+        when=_generated,
+        step="training",
+        help="Micro-batches per optimizer step: the global batch is batch size x world size x this. The "
+        "gradients are averaged across ranks only at the last micro-batch (DDP's no_sync on the others).",
+    ),
+    Question(
+        name="training.grad_clip",
+        prompt="Gradient clipping",
+        kind="float",
+        default_from=lambda values: 1.0 if values.get("training.model") == "gpt" else 0.0,
+        minimum=0.0,
+        maximum=1e6,
+        when=_generated,
+        step="training",
+        help="Clip the gradients' global norm to this before each optimizer step (0: no clipping). 1.0 is the "
+        "usual value for transformers.",
+    ),
+    Question(
+        name="training.eval_every",
+        prompt="Validate every N steps",
+        kind="int",
+        default=100,
+        minimum=0,
+        maximum=10_000_000,
+        when=_tokens,
+        step="training",
+        help="Every N optimizer steps the validation loss on val.bin is measured on every rank, averaged, "
+        "printed and written as an eval event (0: never).",
+    ),
+)
