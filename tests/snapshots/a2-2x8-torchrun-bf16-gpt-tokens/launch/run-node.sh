@@ -13,9 +13,12 @@
 #
 # Arguments go to train.py (e.g. --epochs 1).
 # Environment overrides: MASTER_PORT, NPU_WIZARD_RUN_DIR (default runs/latest),
-# PYTHON (default python3), CANN_SET_ENV, NPU_WIZARD_STOP_GRACE (seconds ranks
-# get between TERM and KILL when one failed, default 5), NPU_WIZARD_SAVE_GRACE (seconds
-# they get to save a checkpoint when SIGTERM or SIGUSR1 reaches this script, default 60).
+# PYTHON (default python3; npu-wizard run passes the Python it runs in), CANN_SET_ENV,
+# NPU_WIZARD_STOP_GRACE (seconds ranks get between TERM and KILL when one failed,
+# default 5), NPU_WIZARD_SAVE_GRACE (seconds they get to save a checkpoint when SIGTERM
+# or SIGUSR1 reaches this script, default 60), NPU_WIZARD_ATTEMPT (which start of the
+# job this is, default 1) and NPU_WIZARD_RESUMING (1: this start resumes; default 0,
+# 1 from attempt 2 on): every rank has both in its environment.
 # NPU_WIZARD_MAX_RESTARTS: how often the launcher restarts failed workers (default 0).
 set -euo pipefail
 HOW_TO_START="run launch/nodeK.sh"
@@ -31,6 +34,8 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PROJECT_DIR="$(pwd)"
+# The interpreter every rank runs; it is checked (and its folder put on PATH) below.
+PYTHON="${PYTHON:-python3}"
 
 # ---- who is who ---------------------------------------------------------------
 export NODE_RANK
@@ -52,6 +57,21 @@ export HCCL_IF_BASE_PORT=60000
 # they are kept, and the lines below and the preflight follow them.
 export HCCL_CONNECT_TIMEOUT=120
 export HCCL_EXEC_TIMEOUT=1836
+
+# ---- attempt ------------------------------------------------------------------
+# Which start of the job this is (NPU_WIZARD_ATTEMPT; npu-wizard run --restarts counts on)
+# and whether it resumes (NPU_WIZARD_RESUMING=1: a start after the first, or npu-wizard
+# run after a run that did not finish).
+if ! [[ "${NPU_WIZARD_ATTEMPT:-1}" =~ ^[1-9][0-9]{0,5}$ ]]; then
+    echo "run-node.sh: NPU_WIZARD_ATTEMPT='${NPU_WIZARD_ATTEMPT:-}' is not an attempt number (1, 2, ...): using 1" >&2
+    NPU_WIZARD_ATTEMPT=1
+fi
+export NPU_WIZARD_ATTEMPT="${NPU_WIZARD_ATTEMPT:-1}"
+if [[ "${NPU_WIZARD_RESUMING:-0}" == 1 ]] || ((NPU_WIZARD_ATTEMPT > 1)); then
+    export NPU_WIZARD_RESUMING=1
+else
+    export NPU_WIZARD_RESUMING=0
+fi
 # What every rank runs (after python, or the launcher's flags).
 program=(train.py --launcher torchrun)
 
@@ -77,6 +97,23 @@ exec > >(trap '' INT TERM; exec tee -a "$NODE_LOG") 2>&1
 
 echo "node $NODE_RANK/$NNODES ($HCCL_NIC): $LAUNCHER, $NPROC_PER_NODE process(es), master $MASTER_ADDR:$MASTER_PORT"
 echo "node $NODE_RANK: logs in $NPU_WIZARD_RUN_DIR/logs: this node's in node-$NODE_RANK.log, each rank's in rank-<R>.log"
+if ((NPU_WIZARD_RESUMING)); then
+    echo "node $NODE_RANK: attempt $NPU_WIZARD_ATTEMPT, resuming (NPU_WIZARD_RESUMING=1)"
+fi
+
+# ---- the Python and the launcher --------------------------------------------------
+# npu-wizard run puts the interpreter's folder first on PATH (the torchrun beside it is the one
+# started); here it comes last, so that a launch script started by hand finds that torchrun too.
+if ! python_found="$(command -v "$PYTHON")"; then
+    echo "node $NODE_RANK: no Python '$PYTHON' on $(hostname), so nothing started: set run.python in answers.yaml (or PYTHON) to the interpreter that has torch on every node, e.g. your virtual environment's bin/python"
+    exit 1
+fi
+python_dir="$(dirname "$python_found")"
+export PYTHON PATH="$PATH:$python_dir"
+if ! command -v torchrun >/dev/null 2>&1; then
+    echo "node $NODE_RANK: torchrun is neither beside $python_found nor on PATH on $(hostname), so nothing started: install torch into that Python ($PYTHON -m pip install torch), or set run.python in answers.yaml (or PYTHON) to the interpreter that has it"
+    exit 1
+fi
 if [[ -n "${HCCL_HOST_SOCKET_PORT_RANGE:-}" ]]; then
     echo "node $NODE_RANK: HCCL host ports from HCCL_HOST_SOCKET_PORT_RANGE=$HCCL_HOST_SOCKET_PORT_RANGE, which overrides HCCL_IF_BASE_PORT=$HCCL_IF_BASE_PORT (reserve those: sysctl/reserve-ports.sh follows it)"
 else
@@ -173,7 +210,7 @@ else
     for candidate in "${cann_tried[@]}"; do
         preflight_args+=(--cann-tried "$candidate")
     done
-    "${PYTHON:-python3}" -m runtime.preflight "${preflight_args[@]}" || preflight=$?
+    "$PYTHON" -m runtime.preflight "${preflight_args[@]}" || preflight=$?
     if ((preflight == 3)); then
         echo "node $NODE_RANK: preflight failed: nothing started; fix the above (or skip the checks with NPU_WIZARD_SKIP_PREFLIGHT=1)"
         exit 1
@@ -241,7 +278,7 @@ stop_children() {
 preempted_ranks() {
     # Say so and return 0 when every rank of this node saved a checkpoint on a stop signal and exited.
     local said
-    said="$("${PYTHON:-python3}" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
+    said="$("$PYTHON" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
         $((NODE_RANK * NPROC_PER_NODE)) "$NPROC_PER_NODE" --since "$STARTED_AT" 2>/dev/null)" || return 1
     echo "node $NODE_RANK: $said; exiting with code $PREEMPTED_EXIT (preempted)"
 }
