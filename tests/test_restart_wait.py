@@ -30,12 +30,17 @@ class LocalEngine:
 
 
 class RestartingJob(JobRestarts):
-    """The attributes of `Job` that the restart path reads, with a clock the test moves."""
+    """The attributes of `Job` that the restart path reads, with clocks the test moves.
+
+    `now` is the monotonic clock the wait is judged on; `wall` the wall clock, which steps only where a test says.
+    """
 
     def __init__(self, tmp_path: Path) -> None:
         self.now = 10.0
-        self.clock = lambda: self.now
-        self.attempts = Attempts(2, clock=self.clock)
+        self.wall = 1_800_000_000.0
+        self.ticker = lambda: self.now
+        self.clock = lambda: self.wall
+        self.attempts = Attempts(2, clock=self.clock, ticker=self.ticker)
         self.state = JobState(1, nodes=1)
         self.run_dir = tmp_path
         self.answers = {"network.master_port": 29500, "network.master_addr": "127.0.0.1"}
@@ -90,6 +95,24 @@ def test_a_node_busy_past_the_deadline_ends_the_job_naming_what_stayed(
     assert job.started == []
     (failure,) = job.ended
     assert "was not healthy again in time: the master port 29500 is still taken" in failure.summary
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward", "backward"])
+def test_a_wall_clock_step_neither_ends_the_wait_nor_holds_the_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: float
+) -> None:
+    """Issue 36 item 20: before, the wait ran on the wall clock: an NTP step forward ended a job whose node was
+    still busy at once ("not healthy again in time"); a step back held a free node's restart for the hour."""
+    busy = ["npu-smi shows process(es) 11 of this job on its devices"]
+    monkeypatch.setattr(job_restarts, "node_health", lambda *args, **kwargs: busy)
+    job = failed_job(tmp_path)
+    job.wall += step
+    job.now += 1.0
+    job._restart_when_healthy()
+    assert job.started == [] and job.ended == []  # still waiting: 1 s of the deadline gone, whatever the wall says
+    busy = []
+    job._restart_when_healthy()
+    assert job.started == [2]
 
 
 def test_the_live_view_words_say_which_attempt_runs_or_what_the_restart_waits_for() -> None:

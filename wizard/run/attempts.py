@@ -84,11 +84,16 @@ class Attempt:
 class Attempts:
     """The job's attempts so far and how many restarts are left; decides whether a failure restarts the job."""
 
-    def __init__(self, allowed: int, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, allowed: int, *, clock: Callable[[], float] = time.time, ticker: Callable[[], float] = time.monotonic
+    ) -> None:
+        """`clock`: wall time, for the attempts' records; `ticker`: the wait between two attempts and its deadline."""
         self.allowed = allowed
         self.clock = clock
+        self.ticker = ticker
         self.attempts = [Attempt(1, clock())]
-        self.restart_at: float | None = None  # while waiting between two attempts: since when the node is checked
+        # while waiting between two attempts, on the ticker: since when the node is checked, and until when
+        self.restart_at: float | None = None
         self.deadline: float | None = None
         self.unhealthy_said = False
 
@@ -139,8 +144,8 @@ class Attempts:
         self.ended("hung" if failure is not None and failure.kind == "hung" else "failed", failure, state, now)
         attempt = self.current
         attempt.cause = attempt.cause or "the job failed"
-        self.restart_at = now
-        self.deadline = now + HEALTH_DEADLINE_S
+        self.restart_at = self.ticker()
+        self.deadline = self.restart_at + HEALTH_DEADLINE_S
         self.unhealthy_said = False
         return HEALTH_DEADLINE_S
 

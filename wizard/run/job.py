@@ -114,7 +114,7 @@ class Job(JobStacks, JobRestarts):
                 + "; npu-wizard run does not start it again on top (set run.restarts and render again to change it)"
             )
             restarts = 0
-        self.attempts = Attempts(restarts, clock=clock)
+        self.attempts = Attempts(restarts, clock=clock, ticker=ticker)
         self.hosts = HostPlan.for_answers(self.answers)  # spares taking failed nodes' ranks, Slurm exclusions
         self.failed_node: int | None = None
         self.submitted_launch: Launch | None = None  # what the engine was given, status stream included

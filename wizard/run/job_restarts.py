@@ -39,6 +39,7 @@ class RestartsOfJob(Protocol):
     run_dir: Path
     answers: Answers
     clock: Callable[[], float]
+    ticker: Callable[[], float]  # the monotonic clock: the wait between two attempts
     attempts: Attempts
     hosts: HostPlan
     intake: Intake
@@ -96,9 +97,9 @@ class JobRestarts(RestartsOfJob):
 
     def _restart_when_healthy(self) -> str | None:
         """Between two attempts: as soon as the failed node is free of the old processes, start the job again."""
-        now = self.clock()
+        tick = self.ticker()
         attempts = self.attempts
-        if attempts.restart_at is None or now < attempts.restart_at:
+        if attempts.restart_at is None or tick < attempts.restart_at:
             return None
         failed = self.attempts.current
         pids = [view.pid for view in self.state.ranks.values() if view.pid is not None]
@@ -109,10 +110,14 @@ class JobRestarts(RestartsOfJob):
         if not problems and any(remote.values()) and not self.hosts.can_replace(remote):
             problems = [f"node {n}: {p}" for n, found in sorted(remote.items()) for p in found]
         if problems:
-            if attempts.deadline is not None and now >= attempts.deadline:
+            if attempts.deadline is not None and tick >= attempts.deadline:
                 said = f"node {failed.node}'s host" if failed.node is not None else "this host"
                 failure = Failure(
-                    None, failed.node, now, "restart", f"{said} was not healthy again in time: {'; '.join(problems)}"
+                    None,
+                    failed.node,
+                    self.clock(),
+                    "restart",
+                    f"{said} was not healthy again in time: {'; '.join(problems)}",
                 )
                 self.attempts.current.refused = f"not restarted: {failure.summary}"
                 return self._end("failed", failure)
