@@ -15,7 +15,7 @@ def test_restarts_default_to_0_and_are_recorded_in_their_own_section() -> None:
     given = load_text("project_name: demo\nrun:\n  restarts: 3\n")
 
     assert given["run.restarts"] == 3
-    assert yaml.safe_load(dump(given))["run"] == {"restarts": 3}
+    assert yaml.safe_load(dump(given))["run"] == {"restarts": 3, "python": None}  # run.python: run's own
 
 
 @pytest.mark.parametrize(("value", "message"), [(-1, "must be at least 0"), (1001, "must be at most 1000")])

@@ -8,7 +8,8 @@ path under it rendered, each file's text rendered by a strict environment
 (StrictUndefined, the trailing newline kept, the template's `_extensions`),
 `_copy_without_render` files copied, each file written with the newline its
 template's first line ends with and given the template's mode. No hooks (the
-wizard's render runs none). The template holds text files only.
+wizard's render runs none). The template holds text files only; the __pycache__ folders
+pip's byte-compiling leaves in an installed template are passed over.
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ def render_tree(template: Path, context: dict[str, Any], into: Path, cache: jinj
     project = into / rendered(top.name)
     project.mkdir()
     for folder, folders, files in os.walk(top):
-        folders.sort()
+        # Python's bytecode is no template: pip byte-compiles the template's plain .py files (model.py) on install
+        folders[:] = sorted(name for name in folders if name != "__pycache__")
         here = Path(folder).relative_to(top)
         for name in folders:
             (project / rendered((here / name).as_posix())).mkdir()
-        for name in sorted(files):
+        for name in sorted(name for name in files if not name.endswith(".pyc")):
             relative, source = (here / name).as_posix(), Path(folder) / name
             target = project / rendered(relative)
             if any(fnmatch(relative, pattern) for pattern in TEMPLATE_SETTINGS["_copy_without_render"]):
