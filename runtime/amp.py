@@ -33,7 +33,7 @@ def grad_scaler(device_type: str, mode: str) -> Any:
     _check(mode)
     enabled = mode == "fp16"
     if device_type == "npu":
-        from runtime import device
+        from . import device
 
         return device.torch_npu_module().npu.amp.GradScaler(enabled=enabled)
     if hasattr(torch.amp, "GradScaler"):  # torch 2.3 and later

@@ -33,16 +33,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from runtime import device
-from runtime.bandwidth_report import (
+from . import device
+from .bandwidth_report import (
     collective_row,
     link_row,
     named_link,
     ring_pairs,
     table_lines,
 )
-from runtime.distributed import RankInfo
-from runtime.events import Event, EventWriter, heartbeat_interval
+from .distributed import RankInfo
+from .events import Event, EventWriter, heartbeat_interval
 
 MIN_BYTES = 4 * 1024
 MAX_BYTES = 256 * 1024 * 1024

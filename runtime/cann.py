@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from runtime.checks import FAIL, PASS, SKIP, Result
+from .checks import FAIL, PASS, SKIP, Result
 
 INSTALL_INFO = Path("/etc/Ascend/ascend_cann_install.info")
 LAYOUTS = ("cann", "ascend-toolkit", "nnae")

@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runtime import events
-from runtime.checkpoint_owner import PROJECT_KEY, written_by
-from runtime.errors import SetupError
-from runtime.folders import keep_out_of_git
+from . import events
+from .checkpoint_owner import PROJECT_KEY, written_by
+from .errors import SetupError
+from .folders import keep_out_of_git
 
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"
 NAME = re.compile(r"step-(\d+)\.pt")

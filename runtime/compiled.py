@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from runtime import events, rehearsal
+from . import events, rehearsal
 
 MODES = ("off", "default", "reduce-overhead")
 
@@ -118,7 +118,7 @@ def compile_options(mode: str, device_type: str) -> dict[str, Any]:
 
 def npu_backend(mode: str) -> Any:
     """TorchAir's backend: Ascend IR graphs for default, aclgraph capture for reduce-overhead."""
-    from runtime import device
+    from . import device
 
     device.torch_npu_module()  # torch_npu makes `import torchair` find its own copy
     import torchair

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from runtime.errors import SetupError
+from .errors import SetupError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081

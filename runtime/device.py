@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from runtime import cann
-from runtime.errors import DeviceError
+from . import cann
+from .errors import DeviceError
 
 REQUESTS = ("npu", "auto", "cpu")
 BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}

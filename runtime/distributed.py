@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from runtime import nic, stacks
-from runtime.errors import LaunchError
+from . import nic, stacks
+from .errors import LaunchError
 
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
 TORCH_NPU_PARALLEL_STORE = "TORCH_NPU_USE_PARALLEL_TCPSTORE"

@@ -29,10 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runtime import provenance, status
+from . import provenance, status
 
 # the readers live in runtime/event_reading.py; their names stay importable from here
-from runtime.event_reading import (
+from .event_reading import (
     FOLLOW_CHUNK,
     RANK_FILE,
     Event,
@@ -40,7 +40,7 @@ from runtime.event_reading import (
     read_events,
     read_rank_events,
 )
-from runtime.secret_shapes import scrub
+from .secret_shapes import scrub
 
 __all__ = [
     "FOLLOW_CHUNK",

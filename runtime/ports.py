@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from runtime.preflight import port_error
+from .preflight import port_error
 
 
 def slot_is_free(base: int, width: int, slot: int, host: str = "") -> bool:

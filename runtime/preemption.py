@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from runtime import events
+from . import events
 
 PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: stopped on purpose, run again to go on
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)

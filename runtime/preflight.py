@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from runtime import hccl_ports, nic
-from runtime.cann import check_cann
-from runtime.checks import FAIL, PASS, WARN, Result
-from runtime.probes import (  # noqa: F401  (doctor and runtime/ports.py import the probes from here)
+from . import hccl_ports, nic
+from .cann import check_cann
+from .checks import FAIL, PASS, WARN, Result
+from .probes import (  # noqa: F401  (doctor and runtime/ports.py import the probes from here)
     NONLOCAL_BIND,
     address_is_local,
     compress_numbers,
@@ -33,8 +33,8 @@ from runtime.probes import (  # noqa: F401  (doctor and runtime/ports.py import 
     parse_visible_devices,
     port_error,
 )
-from runtime.rank_table import check_rank_table
-from runtime.shadowing import check_shadowing
+from .rank_table import check_rank_table
+from .shadowing import check_shadowing
 
 # a check failed; any other non-zero exit means the preflight itself could not run
 EXIT_FAILED = 3

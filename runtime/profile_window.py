@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime import events, status
+from . import events, status
 
 ENV_PROFILE = "NPU_WIZARD_PROFILE"
 ENV_PROFILE_RANKS = "NPU_WIZARD_PROFILE_RANKS"

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 from importlib import metadata
 
-from runtime import cann as cann_install
-from runtime.secret_shapes import REDACTED, SSH_COMMAND_VARIABLE, program_only, scrub
+from . import cann as cann_install
+from .secret_shapes import REDACTED, SSH_COMMAND_VARIABLE, program_only, scrub
 
 PREFIXES = ("HCCL_", "ASCEND_", "NPU_WIZARD_")
 HIDDEN = re.compile(r"token|key|secret|passw(?:or)?d|credential", re.IGNORECASE)

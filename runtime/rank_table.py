@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from runtime.checks import FAIL, PASS, WARN, Result
+from .checks import FAIL, PASS, WARN, Result
 
 NAME = "rank table"
 VARIABLE = "RANK_TABLE_FILE"

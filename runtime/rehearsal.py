@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.errors import SetupError
+from .errors import SetupError
 
 ENV_REHEARSE = "NPU_WIZARD_REHEARSE"
 HANG_S = (

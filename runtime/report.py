@@ -57,7 +57,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime import events, preemption, profile_window
+from . import events, preemption, profile_window
 
 ENV_REPORT_S = "NPU_WIZARD_REPORT_S"
 DEFAULT_REPORT_S = 1.0
@@ -283,7 +283,7 @@ def _collective_device() -> Any:
         return "cpu"
     backend = str(dist.get_backend())
     if backend == "hccl":
-        from runtime.device import npu_module
+        from .device import npu_module
 
         return torch.device("npu", npu_module().current_device())
     if backend == "nccl":

@@ -15,7 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from runtime.checks import PASS, WARN, Result
+from .checks import PASS, WARN, Result
 
 SHOWN = 5
 

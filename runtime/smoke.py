@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from runtime import device, distributed, events
-from runtime.bandwidth import run_bandwidth
-from runtime.distributed import RankInfo
-from runtime.errors import SetupError
-from runtime.events import Event, EventWriter
+from . import device, distributed, events
+from .bandwidth import run_bandwidth
+from .distributed import RankInfo
+from .errors import SetupError
+from .events import Event, EventWriter
 
 
 class SmokeError(SetupError):

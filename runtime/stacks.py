@@ -79,7 +79,7 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import IO, Any
 
-from runtime import status
+from . import status
 
 ENV_RECORDER = "TORCH_FR_BUFFER_SIZE"
 ENV_HCCL_RECORDER = "TORCH_HCCL_TRACE_BUFFER_SIZE"

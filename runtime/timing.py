@@ -31,7 +31,7 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any, TypeVar
 
-from runtime import rehearsal
+from . import rehearsal
 
 ENV_STEP_TIMING = "NPU_WIZARD_STEP_TIMING"
 DEVICE_TIMED = ("npu", "cuda")  # devices whose forward is timed with device events
@@ -137,7 +137,7 @@ class StepTimer:
 
 def _device_module(device_type: str) -> Any:
     if device_type == "npu":
-        from runtime.device import npu_module
+        from .device import npu_module
 
         return npu_module()
     import torch

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from runtime import events, preemption, profile_window, report, stacks
+from . import events, preemption, profile_window, report, stacks
 
 USAGE = "usage: python -m runtime.userscript SCRIPT [ARGS...]"
 # torch.distributed.launch puts this before the module's own arguments: it belongs to the script

@@ -466,12 +466,15 @@ def test_force_refuses_a_file_of_the_users_where_the_new_render_writes(
     add(project, {"main.py": "print('mine')\n", "train.py": "print('my own train.py')\n"})
     before = tree(project)
     capsys.readouterr()
-    generated_script = own_script_answers(tmp_path, "train.py", "b.yaml")
+    generated_script = own_script_answers(tmp_path, "", "b.yaml")  # no script of the user's: the generated one
     assert wizard("--answers", generated_script, "-o", tmp_path / "out", "--force") == 1
     line = capsys.readouterr().err.splitlines()[-1]
     assert "holds 1 path(s) of yours that the new render writes: train.py;" in line
-    assert "rename it (e.g. to my_train.py) and set training.script to that name" in line
+    assert "to run your own train.py instead of the generated one, set `training.script: train.py`" in line
     assert tree(project) == before and leftovers(tmp_path / "out") == []
+    yours = own_script_answers(tmp_path, "train.py", "c.yaml")
+    assert wizard("--answers", yours, "-o", tmp_path / "out", "--force") == 0
+    assert (project / "train.py").read_text() == "print('my own train.py')\n"
 
 
 def test_force_without_a_record_of_the_generated_files_names_the_users_and_changes_nothing(

@@ -161,8 +161,8 @@ def test_a_users_train_py_clashes_with_the_generated_script(tmp_path: Path) -> N
     assert "already has 1 path(s)" in result.stderr
     assert "\n  train.py\n" in result.stderr
     assert result.stderr.splitlines()[-1] == (
-        "`training.script: train.py` names the model script npu-wizard generates; to use your own train.py, "
-        "rename it (e.g. to my_train.py) and set training.script to that name"
+        "to run your own train.py instead of the generated one, set `training.script: train.py` in the answers "
+        "(npu-wizard then generates no train.py)"
     )
     assert tree_hash(repo) == before
 
@@ -174,6 +174,15 @@ def test_a_users_train_py_renamed_as_the_refusal_says_is_the_script_that_runs(tm
     assert result.returncode == 0, result.stdout + result.stderr
     assert (repo / "my_train.py").read_text() == "print('mine')\n" and not (repo / "train.py").exists()
     assert "my_train.py" in (repo / "launch" / "run-node.sh").read_text()
+
+
+def test_a_users_train_py_named_as_the_refusal_says_is_the_script_that_runs(tmp_path: Path) -> None:
+    repo = user_repo(tmp_path, {**USER_FILES, "train.py": "print('mine')\n"})
+    result = npu_wizard("--answers", str(answers_file(tmp_path, script="train.py")), "--into", str(repo))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (repo / "train.py").read_text() == "print('mine')\n"
+    assert "-m runtime.userscript train.py" in (repo / "launch" / "run-node.sh").read_text()
+    assert "train.py" not in load(repo).files
 
 
 def test_into_a_clean_repository_adds_only_npu_wizards_files(tmp_path: Path) -> None:

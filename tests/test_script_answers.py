@@ -65,11 +65,18 @@ def test_script_arguments_must_be_strings(args: object, words: str) -> None:
     assert line.startswith("training.script_args: ") and words in line
 
 
-def test_a_script_path_is_normalised_and_train_py_written_otherwise_is_the_generated_one() -> None:
+def test_a_script_path_is_normalised_and_train_py_is_the_users_like_any_name() -> None:
     assert resolve({**BASE, "training.script": "./src//main.py"})["training.script"] == "src/main.py"
-    generated = resolve({**BASE, "training.script": "./train.py"})
-    assert generated["training.script"] == "train.py"
-    assert generated.get("training.model") == "mlp" and generated.get("training.script_args") is None
+    own = resolve({**BASE, "training.script": "./train.py"})
+    assert own["training.script"] == "train.py"
+    assert own.get("training.model") is None and own.get("training.script_args") == ()
+
+
+def test_no_script_or_an_empty_one_is_the_generated_train_py() -> None:
+    for raw in ({}, {"training.script": ""}, {"training.script": None}):
+        generated = resolve({**BASE, **raw})
+        assert generated["training.script"] is None
+        assert generated.get("training.model") == "mlp" and generated.get("training.script_args") is None
 
 
 def test_a_foreign_script_drops_the_model_and_dataset_questions() -> None:

@@ -93,7 +93,7 @@ def test_loaded_arguments_are_shown_back_quoted_and_generated_hides_the_path(tmp
         await pilot.pause()
         assert not field(pilot, "training.script").query_one(".script-path", Input).display
         assert visible(pilot, "training.model") and not visible(pilot, "training.script_args")
-        assert pilot.app.state.values["training.script"] == "train.py"
+        assert pilot.app.state.values["training.script"] is None
         while not isinstance(pilot.app.screen, ReviewScreen):
             await next_step(pilot)
 

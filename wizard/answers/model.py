@@ -18,7 +18,7 @@ import yaml
 
 from wizard.answers import hostfile, rules
 from wizard.answers.questions import BY_NAME, QUESTIONS
-from wizard.answers.script import args_text
+from wizard.answers.script import GENERATED_FILE, args_text
 from wizard.answers.spec import Invalid
 from wizard.answers.strict_yaml import read_document
 from wizard.errors import FILE, NO_VALUE, SHOWN_PROBLEMS, AnswersError, Problem
@@ -94,6 +94,17 @@ def evaluate(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     return values, problems
 
 
+def generated_script_of_old_files(raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` with an older npu-wizard's `training.script: train.py` read as it was meant: the generated script.
+
+    Before any script name was the user's, every generated project's answers.yaml said `script: train.py`
+    beside the generated script's `training.model`; a file of the user's own script has no model answer.
+    """
+    if raw.get("training.script") == GENERATED_FILE and "training.model" in raw:
+        return {name: value for name, value in raw.items() if name != "training.script"}
+    return raw
+
+
 def hostfile_spares(path: str) -> tuple[str, ...]:
     """The spare hosts a hostfile marks (none where it cannot be read: the hostfile's own problem says why)."""
     try:
@@ -108,6 +119,7 @@ def load_text(text: str, base: Path | None = None) -> Answers:
     if not isinstance(document, dict):
         raise AnswersError([Problem(FILE, NO_VALUE, "the answers file must be a mapping of answers (key: value)")])
     raw, problems = flatten(document)
+    raw = generated_script_of_old_files(raw)
     hostfile = raw.get("network.hostfile")
     if base is not None and isinstance(hostfile, str) and hostfile.strip() and not Path(hostfile).is_absolute():
         raw["network.hostfile"] = str(base / hostfile.strip())

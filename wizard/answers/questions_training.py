@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from wizard.answers.questions_lm import GPT_QUESTIONS, LOOP_QUESTIONS, SCHEDULE_QUESTIONS
-from wizard.answers.script import GENERATED_SCRIPT, is_foreign
+from wizard.answers.script import is_foreign
 from wizard.answers.spec import Choice, Question, Values
 
 
@@ -43,11 +43,12 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         name="training.script",
         prompt="Training script",
         kind="script",
-        default=GENERATED_SCRIPT,
+        default=None,
+        optional=True,
         step="training",
-        help="The Python file every rank runs, relative to the project folder. train.py is the script "
-        "npu-wizard generates; name your own (e.g. src/main.py) and npu-wizard starts it with the chosen "
-        "launcher and environment instead, and does not write train.py.",
+        help="Your own Python file every rank runs, relative to the project folder (any name, train.py "
+        "included); npu-wizard starts it with the chosen launcher and environment and writes no train.py. "
+        "Left empty, the ranks run the train.py npu-wizard generates.",
     ),
     Question(
         name="training.script_args",

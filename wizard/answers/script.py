@@ -1,9 +1,10 @@
 """The user's own training script: its path inside the project and its arguments, as answers.
 
-`training.script` names the file every rank runs, relative to the project
-folder; the default, `train.py`, is the script npu-wizard generates. Any other
-file is "foreign": npu-wizard starts it through runtime/userscript.py and does
-not render train.py.
+`training.script` names the user's own file every rank runs, relative to the
+project folder, whatever its name (`train.py` included: no name is reserved).
+Left out (or empty), the ranks run the train.py npu-wizard generates. A set
+script is "foreign": npu-wizard starts it through runtime/userscript.py and does
+not render its own train.py.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ class Invalid(ValueError):
     """A script path or argument list that does not check; wizard.answers.spec reports it at its question."""
 
 
-GENERATED_SCRIPT = "train.py"
+# The answer that picks the generated script: no script of the user's.
+GENERATED_SCRIPT = ""
+# The file npu-wizard generates when no script of the user's is named.
+GENERATED_FILE = "train.py"
 # What to do when a user's own train.py is where the generated one goes.
 OWN_TRAIN_PY = (
-    "`training.script: train.py` names the model script npu-wizard generates; to use your own train.py, "
-    "rename it (e.g. to my_train.py) and set training.script to that name"
+    "to run your own train.py instead of the generated one, set `training.script: train.py` in the answers "
+    "(npu-wizard then generates no train.py)"
 )
 # Folders npu-wizard writes (and replaces on update): a script there would be overwritten.
 GENERATED_FOLDERS = ("launch", "runtime", "slurm", "k8s", "sysctl", ".npu-wizard", "runs", "checkpoints")
@@ -30,8 +34,13 @@ MAX_ARG_LENGTH = 4096
 
 
 def is_foreign(script: str | None) -> bool:
-    """Whether `script` is the user's own file rather than the generated train.py."""
+    """Whether `script` names the user's own file (any name), rather than leaving the generated train.py."""
     return script not in (None, GENERATED_SCRIPT)
+
+
+def script_file(script: str | None) -> str:
+    """The file every rank runs: the user's script, else the generated train.py."""
+    return script if script else GENERATED_FILE
 
 
 def script_path(raw: Any) -> str:

@@ -113,7 +113,7 @@ _ALLOWED_TEXT = {
     "k8s_name": "a Kubernetes name: lowercase letters, digits and '-', starting and ending with a letter or digit "
     "(at most 63)",
     "labels": "label pairs key=value, separated by commas (in YAML, a mapping); keys may have a prefix/",
-    "script": "a .py file inside the project, relative to it (train.py: the generated script)",
+    "script": "a .py file inside the project, relative to it (empty: the generated train.py)",
     "args": "arguments as a list of strings (typed: one line, split as a shell splits it)",
     "bool": "true or false",
 }

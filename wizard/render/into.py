@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from wizard.answers.model import Answers
-from wizard.answers.script import GENERATED_SCRIPT, OWN_TRAIN_PY
+from wizard.answers.script import GENERATED_FILE, OWN_TRAIN_PY
 from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
 from wizard.render import journal, pristine
 from wizard.render.generated import RENAMED
@@ -91,7 +91,7 @@ def refuse_clashes(folder: Path, lines: list[str], doing: str) -> None:
     if not lines:
         return
     listed = "\n".join(f"  {line}" for line in lines)
-    own_script = any(line.split(" (", 1)[0] == GENERATED_SCRIPT for line in lines)
+    own_script = any(line.split(" (", 1)[0] == GENERATED_FILE for line in lines)
     raise TargetError(
         f"{folder} already has {len(lines)} path(s) npu-wizard would {doing}, and they are not npu-wizard's, "
         f"so nothing was written:\n{listed}\nnpu-wizard never overwrites a file it did not generate: move or "

@@ -18,7 +18,7 @@ import runtime
 from wizard.answers.model import Answers, dump
 from wizard.answers.questions_cluster import SCHEDULERS
 from wizard.answers.questions_k8s import KUBERNETES_ENGINES
-from wizard.answers.script import GENERATED_SCRIPT, is_foreign
+from wizard.answers.script import GENERATED_FILE, is_foreign
 from wizard.render import pristine
 from wizard.render.k8s import write_manifests
 from wizard.render.shellquote import template_environment
@@ -58,7 +58,7 @@ def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
             written[name] = text
     template_path.unlink()
     if is_foreign(answers["training.script"]):
-        (project / GENERATED_SCRIPT).unlink()  # the user's own script runs instead
+        (project / GENERATED_FILE).unlink()  # the user's own script runs instead
     if answers.get("training.model") != "gpt":
         (project / MODEL_FILE).unlink()
     if answers.get("training.dataset") != "tokens":

@@ -17,7 +17,7 @@ import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from wizard.answers.script import GENERATED_SCRIPT, OWN_TRAIN_PY
+from wizard.answers.script import GENERATED_FILE, OWN_TRAIN_PY
 from wizard.errors import TargetError, shown
 from wizard.render.pristine import STATE_DIR
 
@@ -175,7 +175,7 @@ def refuse_overwrites(target: Path, kept: Sequence[str], files: Collection[str],
     ]
     if not clashes:
         return
-    hint = f"; {OWN_TRAIN_PY}" if GENERATED_SCRIPT in clashes else ""
+    hint = f"; {OWN_TRAIN_PY}" if GENERATED_FILE in clashes else ""
     raise TargetError(
         f"{target} holds {len(clashes)} path(s) of yours that the new render writes: {named(clashes)}; "
         f"--force never overwrites a file npu-wizard did not generate: move or rename them, then render "

@@ -10,7 +10,7 @@
 # The engine's variables mean other things than the launcher's (SLURM_PROCID is not a
 # rank here): this script turns them into NODE_RANK, NODE_ADDR (HCCL_IF_IP), MASTER_ADDR,
 # MASTER_PORT and HCCL_IF_BASE_PORT, checks them, and runs launch/run-node.sh, the launch
-# script every node shares{% if cookiecutter.script != "train.py" %}, which starts {{ cookiecutter.script|sh }} on every rank{% endif %}. Anything unexpected stops the node here, with the reason.
+# script every node shares{% if cookiecutter.script %}, which starts {{ cookiecutter.script|sh }} on every rank{% endif %}. Anything unexpected stops the node here, with the reason.
 #
 {%- if cookiecutter.engine == "slurm" %}
 # A stop signal (slurm/job.sbatch passes Slurm's SIGUSR1 on as SIGTERM, scancel sends SIGTERM)

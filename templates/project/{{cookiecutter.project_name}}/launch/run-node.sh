@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-{%- set foreign = cookiecutter.script != "train.py" %}
+{%- set foreign = cookiecutter.script != "" %}
 {%- if foreign %}
 {#- The user's own script runs under runtime/userscript.py, which records the rank as train.py does. #}
 {%- set words = ["-m", "runtime.userscript", cookiecutter.script] + cookiecutter.script_args|shell_words %}
