@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.events import DescendantFocus
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -19,6 +20,9 @@ from wizard.answers.spec import Question
 from wizard.tui.state import WizardState, as_rows, as_text
 
 MAX_ROWS = 256
+# Typing is checked after this pause (and at once on leaving the field or pressing Next): checking every
+# answer per key made a pasted argument line take half a minute.
+CHECK_AFTER_S = 0.3
 PASTE_HINT = "or paste them all: addresses or ranges (10.0.0.11-10.0.0.74), or give a hostfile"
 
 
@@ -45,6 +49,8 @@ class Field(Vertical):
         self.question = question
         self.state = state
         self.blink = blink
+        self._pending: tuple[Any] | None = None  # typed, not yet checked: (raw,)
+        self._check_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         """The prompt, the input widget and the problem line."""
@@ -75,7 +81,34 @@ class Field(Vertical):
 
     def edited(self, raw: Any) -> None:
         """Tell the screen the person changed the answer."""
+        self.take_pending()
         self.post_message(self.Edited(self.question.name, raw))
+
+    def typed_later(self, raw: Any) -> None:
+        """Tell the screen of typed text once the typing pauses (or the field is left)."""
+        self._pending = (raw,)
+        if self._check_timer is not None:
+            self._check_timer.stop()
+        self._check_timer = self.set_timer(CHECK_AFTER_S, self.check_now)
+
+    def take_pending(self) -> tuple[Any] | None:
+        """The typed answer not yet told to the screen, as (raw,), and forget it; None when there is none."""
+        pending, self._pending = self._pending, None
+        if self._check_timer is not None:
+            self._check_timer.stop()
+            self._check_timer = None
+        return pending
+
+    def check_now(self) -> None:
+        """Tell the screen of typed text now: the typing paused or the field was left."""
+        pending = self.take_pending()
+        if pending is not None:
+            self.post_message(self.Edited(self.question.name, pending[0]))
+
+    @on(Input.Blurred)
+    def left(self, event: Input.Blurred) -> None:
+        """Leaving an input checks what was typed in it at once."""
+        self.check_now()
 
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         """Ask for this question's help to be shown."""
@@ -87,7 +120,7 @@ class TextField(Field):
 
     def compose_input(self) -> ComposeResult:
         """One text input."""
-        yield Input(placeholder=self.question.allowed(), select_on_focus=False, classes="answer")
+        yield Input(placeholder=self.question.allowed(), classes="answer")
 
     def show_value(self) -> None:
         """Fill the input once, then follow the default only while nothing was typed."""
@@ -96,7 +129,7 @@ class TextField(Field):
         entry.cursor_blink = self.blink
         # Once typed in, the input holds the answer: resetting it from the state would drop
         # keys typed while earlier changes were being checked.
-        if name in self.state.raw and getattr(self, "_filled", False):
+        if (name in self.state.raw or self._pending is not None) and getattr(self, "_filled", False):
             return
         self._filled = True
         with entry.prevent(Input.Changed):
@@ -104,9 +137,9 @@ class TextField(Field):
 
     @on(Input.Changed)
     def typed(self, event: Input.Changed) -> None:
-        """Record what was typed."""
+        """Record what was typed, once the typing pauses."""
         event.stop()
-        self.edited(event.value)
+        self.typed_later(event.value)
 
 
 class ChoiceField(Field):
@@ -168,7 +201,7 @@ class ListField(Field):
 
     def compose_input(self) -> ComposeResult:
         """A box to paste a whole list into, and the rows' container (rows are added in show_value)."""
-        paste = Input(placeholder=PASTE_HINT, select_on_focus=False, compact=True, classes="answer paste-input")
+        paste = Input(placeholder=PASTE_HINT, compact=True, classes="answer paste-input")
         paste.cursor_blink = self.blink
         yield paste
         yield Vertical(classes="rows")
@@ -188,12 +221,12 @@ class ListField(Field):
         for row in existing[count:]:
             row.remove()
         for index in range(len(existing), count):
-            entry = Input(placeholder="IP address", select_on_focus=False, compact=True, classes="answer row-input")
+            entry = Input(placeholder="IP address", compact=True, classes="answer row-input")
             entry.cursor_blink = self.blink
             container.mount(Horizontal(Label(f"node {index}", classes="row-label"), entry, classes="row"))
             with entry.prevent(Input.Changed):
                 entry.value = rows[index] if index < len(rows) else self._new_row(rows)
-        if name not in self.state.raw or pasted:
+        if (name not in self.state.raw or pasted) and self._pending is None:  # never drop rows being typed
             for index, row in enumerate(existing[:count]):
                 entry = row.query_one(Input)
                 with entry.prevent(Input.Changed):
@@ -215,9 +248,9 @@ class ListField(Field):
         event.stop()
         if event.input.has_class("paste-input"):
             if event.value.strip():
-                self.edited(event.value)
+                self.typed_later(event.value)
             return
-        self._report()
+        self.typed_later(tuple(entry.value.strip() for entry in self.query(".row-input").results(Input)))
 
 
 class ScriptField(Field):
@@ -235,7 +268,7 @@ class ScriptField(Field):
             classes="answer script-choice",
         )
         yield Label(self.question.prompt + " (relative to the project folder)", classes="prompt script-path-label")
-        yield Input(placeholder="e.g. src/main.py", select_on_focus=False, classes="answer script-path")
+        yield Input(placeholder="e.g. src/main.py", classes="answer script-path")
         yield Static("", classes="problem")
 
     def own(self) -> bool:
@@ -271,9 +304,9 @@ class ScriptField(Field):
 
     @on(Input.Changed, ".script-path")
     def typed(self, event: Input.Changed) -> None:
-        """Record the typed path."""
+        """Record the typed path, once the typing pauses."""
         event.stop()
-        self.edited(event.value)
+        self.typed_later(event.value)
 
 
 def field_for(question: Question, state: WizardState, *, blink: bool = True) -> Field:

@@ -78,6 +78,15 @@ class StepScreen(Screen[None]):
         self.app.state.set(event.name, event.raw)
         self.refresh_fields()
 
+    def check_typed(self) -> None:
+        """Record what was typed but not yet checked (Next and Enter do not wait for the pause)."""
+        typed = [(f.question.name, f.take_pending()) for f in self.query(Field).results(Field)]
+        for name, pending in typed:
+            if pending is not None:
+                self.app.state.set(name, pending[0])
+        if any(pending is not None for _, pending in typed):
+            self.refresh_fields()
+
     @on(Field.Focused)
     def field_focused(self, event: Field.Focused) -> None:
         """Show the focused question's help."""
@@ -99,6 +108,7 @@ class StepScreen(Screen[None]):
 
     def action_next(self) -> None:
         """Go to the next step, or to the review, when this step has no errors."""
+        self.check_typed()
         errors = self.app.state.step_errors(self.step)
         if errors:
             first = errors[0]
