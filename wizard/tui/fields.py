@@ -15,8 +15,9 @@ from textual.timer import Timer
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from wizard.answers.script import GENERATED_SCRIPT, is_foreign
+from wizard.answers.script import is_foreign
 from wizard.answers.spec import Question
+from wizard.tui.repository import scripts_in
 from wizard.tui.state import WizardState, as_rows, as_text
 
 MAX_ROWS = 256
@@ -254,53 +255,72 @@ class ListField(Field):
 
 
 class ScriptField(Field):
-    """training.script: the generated train.py or the user's own file, then its path."""
+    """training.script: the generated train.py or the user's own file, then its path (suggested from the folder)."""
 
     ASK = "Generated model script or your own?"
     GENERATED, OWN = "generated", "own"
+    MAX_SUGGESTIONS = 50
 
     def compose(self) -> ComposeResult:
         """The either-or question, the path of the user's script (shown for "your own") and the problem line."""
+        where = "in this repository" if self.state.into else "inside the project folder"
         yield Label(self.ASK, classes="prompt")
         yield OptionList(
             Option("Generated: npu-wizard writes train.py (model and dataset asked next)", id=self.GENERATED),
-            Option("Your own: a .py file inside the project folder", id=self.OWN),
+            Option(f"Your own: a .py file {where}", id=self.OWN),
             classes="answer script-choice",
         )
-        yield Label(self.question.prompt + " (relative to the project folder)", classes="prompt script-path-label")
+        relative = "the repository" if self.state.into else "the project folder"
+        yield Label(f"{self.question.prompt} (relative to {relative})", classes="prompt script-path-label")
         yield Input(placeholder="e.g. src/main.py", classes="answer script-path")
+        yield OptionList(classes="script-suggestions")
         yield Static("", classes="problem")
 
-    def own(self) -> bool:
-        """Whether the user's own script is chosen (an entered path other than train.py)."""
-        return is_foreign(self.state.shown(self.question.name))
+    def on_mount(self) -> None:
+        """Offer the folder's scripts, those that start a process group first, then show the answer."""
+        folder = self.state.project_dir
+        scripts = scripts_in(folder)[: self.MAX_SUGGESTIONS] if folder is not None and folder.is_dir() else []
+        suggestions = self.query_one(".script-suggestions", OptionList)
+        suggestions.add_options(Option(script, id=script) for script in scripts)
+        super().on_mount()
 
     def show_value(self) -> None:
-        """Highlight the choice; show the path input only for the user's own script."""
-        own = self.own() or getattr(self, "_own_chosen", False)
-        options = self.query_one(OptionList)
-        options.highlighted = 1 if own else 0
+        """Highlight the choice; show the path input and the suggestions only for the user's own script."""
+        own = self.state.script_is_own()
+        self.query_one(".script-choice", OptionList).highlighted = 1 if own else 0
         entry = self.query_one(".script-path", Input)
         entry.cursor_blink = self.blink
         entry.display = own
         self.query_one(".script-path-label", Label).display = own
-        shown = self.state.shown(self.question.name)
+        suggestions = self.query_one(".script-suggestions", OptionList)
+        suggestions.display = own and suggestions.option_count > 0
         if not getattr(self, "_filled", False):
             self._filled = True
-            with entry.prevent(Input.Changed):
-                entry.value = shown if is_foreign(shown) else ""
+            entered = self.state.raw.get(self.question.name)
+            shown = self.state.shown(self.question.name)
+            with entry.prevent(Input.Changed):  # the path as entered, even one the answers took for the generated
+                entry.value = entered if own and isinstance(entered, str) else shown if is_foreign(shown) else ""
 
-    @on(OptionList.OptionSelected)
+    @on(OptionList.OptionSelected, ".script-choice")
     def picked(self, event: OptionList.OptionSelected) -> None:
-        """Generated sets train.py; your own asks for the path."""
+        """Generated goes back to the default script; your own asks for the path."""
         event.stop()
-        self._own_chosen = event.option.id == self.OWN
-        if self._own_chosen:
+        self.state.own_script = event.option.id == self.OWN
+        if self.state.own_script:
             self.edited(self.query_one(".script-path", Input).value)
             self.call_after_refresh(self.query_one(".script-path", Input).focus)
         else:
-            self.edited(GENERATED_SCRIPT)
+            self.edited(None)
             self.screen.focus_next()
+
+    @on(OptionList.OptionSelected, ".script-suggestions")
+    def suggested(self, event: OptionList.OptionSelected) -> None:
+        """A suggested script becomes the path."""
+        event.stop()
+        entry = self.query_one(".script-path", Input)
+        with entry.prevent(Input.Changed):
+            entry.value = str(event.option.id)
+        self.edited(str(event.option.id))
 
     @on(Input.Changed, ".script-path")
     def typed(self, event: Input.Changed) -> None:
