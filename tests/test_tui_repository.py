@@ -111,6 +111,7 @@ def test_your_own_train_py_stays_your_own_and_is_never_switched_to_the_generated
         assert script.query_one(OptionList).highlighted == 1  # "Your own"
         assert script.query_one(".script-path", Input).display
         assert script.query_one(".script-path", Input).value == "train.py"
+        assert not visible(pilot, "training.model") and not visible(pilot, "training.batch_size")
         state = pilot.app.state
         assert state.script_is_own()
         if not state.step_errors("training"):  # the answers take train.py as the user's script

@@ -124,8 +124,11 @@ class WizardState:
         return {name: raw for name, raw in self.raw.items() if BY_NAME[name].applies(values)}
 
     def applies(self, name: str) -> bool:
-        """Whether a question is asked, given the answers before it."""
-        return BY_NAME[name].applies(self.values)
+        """Whether a question is asked, given the answers before it (and "your own" chosen, even before a path)."""
+        values = self.values
+        if self.own_script and not is_foreign(values.get("training.script")):
+            values = {**values, "training.script": "your_script.py"}  # asked as for any script of the user's
+        return BY_NAME[name].applies(values)
 
     def shown(self, name: str) -> Any:
         """The value a field shows: what was entered, else the spec's default for these answers."""
