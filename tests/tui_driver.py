@@ -54,10 +54,14 @@ def problem_text(pilot: Pilot[int], name: str) -> str:
 
 
 async def type_into(pilot: Pilot[int], entry: Input, text: str) -> None:
-    """Focus an input, clear it with keys and type the text."""
+    """Focus an input, clear it with keys and type the text, then pause as a person does (the field checks it)."""
     entry.focus()
     await pilot.press("home", "ctrl+k", *(text or []))
     await pilot.pause()
+    owner = next((node for node in entry.ancestors if isinstance(node, Field)), None)
+    if owner is not None:  # the pause after typing, without waiting for it
+        owner.check_now()
+        await pilot.pause()
 
 
 async def pick(pilot: Pilot[int], name: str, value: str) -> None:

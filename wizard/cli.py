@@ -559,8 +559,11 @@ def _render_from_file(args: argparse.Namespace) -> int:
 def _interactive(args: argparse.Namespace) -> int:
     from wizard.answers.source import answers_to_edit
     from wizard.tui import create_app
+    from wizard.tui.repository import is_repository
 
     raw, problems, path = answers_to_edit(args.answers) if args.edit else ({}, [], None)
-    app = create_app(raw, Path(args.output or "."), file_problems=problems, answers_path=path)
+    here = Path.cwd()
+    repository = here if not args.edit and args.output is None and is_repository(here) else None
+    app = create_app(raw, Path(args.output or "."), file_problems=problems, answers_path=path, repository=repository)
     app.run()
     return EXIT_OK

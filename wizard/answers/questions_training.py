@@ -27,7 +27,7 @@ def _needs_data_dir(values: Values) -> bool:
 
 
 def _without_lr(values: Values) -> bool:
-    return values.get("training.lr") is None
+    return _generated(values) and values.get("training.lr") is None
 
 
 def _epoch_warmup(values: Values) -> bool:
@@ -120,6 +120,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         default=32,
         minimum=1,
         maximum=65536,
+        when=_generated,
         step="training",
         help="Samples each device takes per step; the global batch is this times the world size.",
     ),
@@ -130,6 +131,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         optional=True,
         minimum=0.0,
         maximum=10.0,
+        when=_generated,
         step="training",
         help="The learning rate of the whole job. Leave empty to scale it from a single-card "
         "baseline: lr = base_lr x global batch / base_batch_size.",
@@ -177,6 +179,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         default=3,
         minimum=1,
         maximum=100000,
+        when=_generated,
         step="training",
         help="Passes over the dataset.",
     ),

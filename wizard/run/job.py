@@ -484,7 +484,7 @@ class Job(JobStacks, JobRestarts):
 
     def finished_note(self) -> str | None:
         """The words for a finished job that trained nothing (its checkpoint already completed the epochs)."""
-        if self.outcome != "finished":
+        if self.outcome != "finished" or self.answers.get("training.epochs") is None:  # a script of the user's own
             return None
         epochs = epochs_asked(self.options.train_args, self.answers["training.epochs"])
         folder = checkpoint_dir(self.project, {**os.environ, **self.options.env})

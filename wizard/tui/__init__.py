@@ -23,10 +23,12 @@ def create_app(
     answers_path: Path | None = None,
     blink: bool = True,
     into: bool = False,
+    repository: Path | None = None,
 ) -> WizardApp:
     """Build the wizard, pre-filled with raw answers (dotted names) when editing a file.
 
-    `into`: render into `output_dir` itself, as --into does. Editing the answers.yaml of a folder rendered
+    `into`: render into `output_dir` itself, as --into does. `repository`: the git repository the wizard was
+    started in; the first page offers to render into it. Editing the answers.yaml of a folder rendered
     --into always does: the wizard updates that folder.
     """
     from wizard.render.pristine import is_into
@@ -36,4 +38,4 @@ def create_app(
     if answers_path is not None and is_into(Path(answers_path).parent):
         output_dir, into = Path(answers_path).parent, True
     state = WizardState(raw, file_problems)
-    return WizardApp(state, Path(output_dir), answers_path=answers_path, blink=blink, into=into)
+    return WizardApp(state, Path(output_dir), answers_path=answers_path, blink=blink, into=into, repository=repository)

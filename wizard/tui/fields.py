@@ -11,14 +11,19 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.events import DescendantFocus
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from wizard.answers.script import GENERATED_SCRIPT, is_foreign
+from wizard.answers.script import is_foreign
 from wizard.answers.spec import Question
+from wizard.tui.repository import scripts_in
 from wizard.tui.state import WizardState, as_rows, as_text
 
 MAX_ROWS = 256
+# Typing is checked after this pause (and at once on leaving the field or pressing Next): checking every
+# answer per key made a pasted argument line take half a minute.
+CHECK_AFTER_S = 0.3
 PASTE_HINT = "or paste them all: addresses or ranges (10.0.0.11-10.0.0.74), or give a hostfile"
 
 
@@ -45,6 +50,8 @@ class Field(Vertical):
         self.question = question
         self.state = state
         self.blink = blink
+        self._pending: tuple[Any] | None = None  # typed, not yet checked: (raw,)
+        self._check_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         """The prompt, the input widget and the problem line."""
@@ -75,7 +82,34 @@ class Field(Vertical):
 
     def edited(self, raw: Any) -> None:
         """Tell the screen the person changed the answer."""
+        self.take_pending()
         self.post_message(self.Edited(self.question.name, raw))
+
+    def typed_later(self, raw: Any) -> None:
+        """Tell the screen of typed text once the typing pauses (or the field is left)."""
+        self._pending = (raw,)
+        if self._check_timer is not None:
+            self._check_timer.stop()
+        self._check_timer = self.set_timer(CHECK_AFTER_S, self.check_now)
+
+    def take_pending(self) -> tuple[Any] | None:
+        """The typed answer not yet told to the screen, as (raw,), and forget it; None when there is none."""
+        pending, self._pending = self._pending, None
+        if self._check_timer is not None:
+            self._check_timer.stop()
+            self._check_timer = None
+        return pending
+
+    def check_now(self) -> None:
+        """Tell the screen of typed text now: the typing paused or the field was left."""
+        pending = self.take_pending()
+        if pending is not None:
+            self.post_message(self.Edited(self.question.name, pending[0]))
+
+    @on(Input.Blurred)
+    def left(self, event: Input.Blurred) -> None:
+        """Leaving an input checks what was typed in it at once."""
+        self.check_now()
 
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         """Ask for this question's help to be shown."""
@@ -87,7 +121,7 @@ class TextField(Field):
 
     def compose_input(self) -> ComposeResult:
         """One text input."""
-        yield Input(placeholder=self.question.allowed(), select_on_focus=False, classes="answer")
+        yield Input(placeholder=self.question.allowed(), classes="answer")
 
     def show_value(self) -> None:
         """Fill the input once, then follow the default only while nothing was typed."""
@@ -96,7 +130,7 @@ class TextField(Field):
         entry.cursor_blink = self.blink
         # Once typed in, the input holds the answer: resetting it from the state would drop
         # keys typed while earlier changes were being checked.
-        if name in self.state.raw and getattr(self, "_filled", False):
+        if (name in self.state.raw or self._pending is not None) and getattr(self, "_filled", False):
             return
         self._filled = True
         with entry.prevent(Input.Changed):
@@ -104,9 +138,9 @@ class TextField(Field):
 
     @on(Input.Changed)
     def typed(self, event: Input.Changed) -> None:
-        """Record what was typed."""
+        """Record what was typed, once the typing pauses."""
         event.stop()
-        self.edited(event.value)
+        self.typed_later(event.value)
 
 
 class ChoiceField(Field):
@@ -168,7 +202,7 @@ class ListField(Field):
 
     def compose_input(self) -> ComposeResult:
         """A box to paste a whole list into, and the rows' container (rows are added in show_value)."""
-        paste = Input(placeholder=PASTE_HINT, select_on_focus=False, compact=True, classes="answer paste-input")
+        paste = Input(placeholder=PASTE_HINT, compact=True, classes="answer paste-input")
         paste.cursor_blink = self.blink
         yield paste
         yield Vertical(classes="rows")
@@ -188,12 +222,12 @@ class ListField(Field):
         for row in existing[count:]:
             row.remove()
         for index in range(len(existing), count):
-            entry = Input(placeholder="IP address", select_on_focus=False, compact=True, classes="answer row-input")
+            entry = Input(placeholder="IP address", compact=True, classes="answer row-input")
             entry.cursor_blink = self.blink
             container.mount(Horizontal(Label(f"node {index}", classes="row-label"), entry, classes="row"))
             with entry.prevent(Input.Changed):
                 entry.value = rows[index] if index < len(rows) else self._new_row(rows)
-        if name not in self.state.raw or pasted:
+        if (name not in self.state.raw or pasted) and self._pending is None:  # never drop rows being typed
             for index, row in enumerate(existing[:count]):
                 entry = row.query_one(Input)
                 with entry.prevent(Input.Changed):
@@ -215,65 +249,84 @@ class ListField(Field):
         event.stop()
         if event.input.has_class("paste-input"):
             if event.value.strip():
-                self.edited(event.value)
+                self.typed_later(event.value)
             return
-        self._report()
+        self.typed_later(tuple(entry.value.strip() for entry in self.query(".row-input").results(Input)))
 
 
 class ScriptField(Field):
-    """training.script: the generated train.py or the user's own file, then its path."""
+    """training.script: the generated train.py or the user's own file, then its path (suggested from the folder)."""
 
     ASK = "Generated model script or your own?"
     GENERATED, OWN = "generated", "own"
+    MAX_SUGGESTIONS = 50
 
     def compose(self) -> ComposeResult:
         """The either-or question, the path of the user's script (shown for "your own") and the problem line."""
+        where = "in this repository" if self.state.into else "inside the project folder"
         yield Label(self.ASK, classes="prompt")
         yield OptionList(
             Option("Generated: npu-wizard writes train.py (model and dataset asked next)", id=self.GENERATED),
-            Option("Your own: a .py file inside the project folder", id=self.OWN),
+            Option(f"Your own: a .py file {where}", id=self.OWN),
             classes="answer script-choice",
         )
-        yield Label(self.question.prompt + " (relative to the project folder)", classes="prompt script-path-label")
-        yield Input(placeholder="e.g. src/main.py", select_on_focus=False, classes="answer script-path")
+        relative = "the repository" if self.state.into else "the project folder"
+        yield Label(f"{self.question.prompt} (relative to {relative})", classes="prompt script-path-label")
+        yield Input(placeholder="e.g. src/main.py", classes="answer script-path")
+        yield OptionList(classes="script-suggestions")
         yield Static("", classes="problem")
 
-    def own(self) -> bool:
-        """Whether the user's own script is chosen (an entered path other than train.py)."""
-        return is_foreign(self.state.shown(self.question.name))
+    def on_mount(self) -> None:
+        """Offer the folder's scripts, those that start a process group first, then show the answer."""
+        folder = self.state.project_dir
+        scripts = scripts_in(folder)[: self.MAX_SUGGESTIONS] if folder is not None and folder.is_dir() else []
+        suggestions = self.query_one(".script-suggestions", OptionList)
+        suggestions.add_options(Option(script, id=script) for script in scripts)
+        super().on_mount()
 
     def show_value(self) -> None:
-        """Highlight the choice; show the path input only for the user's own script."""
-        own = self.own() or getattr(self, "_own_chosen", False)
-        options = self.query_one(OptionList)
-        options.highlighted = 1 if own else 0
+        """Highlight the choice; show the path input and the suggestions only for the user's own script."""
+        own = self.state.script_is_own()
+        self.query_one(".script-choice", OptionList).highlighted = 1 if own else 0
         entry = self.query_one(".script-path", Input)
         entry.cursor_blink = self.blink
         entry.display = own
         self.query_one(".script-path-label", Label).display = own
-        shown = self.state.shown(self.question.name)
+        suggestions = self.query_one(".script-suggestions", OptionList)
+        suggestions.display = own and suggestions.option_count > 0
         if not getattr(self, "_filled", False):
             self._filled = True
-            with entry.prevent(Input.Changed):
-                entry.value = shown if is_foreign(shown) else ""
+            entered = self.state.raw.get(self.question.name)
+            shown = self.state.shown(self.question.name)
+            with entry.prevent(Input.Changed):  # the path as entered, even one the answers took for the generated
+                entry.value = entered if own and isinstance(entered, str) else shown if is_foreign(shown) else ""
 
-    @on(OptionList.OptionSelected)
+    @on(OptionList.OptionSelected, ".script-choice")
     def picked(self, event: OptionList.OptionSelected) -> None:
-        """Generated sets train.py; your own asks for the path."""
+        """Generated goes back to the default script; your own asks for the path."""
         event.stop()
-        self._own_chosen = event.option.id == self.OWN
-        if self._own_chosen:
+        self.state.own_script = event.option.id == self.OWN
+        if self.state.own_script:
             self.edited(self.query_one(".script-path", Input).value)
             self.call_after_refresh(self.query_one(".script-path", Input).focus)
         else:
-            self.edited(GENERATED_SCRIPT)
+            self.edited(None)
             self.screen.focus_next()
+
+    @on(OptionList.OptionSelected, ".script-suggestions")
+    def suggested(self, event: OptionList.OptionSelected) -> None:
+        """A suggested script becomes the path."""
+        event.stop()
+        entry = self.query_one(".script-path", Input)
+        with entry.prevent(Input.Changed):
+            entry.value = str(event.option.id)
+        self.edited(str(event.option.id))
 
     @on(Input.Changed, ".script-path")
     def typed(self, event: Input.Changed) -> None:
-        """Record the typed path."""
+        """Record the typed path, once the typing pauses."""
         event.stop()
-        self.edited(event.value)
+        self.typed_later(event.value)
 
 
 def field_for(question: Question, state: WizardState, *, blink: bool = True) -> Field:

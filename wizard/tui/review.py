@@ -64,7 +64,7 @@ class ReviewScreen(Screen[None]):
         yield Header()
         with Horizontal(id="output-row"):
             yield Label("Output folder", classes="prompt")
-            yield Input(str(self.app.output_dir), id="output", select_on_focus=False)
+            yield Input(str(self.app.output_dir), id="output")
         yield Checkbox("Into this folder itself (your repository, as --into)", self.app.into, id="into")
         yield Static("", id="target")
         with TabbedContent(id="tabs"):

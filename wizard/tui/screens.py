@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Static
+from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
 
 from wizard.answers.questions import STEPS
 from wizard.answers.spec import Question
@@ -48,6 +51,9 @@ class StepScreen(Screen[None]):
                 yield field_for(question, self.app.state, blink=self.app.blink)
                 if question.name == "training.lr":
                     yield Static("", id="lr-hint")
+                if question.name == "project_name" and self.app.into:
+                    folder = self.app.output_dir.resolve().name
+                    yield Static(f"(named after the repository's folder, {folder})", id="name-hint")
         yield Static("", id="help")
         yield Footer()
 
@@ -70,13 +76,24 @@ class StepScreen(Screen[None]):
         for field in self.query(Field).results(Field):
             field.show()
         if self.step == "training":
-            self.query_one("#lr-hint", Static).update(Text(self.app.state.lr_hint()))
+            hint = self.query_one("#lr-hint", Static)
+            hint.display = self.app.state.applies("training.lr")  # not for a script of the user's own
+            hint.update(Text(self.app.state.lr_hint()))
 
     @on(Field.Edited)
     def record(self, event: Field.Edited) -> None:
         """Store the new raw answer and check the step again."""
         self.app.state.set(event.name, event.raw)
         self.refresh_fields()
+
+    def check_typed(self) -> None:
+        """Record what was typed but not yet checked (Next and Enter do not wait for the pause)."""
+        typed = [(f.question.name, f.take_pending()) for f in self.query(Field).results(Field)]
+        for name, pending in typed:
+            if pending is not None:
+                self.app.state.set(name, pending[0])
+        if any(pending is not None for _, pending in typed):
+            self.refresh_fields()
 
     @on(Field.Focused)
     def field_focused(self, event: Field.Focused) -> None:
@@ -99,6 +116,7 @@ class StepScreen(Screen[None]):
 
     def action_next(self) -> None:
         """Go to the next step, or to the review, when this step has no errors."""
+        self.check_typed()
         errors = self.app.state.step_errors(self.step)
         if errors:
             first = errors[0]
@@ -153,3 +171,49 @@ class ConfirmScreen(ModalScreen[bool]):
     def action_answer(self, yes: bool) -> None:
         """Answer from the keyboard."""
         self.dismiss(yes)
+
+
+class WhereScreen(Screen[bool]):
+    """Started in a git repository: into this repository, or a new project folder? Dismisses with True for into."""
+
+    def __init__(self, repository: Path, name: str) -> None:
+        super().__init__()
+        self.repository = repository
+        self.project_name = name
+
+    def compose(self) -> ComposeResult:
+        """The question and its two answers, into first."""
+        yield Header()
+        with Vertical(id="where"):
+            yield Label(f"You started npu-wizard in the git repository {self.repository}.", classes="prompt")
+            yield OptionList(
+                Option(
+                    Text.assemble(
+                        ("Into this repository", "bold"),
+                        "\nnpu-wizard adds its files here and runs your own script from here; project name "
+                        f"{self.project_name} (from the folder {self.repository.name})",
+                    ),
+                    id="into",
+                ),
+                Option(
+                    Text.assemble(
+                        ("A new project folder", "bold"),
+                        f"\n{self.repository}/<project name>/, with the generated model script or yours",
+                    ),
+                    id="new",
+                ),
+                id="where-choice",
+            )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Title the page and focus the choice."""
+        self.sub_title = "Where should the project go?"
+        choice = self.query_one(OptionList)
+        choice.highlighted = 0
+        choice.focus()
+
+    @on(OptionList.OptionSelected)
+    def picked(self, event: OptionList.OptionSelected) -> None:
+        """Answer with the picked option."""
+        self.dismiss(event.option.id == "into")

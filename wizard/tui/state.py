@@ -16,7 +16,7 @@ from typing import Any
 
 from wizard.answers.model import Answers, evaluate, resolve
 from wizard.answers.questions import BY_NAME, QUESTIONS, STEP_TITLES, STEPS
-from wizard.answers.script import args_text, is_foreign
+from wizard.answers.script import OWN_TRAIN_PY, args_text, is_foreign
 from wizard.answers.spec import Choice, Invalid, Question
 from wizard.errors import Problem
 
@@ -77,20 +77,37 @@ class WizardState:
         self.raw: dict[str, Any] = dict(raw or {})
         self.file_problems: tuple[Problem, ...] = tuple(file_problems)
         self.output_dir: Path | None = None  # where the project goes: the user's own script must be in it
+        self.into = False
+        """Render into output_dir itself (the user's repository, as --into) instead of output_dir/<project_name>."""
+        self.own_script: bool | None = None
+        """The person's pick of "your own" script (True) or the generated one (False); None: as the answers say."""
         self.refresh()
 
     @property
     def project_dir(self) -> Path | None:
-        """The project folder the answers render into, once the output folder is known."""
+        """The folder the answers render into (the repository itself, into), once the output folder is known."""
         name = self.values.get("project_name")
+        if self.output_dir is not None and self.into:
+            return self.output_dir
         return None if self.output_dir is None or not name else self.output_dir / name
+
+    def script_is_own(self) -> bool:
+        """Whether the person chose a script of their own (or the answers name one)."""
+        if self.own_script is not None:
+            return self.own_script
+        return is_foreign(self.values.get("training.script"))
 
     def refresh(self) -> None:
         """Evaluate the current raw answers again."""
         self.values, self.problems = evaluate(self.effective_raw())
 
     def set(self, name: str, raw: Any) -> None:
-        """Record what the person entered for a question (an answer standing in for another drops that one)."""
+        """Record what the person entered for a question (None: back to its default; an answer standing in for
+        another drops that one)."""
+        if raw is None:
+            self.raw.pop(name, None)
+            self.refresh()
+            return
         self.raw[name] = raw
         replaced = BY_NAME[name].replaces
         if replaced and raw not in (None, ""):
@@ -107,8 +124,11 @@ class WizardState:
         return {name: raw for name, raw in self.raw.items() if BY_NAME[name].applies(values)}
 
     def applies(self, name: str) -> bool:
-        """Whether a question is asked, given the answers before it."""
-        return BY_NAME[name].applies(self.values)
+        """Whether a question is asked, given the answers before it (and "your own" chosen, even before a path)."""
+        values = self.values
+        if self.own_script and not is_foreign(values.get("training.script")):
+            values = {**values, "training.script": "your_script.py"}  # asked as for any script of the user's
+        return BY_NAME[name].applies(values)
 
     def shown(self, name: str) -> Any:
         """The value a field shows: what was entered, else the spec's default for these answers."""
@@ -120,26 +140,34 @@ class WizardState:
         """The errors on a step's questions that apply, and the user's script missing from `project_dir`."""
         names = {q.name for q in questions_of(step) if self.applies(q.name)}
         found = [p for p in self.problems if p.severity == "error" and p.field in names]
+        if "training.script" in names:
+            found += self.script_problems()
+        return found
+
+    def script_problems(self) -> list[Problem]:
+        """What the answers alone cannot see: the user's script missing on disk, or "your own" named as the
+        generated script (the answers took it for the generated train.py: said, never switched silently)."""
         script = self.values.get("training.script")
-        if "training.script" in names and self.project_dir is not None and is_foreign(script):
+        if script is None:
+            return []
+        if self.own_script and not is_foreign(script):
+            return [Problem("training.script", script, f"your own script cannot be {script} here: {OWN_TRAIN_PY}")]
+        if self.project_dir is not None and is_foreign(script):
             missing = script_file_problem(self.project_dir, script)
             if missing is not None:
-                found.append(Problem("training.script", script, missing))
-        return found
+                return [Problem("training.script", script, missing)]
+        return []
 
     def problems_at(self, name: str) -> list[Problem]:
         """The errors and warnings at one question, errors first (the user's script checked on disk too)."""
         found = [p for p in self.problems if p.field == name]
-        script = self.values.get("training.script")
-        if name == "training.script" and self.project_dir is not None and is_foreign(script):
-            missing = script_file_problem(self.project_dir, script)
-            if missing is not None:
-                found.append(Problem(name, script, missing))
+        if name == "training.script":
+            found += self.script_problems()
         return sorted(found, key=lambda p: p.severity != "error")
 
     def errors(self) -> list[Problem]:
-        """Every error in the answers."""
-        return [p for p in self.problems if p.severity == "error"]
+        """Every error in the answers, and the user's script as the screens check it."""
+        return [*(p for p in self.problems if p.severity == "error"), *self.script_problems()]
 
     def warnings(self) -> list[Problem]:
         """Every warning in the answers, those about the loaded file first."""
