@@ -16,7 +16,7 @@ from typing import Any
 
 from wizard.answers.model import Answers, evaluate, resolve
 from wizard.answers.questions import BY_NAME, QUESTIONS, STEP_TITLES, STEPS
-from wizard.answers.script import OWN_TRAIN_PY, args_text, is_foreign
+from wizard.answers.script import args_text, is_foreign
 from wizard.answers.spec import Choice, Invalid, Question
 from wizard.errors import Problem
 
@@ -145,13 +145,13 @@ class WizardState:
         return found
 
     def script_problems(self) -> list[Problem]:
-        """What the answers alone cannot see: the user's script missing on disk, or "your own" named as the
-        generated script (the answers took it for the generated train.py: said, never switched silently)."""
+        """What the answers alone cannot see: the user's script missing on disk, or "your own" without a name
+        (said at the field, never switched silently to the generated script)."""
         script = self.values.get("training.script")
         if script is None:
             return []
         if self.own_script and not is_foreign(script):
-            return [Problem("training.script", script, f"your own script cannot be {script} here: {OWN_TRAIN_PY}")]
+            return [Problem("training.script", script, "name your script: its path, relative to the project folder")]
         if self.project_dir is not None and is_foreign(script):
             missing = script_file_problem(self.project_dir, script)
             if missing is not None:
