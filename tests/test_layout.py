@@ -95,8 +95,8 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-# The floors of wizard/, lowest first (README.md, "How it is built"): a module imports only from its own package
-# or from a lower floor. The shared pieces sit at the bottom; the commands beside the pipeline (doctor, the
+# The floors of wizard/, lowest first (docs/architecture.md, "How it is built"): a module imports only from its own
+# package or from a lower floor. The shared pieces sit at the bottom; the commands beside the pipeline (doctor, the
 # interactive screens) take answers and render, and the run may use doctor's checks; the CLI sits on top.
 FLOORS = (
     ("wizard.errors", "wizard.stopping", "wizard.atomic_files"),

@@ -198,7 +198,7 @@ def test_the_readmes_say_no_rank_can_save_on_a_stop_signal_while_a_peer_is_dead(
 
     project = render(answers(), tmp_path / "p").project_dir
     root = Path(__file__).resolve().parents[1]
-    for readme in (root / "README.md", project / "README.md"):
+    for readme in (root / "docs" / "restarts.md", project / "README.md"):
         text = " ".join(readme.read_text().split())
         assert "No rank can save while a peer is dead" in text, readme
         assert "HCCL_EXEC_TIMEOUT" in text, readme
