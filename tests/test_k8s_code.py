@@ -120,11 +120,11 @@ def test_a_top_level_script_gets_the_top_level_modules_and_packages(tmp_path: Pa
         ("main.py", {}, True),  # a user's script: data/ is code
         ("main.py", {"cluster__data_host_path": "/srv/data"}, False),  # the pods mount the data volume there
         ("main.py", {"cluster__data_pvc": "datasets"}, False),
-        ("train.py", {}, False),  # the generated script's data folder (training.data_dir's default)
+        (None, {}, False),  # the generated script's data folder (training.data_dir's default)
     ],
 )
 def test_data_is_code_unless_it_is_the_pods_data_folder(
-    tmp_path: Path, script: str, volume: dict[str, str], carried: bool
+    tmp_path: Path, script: str | None, volume: dict[str, str], carried: bool
 ) -> None:
     files = {"main.py": "import data.loader\n", "data/loader.py": "ROWS = 3\n"}
     project = project_with(tmp_path / "out", files, k8s_answers(training__script=script, **volume))

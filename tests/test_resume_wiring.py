@@ -91,7 +91,7 @@ def test_resume_args_that_are_no_arguments_are_refused_with_what_is_allowed() ->
 
 
 def test_resume_args_for_the_generated_script_are_refused_it_resumes_by_itself() -> None:
-    raw = own_script_answers(**{"training.script": "train.py", "training.resume_args": ["--resume"]})
+    raw = own_script_answers(**{"training.script": None, "training.resume_args": ["--resume"]})  # generated
     raw.pop("training.script_args")
     said = problems_of(raw)["training.resume_args"]
     assert "the generated train.py resumes from its newest checkpoint by itself" in said
