@@ -169,6 +169,15 @@ def test_a_run_whose_runner_was_killed_left_no_summary_and_is_resumed(tmp_path: 
     assert found.run_dir == killed and found.outcome == UNFINISHED
 
 
+@pytest.mark.parametrize("world_size", [[4], "4", {"n": 4}, True, 2.5])
+def test_an_earlier_run_whose_summary_has_no_whole_world_size_is_passed_over(tmp_path: Path, world_size: Any) -> None:
+    failed = earlier_run(tmp_path, "20250101-100000", "failed")
+    malformed = earlier_run(tmp_path, "20250102-090000", "failed")
+    summary = json.loads((malformed / "summary.json").read_text())
+    (malformed / "summary.json").write_text(json.dumps({**summary, "world_size": world_size}))
+    assert unfinished_run(tmp_path).run_dir == failed
+
+
 # ---- the launch script ---------------------------------------------------------------
 
 

@@ -61,8 +61,11 @@ def unfinished_run(project: Path, this_run: Path | None = None) -> Unfinished | 
             if _ranks_wrote(run_dir):
                 return Unfinished(run_dir, UNFINISHED)
             continue
+        world_size = summary.get("world_size")
+        if not isinstance(world_size, int) or isinstance(world_size, bool):  # a malformed summary says nothing
+            continue
         never = summary.get("never_reported")
-        started = not isinstance(never, list) or len(never) < int(summary.get("world_size") or 0)
+        started = not isinstance(never, list) or len(never) < world_size
         if not started:
             continue
         outcome = str(summary.get("outcome"))
