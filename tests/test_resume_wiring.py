@@ -17,11 +17,14 @@ from typing import Any
 import pytest
 
 from tests.runs import free_port
+from tests.test_k8s_engine import k8s_project
 from wizard.answers.model import resolve
 from wizard.cli import main
 from wizard.errors import AnswersError
 from wizard.render.render import render
 from wizard.run.engines.interpreter import LAUNCHER_MARK, launcher_check, launcher_problem, remote_problems
+from wizard.run.job import Job
+from wizard.run.launch import RunOptions
 from wizard.run.resuming import UNFINISHED, unfinished_run
 
 RECORDING_SCRIPT = """\
@@ -176,6 +179,17 @@ def test_an_earlier_run_whose_summary_has_no_whole_world_size_is_passed_over(tmp
     summary = json.loads((malformed / "summary.json").read_text())
     (malformed / "summary.json").write_text(json.dumps({**summary, "world_size": world_size}))
     assert unfinished_run(tmp_path).run_dir == failed
+
+
+def test_under_kubernetes_the_runner_does_not_claim_the_pods_get_the_resuming_environment(tmp_path: Path) -> None:
+    project = k8s_project(tmp_path, "pytorchjob")
+    earlier_run(project, "20250101-100000", "failed")
+    notes = " ".join(Job(project, RunOptions()).notes)
+    assert "NPU_WIZARD_RESUMING" not in notes and "resume_args" not in notes
+    assert (
+        "note: the last run (20250101-100000) failed; the pods start as k8s/pytorchjob.yaml says, so they resume "
+        "only where your script finds its checkpoint by itself"
+    ) in notes
 
 
 # ---- the launch script ---------------------------------------------------------------

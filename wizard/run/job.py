@@ -84,7 +84,9 @@ class Job(JobStacks, JobRestarts):
         if not fresh and "--smoke" not in options.train_args:
             self.resumes = unfinished_run(self.project, self.run_dir)
         if self.resumes is not None:
-            self.notes.append(resuming_note(self.resumes, self.answers.get("training.resume_args") or ()))
+            resume_args = self.answers.get("training.resume_args") or ()
+            manifest = None if self.engine.passes_env else f"k8s/{self.engine.name}.yaml"
+            self.notes.append(resuming_note(self.resumes, resume_args, manifest))
         self.engine_lines: list[str] = []
         self.job_id: str | None = None
         self.engine_reason: str | None = None

@@ -5,7 +5,8 @@
 of a run after the project's last training run did not finish (failed, hung, interrupted, preempted,
 or its runner killed). A run that finished, a `--smoke` run and a run whose ranks never started say
 nothing of a checkpoint: the first is a fresh start after it, the others are passed over. Where a
-start resumes, launch/run-node.sh adds `training.resume_args` to a user's own script.
+start resumes, launch/run-node.sh adds `training.resume_args` to a user's own script. Under the
+Kubernetes engines neither reaches the pods, which start as their manifest says.
 """
 
 from __future__ import annotations
@@ -73,9 +74,14 @@ def unfinished_run(project: Path, this_run: Path | None = None) -> Unfinished | 
     return None
 
 
-def resuming_note(previous: Unfinished, resume_args: tuple[str, ...]) -> str:
-    """What the runner says of a run that resumes after `previous`."""
+def resuming_note(previous: Unfinished, resume_args: tuple[str, ...], manifest: str | None = None) -> str:
+    """What the runner says of a run that resumes after `previous`; `manifest`: the ranks start as it says."""
     ended = ENDED_WORDS.get(previous.outcome, f"ended {previous.outcome}")
+    if manifest is not None:  # nothing of this runner's environment reaches the pods
+        return (
+            f"note: the last run ({previous.run_dir.name}) {ended}; the pods start as {manifest} says, so "
+            "they resume only where your script finds its checkpoint by itself"
+        )
     added = f" and training.resume_args ({' '.join(resume_args)}) after your script's arguments" if resume_args else ""
     return (
         f"resuming: the last run ({previous.run_dir.name}) {ended}, so every rank gets {ENV_RESUMING}=1{added} "

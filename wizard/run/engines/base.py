@@ -76,6 +76,9 @@ class Engine(abc.ABC):
     recovery: str = "spares"
     """What a restart may change of the hosts: "spares" (a spare host takes a lost node's rank), "exclude"
     (the scheduler is told to keep the failed node off the job), "operator" (the operator restarts by itself)."""
+    passes_env: bool = True
+    """Whether every rank gets `Launch.env` (NPU_WIZARD_RESUMING among it); False where the ranks start as a
+    manifest says (Kubernetes)."""
 
     @abc.abstractmethod
     def dry_run(self, launch: Launch) -> str:

@@ -56,6 +56,7 @@ class KubernetesEngine(Engine):
     """Applies the project's AscendJob or PyTorchJob with its ConfigMap and follows the job until it ends."""
 
     recovery = "operator"
+    passes_env = False  # the pods start as the manifest says; Launch.env stays on this machine
 
     def __init__(self, name: str) -> None:
         self.name = name
