@@ -90,3 +90,44 @@ def test_a_rank_that_crashed_in_native_code_before_the_first_step_is_not_restart
     assert refusal.startswith("not restarted: the script crashed (signal 11, SIGSEGV) before the job's first step")
     # killed from outside (kill -9, a node's preemption) is not the script's own doing: a restart may help
     assert Attempts(3).refusal("failed", vanished, state, "signal 9 (SIGKILL: kill -9 or the OOM killer)") is None
+
+
+def test_a_script_reporting_no_steps_that_crashed_after_hours_is_restarted() -> None:
+    from wizard.monitor.ranks import Failure
+
+    ticks = [0.0]
+    state = JobState(1, clock=lambda: 1_000.0, ticker=lambda: ticks[0])  # the wall clock says nothing here
+    state.ingest({"event": "started", "rank": 0, "time": 1_000.0, "pid": 11})
+    for hour in range(1, 11):
+        ticks[0] = hour * 3600.0
+        state.ingest({"event": "heartbeat", "rank": 0, "time": 1_000.0 + ticks[0], "pid": 11, "silent_s": 1.0})
+    state.vanished(0, 1_000.0)
+    (vanished,) = state.failures()
+    ended = "signal 11 (SIGSEGV: a crash in native code)"
+    assert Attempts(3).refusal("failed", vanished, state, ended) is None
+    # replayed from files (no ticker): the events' own stamps tell the same
+    replayed = JobState(1)
+    replayed.ingest({"event": "started", "rank": 0, "time": 1_000.0, "pid": 11})
+    replayed.ingest({"event": "lost", "rank": 0, "time": 1_000.0 + 36_000.0, "pid": 11})
+    lost = Failure(0, 0, 37_000.0, "vanished", "its process 11 vanished without an error")
+    assert Attempts(3).refusal("failed", lost, replayed, ended) is None
+
+
+def test_a_rank_aborted_at_import_is_restarted_a_watchdog_abort_is_no_crash_of_the_script() -> None:
+    from wizard.monitor.ranks import Failure
+
+    state = JobState(2)
+    state.ingest({"event": "started", "rank": 0, "time": 1.0, "pid": 11})
+    vanished = Failure(0, 0, 2.0, "vanished", "its process 11 vanished without an error")
+    assert Attempts(3).refusal("failed", vanished, state, "signal 6 (SIGABRT: the process aborted)") is None
+
+
+def test_a_native_crash_seconds_after_the_start_is_still_refused_on_the_runner_s_ticker() -> None:
+    ticks = [500.0]
+    state = JobState(1, clock=lambda: 1_000.0, ticker=lambda: ticks[0])
+    state.ingest({"event": "started", "rank": 0, "time": 1_000.0, "pid": 11})
+    ticks[0] += 5.0
+    state.vanished(0, 1_005.0)
+    (vanished,) = state.failures()
+    refusal = Attempts(3).refusal("failed", vanished, state, "signal 11 (SIGSEGV: a crash in native code)")
+    assert refusal is not None and refusal.startswith("not restarted: the script crashed (signal 11, SIGSEGV)")

@@ -58,6 +58,8 @@ class RankView:
     starts: int = 0
     resumed_step: int = 0
     started_at: float | None = None
+    started_heard: float | None = None  # when its newest start was heard, on the state's clock (JobState.now)
+    ended_heard: float | None = None  # when its process was found gone, on the state's clock
     first_step_at: float | None = None
     first_step: int | None = None  # the step its first step event named (a user's script resumed one before)
     last_seen: float | None = None  # when it was last heard, on the state's clock (JobState.now)

@@ -139,8 +139,8 @@ class JobState:
         view.resumed_step = _count(event.get("resumed_step"), 0)
         view.step = view.resumed_step
         view.started_at = view.started_at or event["time"]
-        view.progress_at = at
-        view.outcome, view.ended_at, view.error = None, None, None
+        view.progress_at = view.started_heard = at
+        view.outcome, view.ended_at, view.ended_heard, view.error = None, None, None, None
         self.stragglers.rank_started(view.rank, view.step)
 
     def _on_step(self, view: RankView, event: dict, at: float) -> None:
@@ -229,6 +229,7 @@ class JobState:
         view = self.view(rank)
         if view.outcome is None and (self.stopping_since is None or at < self.stopping_since):
             view.outcome, view.ended_at = LOST, at
+            view.ended_heard = self.now() if self.ticker is not None else at
         self.stragglers.rank_ended(rank)
 
     def launcher_succeeded(self, node: int) -> None:

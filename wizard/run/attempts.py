@@ -31,14 +31,16 @@ from pathlib import Path
 from wizard.answers.model import Answers
 from wizard.monitor import procs
 from wizard.monitor.ranks import Failure
-from wizard.monitor.state import JobState
+from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.run.engines.common import run_command
 from wizard.run.hang_stacks import ASK_FILE, HANG_DIR
 from wizard.run.safe_folder import Folder, NotAFolder
 
 HEALTH_DEADLINE_S = 60.0  # for the failed node to be free of the old processes: a safety net, not a wait
 CHECKPOINT_WORDS = ("does not fit this model", "CheckpointReadError", "ForeignCheckpointError")
-CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")  # the code itself crashed: it would again
+# the code itself crashed: it would again. Not SIGABRT: torch's watchdog aborts a rank whose collective timed
+# out after a peer died, which a restart fixes
+CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 SIGNAL_WORDS = re.compile(r"\bsignal (\d+) \((SIG[A-Z]+)")  # as summary_text.exit_words says a signal
 
 
@@ -217,7 +219,7 @@ def _cannot_fix(outcome: str, failure: Failure | None, state: JobState, ended: s
         return "npu-wizard run itself failed"
     stepped = any(view.steps_reported for view in state.ranks.values())
     crash = _crash_signal(f"{ended or ''} {failure.summary}") if failure.kind in ("vanished", "launcher") else None
-    if crash is not None and not stepped:
+    if crash is not None and not stepped and _died_starting(failure, state):
         return (
             f"the script crashed ({crash}) before the job's first step (at import, setting up or in its first "
             "step): a restart would crash the same way; fix the script or the native library it loads and run again"
@@ -235,6 +237,29 @@ def _cannot_fix(outcome: str, failure: Failure | None, state: JobState, ended: s
     if outcome == "hung" and not stepped and not any(view.starts for view in state.ranks.values()):
         return "no rank started by the start-up deadline: check the addresses and ports (npu-wizard doctor)"
     return None
+
+
+def _died_starting(failure: Failure, state: JobState) -> bool:
+    """Whether the failed rank died within START_MARGIN_S of its start (or before it started).
+
+    A script that reports no steps is at no step npu-wizard knows of however long it ran: how long it lived
+    tells a crash while starting from one after hours. Measured on the state's clock (the runner's ticker,
+    from when each event was heard), else on the events' own stamps. A launcher's failure names no rank: its
+    node's newest start counts.
+    """
+    if failure.rank in state.ranks:
+        views = [state.ranks[failure.rank]]
+    else:
+        views = [view for view in state.ranks.values() if failure.node is None or view.node == failure.node]
+    starts = [view for view in views if view.starts and view.started_heard is not None]
+    if not starts:
+        return True
+    view = max(starts, key=lambda view: view.started_heard or 0.0)
+    if view.ended_heard is not None:
+        died = view.ended_heard
+    else:
+        died = state.now() if state.ticker is not None else (view.ended_at or failure.time)
+    return died - (view.started_heard or 0.0) <= START_MARGIN_S
 
 
 def _crash_signal(text: str) -> str | None:
