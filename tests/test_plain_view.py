@@ -9,6 +9,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
+from wizard.monitor.attach import watch_plain
 from wizard.monitor.plain import run_plain
 from wizard.monitor.plain_lines import COMPACT_AFTER, progress_block, restart_lines
 from wizard.monitor.state import JobState
@@ -124,3 +127,52 @@ def test_run_plain_prints_each_rank_and_a_worker_restart(tmp_path: Path) -> None
         lines.count("RESTARTED: rank 1 started again by its launcher (worker restart 1, the launcher's --max-restarts)")
         == 1
     )
+
+
+class SteppedWallClockJob(TickingJob):
+    """A job whose runner's ticker advances 0.25 s a tick while its wall clock steps by `step` s at tick 8 (NTP)."""
+
+    def __init__(self, run_dir: Path, step: float, ticks: int = 40) -> None:
+        heartbeats = [[event(rank, "heartbeat", 20.0, step=0) for rank in (0, 1)] for _ in range(ticks)]
+        super().__init__(run_dir, [[event(rank, "started", 11.0, node=0, world_size=2) for rank in (0, 1)]])
+        self.ticks += heartbeats
+        self.step, self.ticked, self.monotonic = step, 0, 100.0
+        self.state = JobState(2, clock=self.clock, ticker=lambda: self.monotonic)
+
+    def tick(self) -> str | None:
+        self.ticked += 1
+        self.monotonic += 0.25
+        self.now += 0.25 + (self.step if self.ticked == 8 else 0.0)
+        if not self.ticks:
+            self.outcome, self.ended_at = "finished", self.now
+            return self.outcome
+        self.state.ingest_all(self.ticks.pop(0))
+        return None
+
+
+class SteppedWallClockFolder:
+    """A watched run folder (stands in for attach.RunFolder) on the same two clocks as SteppedWallClockJob."""
+
+    def __init__(self, run_dir: Path, step: float, ticks: int = 40) -> None:
+        self.job = SteppedWallClockJob(run_dir, step, ticks)
+        self.run_dir, self.notes, self.summary, self.started_at = run_dir, [], None, 10.0
+        self.state, self.clock = self.job.state, self.job.clock
+
+    def tick(self) -> str | None:
+        return self.job.tick()
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward-1h", "back-1h"])
+def test_a_stepped_wall_clock_neither_spams_nor_silences_the_plain_view(tmp_path: Path, step: float) -> None:
+    out = io.StringIO()
+    run_plain(SteppedWallClockJob(tmp_path, step), out=out, poll=0)  # type: ignore[arg-type]
+    blocks = [line for line in out.getvalue().splitlines() if line.startswith("  rank 0 (node 0):")]
+    assert 8 <= len(blocks) <= 11  # 10 ticker seconds, a line a second (and the summary's none)
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward-1h", "back-1h"])
+def test_a_stepped_wall_clock_neither_spams_nor_silences_monitor_plain(tmp_path: Path, step: float) -> None:
+    out = io.StringIO()
+    watch_plain(SteppedWallClockFolder(tmp_path, step), interval=1.0, out=out, poll=0)  # type: ignore[arg-type]
+    blocks = [line for line in out.getvalue().splitlines() if line.startswith("  rank 0 (node 0):")]
+    assert 9 <= len(blocks) <= 12

@@ -230,10 +230,11 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None 
     # looked up now (a test may have swapped it since import); what the ranks said is shown escaped
     out = PrintableOut(out or sys.stdout)
     print(f"run folder: {folder.run_dir}", file=out, flush=True)
-    next_line, noted = folder.clock(), 0
+    # lines are due on the state's clock (its ticker): a wall clock stepped (NTP) neither spams nor silences
+    next_line, noted = folder.state.now(), 0
     restarts_said: dict[int, int] = {}
     while folder.tick() is None:
-        now = folder.clock()
+        now, heard_now = folder.clock(), folder.state.now()
         for note in folder.notes[noted:]:
             print(note, file=out, flush=True)
         noted = len(folder.notes)
@@ -241,9 +242,9 @@ def watch_plain(folder: RunFolder, *, interval: float = 2.0, out: TextIO | None 
             print(straggler_line(kind, finding, now - folder.started_at), file=out, flush=True)
         for line in restart_lines(folder.state, restarts_said):
             print(line, file=out, flush=True)
-        if now >= next_line:
-            print(progress_block(folder.state, now - folder.started_at, folder.state.now()), file=out, flush=True)
-            next_line = now + interval
+        if heard_now >= next_line:
+            print(progress_block(folder.state, now - folder.started_at, heard_now), file=out, flush=True)
+            next_line = heard_now + interval
         time.sleep(poll)
     for note in folder.notes[noted:]:
         print(note, file=out, flush=True)

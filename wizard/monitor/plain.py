@@ -31,7 +31,8 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
     )
     for note in job.notes:
         print(note, file=out)
-    next_line = job.started_at + job.interval
+    # lines are due on the state's clock (the runner's ticker): a wall clock stepped (NTP) neither spams nor silences
+    next_line = job.state.now() + job.interval
     reported_hangs: set[int] = set()
     reported_late = False
     reported_verdict: object | None = None
@@ -65,9 +66,11 @@ def run_plain(job: RunningJob, *, out: TextIO | None = None, poll: float = 0.2) 
                     print(line, file=out, flush=True)
                 if outcome is not None:
                     break
-                if now >= next_line:
+                if heard_now >= next_line:
                     print(progress_block(job.state, now - job.started_at, heard_now), file=out, flush=True)
                     next_line += job.interval
+                    if next_line <= heard_now:  # behind (the runner was held up): no burst of lines to catch up
+                        next_line = heard_now + job.interval
                 time.sleep(poll)
     except KeyboardInterrupt as stop:  # Ctrl-C, or StopSignal for TERM and HUP
         job.stop("interrupted", getattr(stop, "signum", signal.SIGINT))
