@@ -22,7 +22,13 @@ from wizard.answers.model import resolve
 from wizard.cli import main
 from wizard.errors import AnswersError
 from wizard.render.render import render
-from wizard.run.engines.interpreter import LAUNCHER_MARK, launcher_check, launcher_problem, remote_problems
+from wizard.run.engines.interpreter import (
+    LAUNCHER_MARK,
+    interpreter,
+    launcher_check,
+    launcher_problem,
+    remote_problems,
+)
 from wizard.run.job import Job
 from wizard.run.launch import RunOptions
 from wizard.run.resuming import UNFINISHED, unfinished_run
@@ -273,3 +279,19 @@ def test_the_check_a_remote_host_runs_names_what_is_missing_there(tmp_path: Path
     ]
     assert LAUNCHER_MARK not in outputs[0]
     assert remote_problems(outputs, ("h0", "h1")) == [f"node 1 (h1): no Python {tmp_path / 'gone'}"]
+
+
+def test_a_relative_python_is_taken_from_where_npu_wizard_runs_not_from_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = render_own(tmp_path / "out")
+    venv = tmp_path / "venvlink" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHON", "venvlink/bin/python")
+    assert main(["run", str(project), "--dry-run"]) == 0
+    # launch/run-node.sh runs in the project's folder: it gets the absolute path, not one to resolve there
+    assert f"PYTHON={venv / 'python'} " in capsys.readouterr().out
+    assert interpreter(resolve(own_script_answers()), {}) == str(venv / "python")
+    assert interpreter(resolve(own_script_answers()), {"PYTHON": "python3"}) == "python3"  # looked up on PATH

@@ -24,8 +24,13 @@ LAUNCHER_PROGRAMS = {"torchrun": ("torchrun",), "torch-npu-run": ("torch_npu_run
 
 
 def interpreter(answers: Answers, env: Mapping[str, str]) -> str:
-    """The Python the launch scripts run: PYTHON where set, else the project's run.python, else npu-wizard's own."""
-    return env.get(ENV_PYTHON) or os.environ.get(ENV_PYTHON) or answers.get("run.python") or sys.executable
+    """The Python the launch scripts run: PYTHON where set, else the project's run.python, else npu-wizard's own.
+
+    A path relative to where npu-wizard runs (PYTHON=venv/bin/python) is made absolute here: launch/run-node.sh
+    runs in the project's folder, where it would name another file. A bare name (python3) is looked up on PATH.
+    """
+    python = env.get(ENV_PYTHON) or os.environ.get(ENV_PYTHON) or answers.get("run.python") or sys.executable
+    return os.path.abspath(python) if "/" in python else python
 
 
 def fix(where: str) -> str:
