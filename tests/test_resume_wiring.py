@@ -295,3 +295,15 @@ def test_a_relative_python_is_taken_from_where_npu_wizard_runs_not_from_the_proj
     assert f"PYTHON={venv / 'python'} " in capsys.readouterr().out
     assert interpreter(resolve(own_script_answers()), {}) == str(venv / "python")
     assert interpreter(resolve(own_script_answers()), {"PYTHON": "python3"}) == "python3"  # looked up on PATH
+
+
+def test_a_dry_run_with_fresh_shows_the_ranks_starting_afresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = render_own(tmp_path)
+    earlier_run(project, "20250101-100000", "failed")
+    assert main(["run", str(project), "--dry-run"]) == 0
+    assert "NPU_WIZARD_RESUMING=1" in capsys.readouterr().out
+    assert main(["run", str(project), "--dry-run", "--fresh"]) == 0
+    shown = capsys.readouterr().out
+    assert "NPU_WIZARD_RESUMING=0" in shown and "NPU_WIZARD_RESUMING=1" not in shown

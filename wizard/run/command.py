@@ -42,9 +42,9 @@ def run(
     refuse_profile_ranks(project, options.profile_ranks)
     refuse_bad_rehearsal(options)
     if dry_run:
-        print(show_dry_run(project, options), end="")
+        print(show_dry_run(project, options, fresh=fresh), end="")
         return
-    steps = manual_steps(project, options)
+    steps = manual_steps(project, options, fresh=fresh)
     if steps is not None:
         print(steps)
         return

@@ -122,19 +122,19 @@ def launch_for(
     return Launch(project, answers, tuple(nodes), run_dir, env, args, options.grace)
 
 
-def resumes(project: Path, options: RunOptions, this_run: Path | None = None) -> bool:
-    """Whether a run's first attempt resumes: the project's last training run did not finish (not for --smoke)."""
-    return "--smoke" not in options.train_args and unfinished_run(project, this_run) is not None
+def resumes(project: Path, options: RunOptions, *, fresh: bool = False) -> bool:
+    """Whether a run's first attempt resumes: the project's last training run did not finish (not --smoke, --fresh)."""
+    return not fresh and "--smoke" not in options.train_args and unfinished_run(project) is not None
 
 
-def dry_run(project: Path, options: RunOptions) -> str:
+def dry_run(project: Path, options: RunOptions, *, fresh: bool = False) -> str:
     """Exactly what a run would submit or execute (commands, batch script), without creating or starting anything."""
     project = project.resolve()
     answers = load_project(project)
     engine = engine_for(answers)
     nodes = engine.nodes_to_start(answers, options.node, options.all_nodes)
     run_dir = project / "runs" / time.strftime("%Y%m%d-%H%M%S")
-    launch = launch_for(project, answers, nodes, run_dir, options, resuming=resumes(project, options))
+    launch = launch_for(project, answers, nodes, run_dir, options, resuming=resumes(project, options, fresh=fresh))
     plan = engine.status_plan(launch, options.status_port)
     host = f"[{plan.advertise}]" if ":" in plan.advertise else plan.advertise
     port = str(plan.port) if plan.port else "<a free port, chosen at start>"
@@ -143,14 +143,14 @@ def dry_run(project: Path, options: RunOptions) -> str:
     return engine.dry_run(launch)
 
 
-def manual_steps(project: Path, options: RunOptions) -> str | None:
+def manual_steps(project: Path, options: RunOptions, *, fresh: bool = False) -> str | None:
     """The commands to run by hand where this machine cannot submit the job (no kubectl); None where it can."""
     project = project.resolve()
     answers = load_project(project)
     engine = engine_for(answers)
     nodes = engine.nodes_to_start(answers, options.node, options.all_nodes)
     run_dir = project / "runs" / time.strftime("%Y%m%d-%H%M%S")
-    launch = launch_for(project, answers, nodes, run_dir, options, resuming=resumes(project, options))
+    launch = launch_for(project, answers, nodes, run_dir, options, resuming=resumes(project, options, fresh=fresh))
     return engine.manual_steps(launch)
 
 
