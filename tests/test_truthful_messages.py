@@ -51,21 +51,23 @@ def test_a_rank_says_once_that_its_script_asks_should_stop(tmp_path: Path, monke
     assert state.ranks[0].asks_stop
 
 
-def test_sigterm_is_said_to_end_a_script_that_never_asks_without_a_checkpoint() -> None:
+def test_sigterm_is_said_to_save_nothing_for_a_script_that_never_asks_unless_it_saves_on_sigterm_itself() -> None:
     said = stop_words(started(2), own_script=True, grace=60)
     assert "save a checkpoint" not in said
     assert said.startswith(
-        "stopping: every rank was sent SIGTERM, which ends your script as it would without npu-wizard: it never "
-        "asked report.should_stop(), so no checkpoint is saved on the way; what still runs in 60 s is killed"
+        "stopping: every rank was sent SIGTERM, which reaches your script as it would without npu-wizard: it never "
+        "asked report.should_stop(), so no checkpoint is saved on the way unless your script saves on SIGTERM "
+        "itself; what still runs in 60 s is killed"
     )
 
 
 def test_sigterm_is_said_to_have_a_script_that_asks_save() -> None:
     state = started(2)
     state.ingest(event(0, "stop_asked", 12.0))
-    assert "rank 0 asked report.should_stop() and save when they next ask, the others never asked" in stop_words(
-        state, own_script=True, grace=60
-    )
+    assert (
+        "rank 0 asked report.should_stop() and save when they next ask, the others never asked and end on the "
+        "signal unless your script saves on SIGTERM itself"
+    ) in stop_words(state, own_script=True, grace=60)
     state.ingest(event(1, "stop_asked", 12.0))
     assert "so each rank saves when it next asks and exits" in stop_words(state, own_script=True, grace=60)
     generated = stop_words(started(2), own_script=False, grace=60)

@@ -2,7 +2,9 @@
 
 The generated train.py always saves a checkpoint at its next logged step on SIGTERM. A user's own script
 does only where it asks `report.should_stop()` (runtime/preemption.py): a rank says so once, with a
-`stop_asked` event, the first time its script asks; a script that never asks is ended by the signal.
+`stop_asked` event, the first time its script asks; a script that never asks gets the signal as it would
+without npu-wizard (preemption.install leaves a handler of the script's own in place): it ends on it unless it
+saves on SIGTERM itself.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ def stop_words(state: JobState, *, own_script: bool, grace: float) -> str:
     asking = sorted(rank for rank, view in state.ranks.items() if view.asks_stop)
     if not asking:
         return (
-            "stopping: every rank was sent SIGTERM, which ends your script as it would without npu-wizard: it never "
-            f"asked report.should_stop(), so no checkpoint is saved on the way; {then}"
+            "stopping: every rank was sent SIGTERM, which reaches your script as it would without npu-wizard: it "
+            "never asked report.should_stop(), so no checkpoint is saved on the way unless your script saves on "
+            f"SIGTERM itself; {then}"
         )
     if len(asking) == len(state.ranks):
         return (
@@ -29,5 +32,5 @@ def stop_words(state: JobState, *, own_script: bool, grace: float) -> str:
         )
     return (
         f"stopping: every rank was sent SIGTERM; {ranks_text(asking)} asked report.should_stop() and save when they "
-        f"next ask, the others never asked and end on the signal; {then}"
+        f"next ask, the others never asked and end on the signal unless your script saves on SIGTERM itself; {then}"
     )
