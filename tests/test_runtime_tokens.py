@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from runtime import schedule, tokens
+from runtime import distributed, schedule, tokens
 from runtime.errors import SetupError
 from tests.factories import answers
 from wizard.render.render import render
@@ -159,3 +159,29 @@ def test_the_cosine_falls_from_the_peak_after_the_warmup_to_min_lr_at_the_last_s
     assert rate.lr_at(0) == 0.0 and rate.lr_at(5) == 0.5 and rate.lr_at(10) == 1.0
     assert rate.lr_at(60) == pytest.approx(0.55)
     assert rate.lr_at(110) == pytest.approx(0.1) and rate.lr_at(500) == pytest.approx(0.1)
+
+
+def load_train_module(project: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The project's train.py, imported as the module `generated_train` (its model.py beside it)."""
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.delitem(sys.modules, "model", raising=False)
+    spec = importlib.util.spec_from_file_location("generated_train", project / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "generated_train", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_validation_a_val_bin_smaller_than_a_batch_per_rank_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rendered = answers(training__model="gpt", training__dataset="tokens", training__eval_every=0, project_name="lm")
+    train = load_train_module(render(rendered, tmp_path / "out").project_dir, monkeypatch)
+    assert train.EVAL_EVERY == 0
+    folder = write_tokens(tmp_path / "data", list(range(train.BLOCK_SIZE + 2)))  # a window in all, none per rank
+    monkeypatch.setattr(train, "DATA_DIR", folder)
+    rank = distributed.RankInfo(1, 1, 2, 2, 0, "torchrun")
+    assert train.load_val_data(rank) is None
+    monkeypatch.setattr(train, "EVAL_EVERY", 10)  # validating, the same file is refused as too small
+    with pytest.raises(SetupError, match="val.bin"):
+        train.load_val_data(rank)

@@ -150,7 +150,7 @@ class Trainer:
         model: nn.Module,
 {%- if cookiecutter.dataset == "tokens" %}
         train_data: tokens.TokenBatches,
-        val_data: tokens.TokenBatches,
+        val_data: tokens.TokenBatches | None,
 {%- else %}
         train_data: data.TensorBatches | data.LoaderBatches,
 {%- endif %}
@@ -603,8 +603,13 @@ def load_train_data(
     return train_data, spec
 
 
-def load_val_data(rank: distributed.RankInfo) -> tokens.TokenBatches:
-    """The windows of DATA_DIR/val.bin from this rank's part, in file order: the same at every validation."""
+def load_val_data(rank: distributed.RankInfo) -> tokens.TokenBatches | None:
+    """The windows of DATA_DIR/val.bin from this rank's part, in file order: the same at every validation.
+
+    None with EVAL_EVERY 0: nothing validates, so val.bin need not hold a batch for every rank.
+    """
+    if not EVAL_EVERY:
+        return None
     meta = tokens.read_meta(DATA_DIR)
     return tokens.TokenBatches(
         tokens.open_tokens(DATA_DIR, "val", meta),
