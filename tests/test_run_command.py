@@ -15,7 +15,9 @@ from tests.runs import RunEnded, events_of, kinds, node_env, render_cpu, run_dir
 from wizard.errors import TargetError
 from wizard.monitor.ranks import Failure
 from wizard.monitor.summary_text import format_summary
-from wizard.run.launch import load_project, nodes_to_start, restart_note
+from wizard.render.render import render
+from wizard.run.job import Job
+from wizard.run.launch import RunOptions, load_project, nodes_to_start, restart_note
 
 
 def npu_wizard_run(project: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -159,3 +161,26 @@ def test_a_second_run_of_a_finished_project_says_how_to_go_on_and_fresh_moves_ch
     assert f"--fresh: moved the old checkpoints into {aside}" in fresh.stdout
     assert sorted(p.name for p in aside.iterdir()) == kept  # nothing deleted
     assert kinds(events_of(run_dirs(project)[-1])[0], "started")[0]["resumed_step"] == 0
+
+
+def resumed_at_the_end(job: Job, step: int) -> Job:
+    """`job` finished with every rank resuming at `step`, its total, and stepping no more."""
+    for rank in job.state.ranks:
+        job.state.ingest({"event": "started", "rank": rank, "time": 1.0, "resumed_step": step, "total_steps": step})
+    job.outcome = "finished"
+    return job
+
+
+def test_a_run_max_steps_ended_says_to_ask_for_more_steps_not_more_epochs(tmp_path: Path) -> None:
+    rendered = answers(training__model="gpt", training__dataset="tokens", training__max_steps=200, project_name="lm")
+    project = render(rendered, tmp_path).project_dir
+    said = resumed_at_the_end(Job(project, RunOptions()), 200).finished_note()
+    assert said is not None and said.startswith(
+        "nothing to train: the checkpoint at step 200 already completes the 200 step(s) of max steps; "
+        "to train on, run again with -- --max-steps N (more than 200); to start afresh, run again with --fresh"
+    )
+    assert "--epochs" not in said
+    asked = Job(project, RunOptions(extra_args=("--max-steps", "50")))  # the run's own limit, after --
+    assert "-- --max-steps N (more than 50)" in (resumed_at_the_end(asked, 50).finished_note() or "")
+    epochs = Job(project, RunOptions(extra_args=("--max-steps", "0")))  # no limit: the epochs ended it
+    assert "run again with --epochs N (more than" in (resumed_at_the_end(epochs, 80).finished_note() or "")

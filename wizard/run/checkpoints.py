@@ -3,7 +3,7 @@
 The runner never imports torch, so it loads no checkpoint: it reads only the
 project name a checkpoint keeps (without unpickling), and what the ranks
 report (the step they resumed at and the steps the asked epochs take) says
-whether the checkpoint already completes the epochs.
+whether the checkpoint already completes the epochs (or the max steps).
 """
 
 from __future__ import annotations
@@ -71,8 +71,12 @@ def set_aside(folder: Path, project: str) -> Path | None:
     raise TargetError(f"--fresh: cannot find a free name in {folder}")
 
 
-def nothing_to_train(state: JobState, epochs: int, folder: Path) -> str | None:
-    """When every rank resumed from a checkpoint that already completes the epochs: say so and how to go on."""
+def nothing_to_train(state: JobState, epochs: int, folder: Path, max_steps: int = 0) -> str | None:
+    """When every rank resumed from a checkpoint that already completes the run: say so and how to go on.
+
+    `max_steps`: the run's limit in optimizer steps (0: none). Where it set the ranks' total, more epochs would
+    train nothing: the way on is more steps.
+    """
     views = list(state.ranks.values())
     done = views and all(
         view.starts and view.total_steps and view.resumed_step >= view.total_steps and view.first_step_at is None
@@ -81,10 +85,17 @@ def nothing_to_train(state: JobState, epochs: int, folder: Path) -> str | None:
     if not done:
         return None
     step = max(view.resumed_step for view in views)
+    afresh = (
+        f"to start afresh, run again with --fresh (moves the checkpoints in {folder} into a subfolder, deletes nothing)"
+    )
+    if max_steps and max(view.total_steps or 0 for view in views) == max_steps:
+        return (
+            f"nothing to train: the checkpoint at step {step} already completes the {max_steps} step(s) of max steps; "
+            f"to train on, run again with -- --max-steps N (more than {step}); {afresh}"
+        )
     return (
         f"nothing to train: the checkpoint at step {step} already completes the {epochs} epoch(s) asked; "
-        f"to train on, run again with --epochs N (more than {epochs}); "
-        f"to start afresh, run again with --fresh (moves the checkpoints in {folder} into a subfolder, deletes nothing)"
+        f"to train on, run again with --epochs N (more than {epochs}); {afresh}"
     )
 
 
@@ -94,3 +105,16 @@ def epochs_asked(train_args: Sequence[str], default: int) -> int:
     if "--epochs" in args[:-1]:
         return int(args[args.index("--epochs") + 1])
     return default
+
+
+def max_steps_asked(train_args: Sequence[str], default: int) -> int:
+    """The optimizer steps this run is limited to: its last `--max-steps N` (or `=N`), else the project's."""
+    asked = default
+    args = list(train_args)
+    for index, arg in enumerate(args):
+        value = args[index + 1] if arg == "--max-steps" and index + 1 < len(args) else None
+        if arg.startswith("--max-steps="):
+            value = arg.partition("=")[2]
+        if value is not None and value.isdigit():
+            asked = int(value)
+    return asked

@@ -37,7 +37,7 @@ from wizard.monitor.stop_text import stop_words
 from wizard.monitor.summary_text import launcher_exit, launcher_log, summarize
 from wizard.run.attempts import Attempts
 from wizard.run.bandwidth import print_bandwidth_report
-from wizard.run.checkpoints import checkpoint_dir, epochs_asked, nothing_to_train
+from wizard.run.checkpoints import checkpoint_dir, epochs_asked, max_steps_asked, nothing_to_train
 from wizard.run.engines import Engine, Launch, engine_for
 from wizard.run.engines.base import ENDED
 from wizard.run.hosts import HostPlan
@@ -490,7 +490,9 @@ class Job(JobStacks, JobRestarts):
             return None
         epochs = epochs_asked(self.options.train_args, self.answers["training.epochs"])
         folder = checkpoint_dir(self.project, {**os.environ, **self.options.env})
-        return nothing_to_train(self.state, epochs, folder)
+        args = (*self.options.train_args, *self.options.extra_args)  # the last --max-steps is the script's
+        max_steps = max_steps_asked(args, self.answers.get("training.max_steps") or 0)
+        return nothing_to_train(self.state, epochs, folder, max_steps)
 
     def print_smoke_report(self, out: TextIO) -> None:
         """The per-rank smoke report of a --smoke run (wizard/run/smoke.py) and its network check (bandwidth.py)."""
