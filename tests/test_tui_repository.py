@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import threading
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -125,3 +127,18 @@ def test_a_script_of_my_own_gets_no_generated_training_questions_in_its_answers(
     for key in ("batch_size", "lr:", "base_lr", "warmup_epochs", "epochs", "model", "dataset"):
         assert key not in written, key
     assert "batch_size" in dump(resolve({"device": "cpu"}))
+
+
+def test_a_fifo_named_like_a_script_is_skipped_without_blocking(tmp_path: Path) -> None:
+    repo = repository(tmp_path, {"train.py": DDP, "a.py": "x = 1\n"})
+    os.mkfifo(repo / "x.py")
+    (repo / "gone.py").symlink_to(repo / "nowhere.py")
+    found: list[list[str]] = []
+    reader = threading.Thread(target=lambda: found.append(scripts_in(repo)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # blocked opening the FIFO: a writer lets it go on, so the test can end
+        os.close(os.open(repo / "x.py", os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=10)
+    assert found == [["train.py", "a.py"]]
+    assert not reader.is_alive()

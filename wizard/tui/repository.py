@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 DEFAULT_NAME = "ddp-npu"
@@ -37,6 +38,8 @@ def scripts_in(repository: Path) -> list[str]:
             if not name.endswith(".py") or name.startswith("."):
                 continue
             path = Path(top) / name
+            if not _is_regular(path):  # a FIFO named x.py would block the TUI when read; a device is no script
+                continue
             found.append((not _starts_process_group(path), path.relative_to(repository).as_posix()))
             if len(found) >= MAX_FILES:
                 return _in_order(found)
@@ -48,9 +51,22 @@ def _in_order(found: list[tuple[bool, str]]) -> list[str]:
     return [relative for _, relative in sorted(found, key=lambda f: (f[0], f[1].count("/"), f[1]))]
 
 
-def _starts_process_group(path: Path) -> bool:
+def _is_regular(path: Path) -> bool:
+    """Whether `path` is a regular file or a link to one: a FIFO, a device or a broken link is no script."""
     try:
-        with path.open("rb") as file:
-            return PROCESS_GROUP in file.read(MAX_BYTES)
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _starts_process_group(path: Path) -> bool:
+    """Whether the script says init_process_group; opened without blocking, and read only if still a regular file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:  # unreadable: offered among the others, the script check says what is wrong
         return False
+    with os.fdopen(descriptor, "rb") as file:
+        try:
+            return stat.S_ISREG(os.fstat(descriptor).st_mode) and PROCESS_GROUP in file.read(MAX_BYTES)
+        except OSError:
+            return False
