@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from tests.runs import clean_up, events_of, free_port, kinds, leftover_processes, run_dirs, wait_for
+from tests.test_doctor_command import doctor
+from tests.test_doctor_user_script import script_line
 from tests.test_run_resume_args import without_venv
 
 STEPS = 40
@@ -166,6 +168,21 @@ def test_update_of_the_folder_keeps_the_ranks_starting_from_the_repository_root(
     node = (repo / "npu" / "launch" / "run-node.sh").read_text()
     assert "program=(npu/runtime/start_userscript.py train.py)" in node and "--again" in node
     assert git(repo, "status", "--porcelain") == "?? npu/\n"
+
+
+def test_doctor_finds_the_script_and_reads_its_imports_from_the_repository_root(tmp_path: Path) -> None:
+    repo = render_into_folder(tmp_path)
+    (repo / "mypkg").mkdir()
+    (repo / "mypkg" / "__init__.py").write_text("")
+    (repo / "mypkg" / "dist.py").write_text('import torch.distributed as dist\n\ndist.init_process_group("nccl")\n')
+    (repo / "train.py").write_text("import mypkg.dist\n")
+    answers = repo / "npu" / "answers.yaml"
+    answers.write_text(answers.read_text().replace("device: cpu", "device: npu"))
+
+    line = script_line(doctor(str(repo / "npu")).stdout)
+
+    assert line.startswith("WARN script train.py and the 2 module(s) it imports name nccl or cuda"), line
+    assert "mypkg/dist.py line 3" in line, line
 
 
 def rank_1_once_saved(repo: Path, run_dir: Path) -> int | None:

@@ -55,6 +55,13 @@ def repository_folder(project: Path) -> str:
         return ""
 
 
+def repository_root(project: Path) -> Path:
+    """The folder the ranks of `project` start in, where training.script is found: its repository's root when
+    the project is one folder of a repository, else the project itself."""
+    folder = repository_folder(project)
+    return Path(os.path.normpath(project.joinpath(*[".."] * len(folder.split("/"))))) if folder else project
+
+
 def is_generated(name: str) -> bool:
     """Whether a project-relative path belongs to the render (not npu-wizard's own state)."""
     return not name.startswith(STATE_DIR + "/")
