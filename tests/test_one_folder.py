@@ -122,6 +122,9 @@ def test_into_a_folder_writes_only_that_folder_and_the_ranks_start_from_the_repo
     assert "PYTHONPATH" not in node.replace("Nothing is added to PYTHONPATH", "")
     assert 'REPOSITORY_DIR="$(cd .. && pwd)"' in node
     assert '[[ "${1:-}" == --smoke ]] || cd "$REPOSITORY_DIR"' in node
+    guide = (repo / "npu" / "NPU-WIZARD.md").read_text()
+    assert "Every rank runs `python npu/runtime/start_userscript.py train.py` from\nthe root of the repository" in guide
+    assert "from npu_wizard_runtime import report  # npu/runtime/" in guide
 
 
 def test_a_clash_is_looked_for_inside_the_folder_only(tmp_path: Path) -> None:
