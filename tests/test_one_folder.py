@@ -23,6 +23,7 @@ from tests.runs import clean_up, events_of, free_port, kinds, leftover_processes
 from tests.test_doctor_command import doctor
 from tests.test_doctor_user_script import script_line
 from tests.test_run_resume_args import without_venv
+from wizard.run.engines.ssh_copy import copy_list
 
 STEPS = 40
 TRAIN_PY = f"""\
@@ -242,3 +243,58 @@ def test_their_train_py_runs_resumes_after_a_sigkill_and_git_status_shows_only_t
         [sys.executable, "-c", "import runtime; print(runtime.OWNER)"], cwd=repo, capture_output=True, text=True
     )
     assert imported.stdout == "the repository\n"
+
+
+def test_the_ssh_engine_copies_the_repository_and_starts_each_node_in_its_folder(tmp_path: Path) -> None:
+    repo = foreign_repository(tmp_path)
+    answers = yaml.safe_load(answers_file(tmp_path).read_text())
+    answers.update(nodes=2, cluster={"engine": "ssh", "ssh_hosts": ["atlas-a", "atlas-b"]})
+    answers["network"].update(host_ips=["192.0.2.10", "192.0.2.11"], master_addr="192.0.2.10")
+    (tmp_path / "ssh.yaml").write_text(yaml.safe_dump(answers))
+    rendered = npu_wizard("--answers", str(tmp_path / "ssh.yaml"), "--into", str(repo), "--folder", "npu")
+    assert rendered.returncode == 0, rendered.stderr
+
+    shown = npu_wizard("run", str(repo / "npu"), "--dry-run")
+
+    assert shown.returncode == 0, shown.stderr
+    for node, host in enumerate(["atlas-a", "atlas-b"]):
+        assert f"{repo}/ {host}:{repo}/" in shown.stdout
+        assert f"cd {repo}/npu && " in shown.stdout and f"launch/node{node}.sh" in shown.stdout
+    listed = copy_list(repo).files
+    assert "train.py" in listed and "runtime/__init__.py" in listed and "npu/launch/run-node.sh" in listed
+    assert "npu/runtime/start_userscript.py" in listed
+
+
+@pytest.mark.slow
+def test_their_train_py_runs_over_ssh_from_the_copy_of_the_repository(tmp_path: Path) -> None:
+    from tests.ssh_hosts import ssh_hosts
+    from tests.test_ssh_engine import runner_env
+
+    repo = foreign_repository(tmp_path)
+    elsewhere = tmp_path / "on-the-hosts"  # the hosts' copy of the repository, apart from the one here
+    (tmp_path / "ssh").mkdir()
+    with ssh_hosts(tmp_path / "ssh") as hosts:
+        answers = yaml.safe_load(answers_file(tmp_path).read_text())
+        answers.update(nodes=2, cluster={"engine": "ssh", "remote_dir": str(elsewhere)})
+        answers["network"].update(host_ips=hosts.addresses, master_addr=hosts.addresses[0])
+        (tmp_path / "ssh.yaml").write_text(yaml.safe_dump(answers))
+        rendered = npu_wizard("--answers", str(tmp_path / "ssh.yaml"), "--into", str(repo), "--folder", "npu")
+        assert rendered.returncode == 0, rendered.stderr
+        project = repo / "npu"
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--interval", "2"],
+            env=runner_env(hosts, project),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            output, _ = runner.communicate(timeout=480)
+        finally:
+            clean_up(project, runner)
+    assert runner.returncode == 0, output
+    (run_dir,) = run_dirs(project)
+    assert json.loads((run_dir / "summary.json").read_text())["outcome"] == "finished"
+    assert (elsewhere / "out" / "ckpt.pt").is_file() and (elsewhere / "npu" / "launch" / "node1.sh").is_file()
+    assert not (elsewhere / ".git").exists()
+    assert git(repo, "status", "--porcelain") == "?? npu/\n"
