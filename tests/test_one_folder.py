@@ -298,3 +298,38 @@ def test_their_train_py_runs_over_ssh_from_the_copy_of_the_repository(tmp_path: 
     assert (elsewhere / "out" / "ckpt.pt").is_file() and (elsewhere / "npu" / "launch" / "node1.sh").is_file()
     assert not (elsewhere / ".git").exists()
     assert git(repo, "status", "--porcelain") == "?? npu/\n"
+
+
+@pytest.mark.slow
+def test_their_train_py_runs_through_sbatch_from_the_repository_root(tmp_path: Path) -> None:
+    from tests.slurm_cluster import have_slurm, slurm_cluster
+    from tests.test_slurm_engine import runner_env
+
+    if not have_slurm():
+        pytest.skip("needs slurm-wlm and munge (.ci/run installs them)")
+    repo = foreign_repository(tmp_path)
+    answers = yaml.safe_load(answers_file(tmp_path).read_text())
+    answers.update(nodes=2, cluster={"engine": "slurm", "time": "00:20:00"})
+    (tmp_path / "slurm.yaml").write_text(yaml.safe_dump(answers))
+    rendered = npu_wizard("--answers", str(tmp_path / "slurm.yaml"), "--into", str(repo), "--folder", "npu")
+    assert rendered.returncode == 0, rendered.stderr
+    project = repo / "npu"
+    (tmp_path / "slurm").mkdir()
+    with slurm_cluster(tmp_path / "slurm") as cluster:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--interval", "2"],
+            env=runner_env(cluster, project),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            output, _ = runner.communicate(timeout=480)
+        finally:
+            clean_up(project, runner)
+    assert runner.returncode == 0, output
+    (run_dir,) = run_dirs(project)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and [info["node"] for info in summary["ranks"].values()] == [0, 0, 1, 1]
+    assert (repo / "out" / "ckpt.pt").is_file()
+    assert git(repo, "status", "--porcelain") == "?? npu/\n"
