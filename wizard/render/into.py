@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from wizard.answers.model import Answers
+from wizard.answers.questions_k8s import KUBERNETES_ENGINES
 from wizard.answers.script import GENERATED_FILE, OWN_TRAIN_PY
 from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
 from wizard.render import journal, pristine
@@ -156,6 +157,7 @@ def render_into(
     folder = Path(folder)
     check_folder(folder)
     if subfolder:
+        _refuse_kubernetes_in_a_folder(answers, subfolder)
         folder = _project_folder(folder, subfolder, dry_run)
     refuse_project_made_with_o(folder, answers, answers_file)
     finished = _finish_interrupted(folder) if not dry_run else ""
@@ -187,6 +189,18 @@ def render_into(
     if unlocked:  # a file system without flock: the render went ahead unlocked
         warnings = (*warnings, Problem(FILE, NO_VALUE, unlocked, "warning"))
     return RenderResult(folder, tuple(names), warnings, earlier, README, tuple(kept))
+
+
+def _refuse_kubernetes_in_a_folder(answers: Answers, subfolder: str) -> None:
+    """TargetError for a Kubernetes engine with --folder: its ConfigMap carries the project's files only, so the
+    pods would not find the repository's script."""
+    engine = answers["cluster.engine"]
+    if engine in KUBERNETES_ENGINES:
+        raise TargetError(
+            f"--folder {shown(subfolder)} with cluster.engine {engine}: the pods' ConfigMap does not carry the "
+            "repository around the folder yet, so nothing was written; render --into the repository without "
+            "--folder for Kubernetes"
+        )
 
 
 def _project_folder(repository: Path, subfolder: str, dry_run: bool) -> Path:
