@@ -49,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
         "earlier --into are replaced. Needs --answers; not with --clean or --edit",
     )
     parser.add_argument(
+        "--folder",
+        metavar="NAME",
+        help="with --into REPO: put every file of the project into the one folder REPO/NAME (made if missing; "
+        "clashes are looked for there only); your script (training.script, a path from REPO) runs from REPO's "
+        "root as under plain torchrun, and nothing of npu-wizard's is importable there by a name of yours",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="render an existing project folder again: the files npu-wizard generated there (its "
@@ -406,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--clean only goes with --force (it drops the old project's checkpoints/, runs/ and data folder)")
     if args.into is not None and args.clean:
         parser.error("--clean does not go with --into: npu-wizard never deletes anything of yours in your folder")
+    if args.folder is not None and args.into is None:
+        parser.error("--folder goes with --into REPO: it names the folder of the repository the project goes into")
     if args.into is not None and (args.answers is None or args.edit):
         parser.error("--into needs --answers FILE (without --edit): the interactive wizard renders with -o")
     return _guarded(
@@ -552,6 +561,7 @@ def _render_from_file(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         clean=args.clean,
         into=None if args.into is None else Path(args.into),
+        folder=args.folder or "",
     )
     return EXIT_OK
 

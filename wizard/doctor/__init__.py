@@ -27,6 +27,7 @@ from wizard.doctor.probe import Software, probe_software
 from wizard.errors import TargetError
 from wizard.render import conflict_markers
 from wizard.render.into import requirements_file
+from wizard.render.pristine import repository_root
 
 STATUSES = (PASS, WARN, FAIL, SKIP)
 ENV_RESERVED_FILE = "NPU_WIZARD_RESERVED_PORTS_FILE"  # the same override as sysctl/reserve-ports.sh
@@ -84,6 +85,7 @@ def examine(
     if_ip = network.check_if_ip(answers, this, system.nonlocal_bind)
     script = project_dir / "launch" / "run-node.sh" if project_dir else None
     own_script = is_foreign(answers["training.script"])
+    root = repository_root(project_dir) if project_dir else None  # where the ranks start, and the script is
     results = (
         software.check_python(found),
         software.check_torch(found, answers, requirements_file(project_dir)),
@@ -100,8 +102,8 @@ def examine(
         network.check_timeouts(answers, script),
         network.check_rank_table(answers, system.env),
         *((project_files.check_conflict_markers(project_dir),) if project_dir else ()),
-        *((project_files.check_user_script(project_dir, answers),) if project_dir and own_script else ()),
-        *((check_shadowing(project_dir, answers["training.script"]),) if project_dir and own_script else ()),
+        *((project_files.check_user_script(project_dir, answers, root),) if root and own_script else ()),
+        *((check_shadowing(root, answers["training.script"]),) if root and own_script else ()),
     )
     name = project_dir.name if project_dir else "(no project: the default answers)"
     return Report(name, this, answers["device"], answers["nodes"], results, answers["cluster.engine"])

@@ -12,9 +12,17 @@ from wizard.render.replace import named
 
 
 def render_from_file(
-    source: str, output: Path | None, *, force: bool, dry_run: bool, clean: bool, into: Path | None = None
+    source: str,
+    output: Path | None,
+    *,
+    force: bool,
+    dry_run: bool,
+    clean: bool,
+    into: Path | None = None,
+    folder: str = "",
 ) -> None:
-    """Render the answers in `source` ('-': stdin) into `output` (or add them to the folder `into`).
+    """Render the answers in `source` ('-': stdin) into `output` (or add them to the folder `into`, or to its
+    subfolder `folder`).
 
     With `dry_run`, list the files instead.
     """
@@ -22,7 +30,7 @@ def render_from_file(
     if into is not None:
         from wizard.render.into import render_into
 
-        result = render_into(answers, into, force=force, dry_run=dry_run, answers_file=source)
+        result = render_into(answers, into, force=force, dry_run=dry_run, answers_file=source, subfolder=folder)
         _report(
             result,
             dry_run,

@@ -22,11 +22,12 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from wizard.answers.model import Answers
+from wizard.answers.questions_k8s import KUBERNETES_ENGINES
 from wizard.answers.script import GENERATED_FILE, OWN_TRAIN_PY
 from wizard.errors import FILE, NO_VALUE, Problem, TargetError, shown
 from wizard.render import journal, pristine
 from wizard.render.generated import RENAMED
-from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR, is_into
+from wizard.render.pristine import INTO_MARKER, PRISTINE, REPOSITORY_MARKER, STATE_DIR, is_into
 from wizard.render.project_locks import UPDATE_LOCK, update_lock
 from wizard.render.render import RenderResult, render, unedited
 from wizard.render.replace import live_runs
@@ -44,10 +45,11 @@ def requirements_file(project: Path | None) -> str:
     return RENAMED["requirements.txt"] if project is not None and is_into(project) else "requirements.txt"
 
 
-def rendered_files(answers: Answers, *, into: bool) -> pristine.Pristine:
-    """The files a render of `answers` gives (npu-wizard's state excluded), named as `into` writes them."""
+def rendered_files(answers: Answers, *, into: bool, repository_folder: str = "") -> pristine.Pristine:
+    """The files a render of `answers` gives (npu-wizard's state excluded), named as `into` writes them;
+    `repository_folder`: the project's folder inside a repository (pristine.repository_folder)."""
     with tempfile.TemporaryDirectory(prefix="npu-wizard-render-") as scratch:
-        result = render(answers, Path(scratch))
+        result = render(answers, Path(scratch), repository_folder=repository_folder)
         texts = pristine.snapshot(result.project_dir, list(result.files))
     if not into:
         return texts
@@ -135,9 +137,18 @@ def refuse_project_made_with_o(folder: Path, answers: Answers, answers_file: str
 
 
 def render_into(
-    answers: Answers, folder: Path, *, force: bool = False, dry_run: bool = False, answers_file: str = "FILE"
+    answers: Answers,
+    folder: Path,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    answers_file: str = "FILE",
+    subfolder: str = "",
 ) -> RenderResult:
     """Add the project of `answers` to `folder`; TargetError naming every clash, with nothing written.
+
+    With `subfolder` (`--folder NAME`), `folder` is the repository and the project goes into `folder/subfolder`
+    (made if missing): only that folder is checked for clashes, and the ranks start from the repository's root.
 
     With `force`, the files an earlier render wrote there are replaced (edits to them dropped); the user's stay,
     and so does each file the new render no longer makes that the user edited (the result's `kept`).
@@ -145,10 +156,16 @@ def render_into(
     """
     folder = Path(folder)
     check_folder(folder)
+    if subfolder:
+        _refuse_kubernetes_in_a_folder(answers, subfolder)
+        folder = _project_folder(folder, subfolder, dry_run)
     refuse_project_made_with_o(folder, answers, answers_file)
     finished = _finish_interrupted(folder) if not dry_run else ""
-    new = rendered_files(answers, into=True)
-    names = sorted([*new.files, PRISTINE, INTO_MARKER])
+    new = rendered_files(answers, into=True, repository_folder=subfolder)
+    state = {PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
+    if subfolder:
+        state[REPOSITORY_MARKER] = subfolder + "\n"
+    names = sorted([*new.files, *state])
     try:
         earlier, before, note = _check(folder, names, force)
     except TargetError as error:
@@ -167,11 +184,44 @@ def render_into(
             if alive:
                 raise TargetError(f"a run of {folder} is alive ({'; '.join(alive)}): stop it first, then render again")
         removes, kept = _no_longer_made(folder, before, new)
-        writes: dict[str, str | bytes] = {**new.files, PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
+        writes: dict[str, str | bytes] = {**new.files, **state}
         _write(folder, writes, removes, new.executable, made_state=not earlier)
     if unlocked:  # a file system without flock: the render went ahead unlocked
         warnings = (*warnings, Problem(FILE, NO_VALUE, unlocked, "warning"))
     return RenderResult(folder, tuple(names), warnings, earlier, README, tuple(kept))
+
+
+def _refuse_kubernetes_in_a_folder(answers: Answers, subfolder: str) -> None:
+    """TargetError for a Kubernetes engine with --folder: its ConfigMap carries the project's files only, so the
+    pods would not find the repository's script."""
+    engine = answers["cluster.engine"]
+    if engine in KUBERNETES_ENGINES:
+        raise TargetError(
+            f"--folder {shown(subfolder)} with cluster.engine {engine}: the pods' ConfigMap does not carry the "
+            "repository around the folder yet, so nothing was written; render --into the repository without "
+            "--folder for Kubernetes"
+        )
+
+
+def _project_folder(repository: Path, subfolder: str, dry_run: bool) -> Path:
+    """`repository/subfolder`, made if missing (not on a dry run); TargetError for a name that leaves the
+    repository or a path in the way."""
+    parts = subfolder.split("/")
+    if subfolder.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise TargetError(
+            f"--folder {shown(subfolder)}: name a folder inside the repository, e.g. --folder npu (no '..', no "
+            "leading '/')"
+        )
+    folder = repository / subfolder
+    in_the_way = clashes(repository, [subfolder + "/x"], ())
+    if in_the_way:
+        raise TargetError(f"--folder {shown(subfolder)}: {in_the_way[0]} is in the way; choose another --folder")
+    if not dry_run:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TargetError(f"cannot make {folder}: {error.strerror or error}; choose another --folder") from None
+    return folder
 
 
 def _no_longer_made(folder: Path, before: dict[str, str], new: pristine.Pristine) -> tuple[list[str], list[str]]:
@@ -208,7 +258,7 @@ def _check(folder: Path, names: list[str], force: bool) -> tuple[bool, dict[str,
             "replaced, yours kept)"
         )
     before, note = _earlier_files(folder) if earlier else ({}, "")
-    refuse_clashes(folder, clashes(folder, names, {*before, PRISTINE, INTO_MARKER}), "write")
+    refuse_clashes(folder, clashes(folder, names, {*before, PRISTINE, INTO_MARKER, REPOSITORY_MARKER}), "write")
     return earlier, before, note
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from wizard import errors
 from wizard.errors import TargetError
 from wizard.render import generated
-from wizard.render.pristine import INTO_MARKER, PRISTINE, STATE_DIR, is_into
+from wizard.render.pristine import INTO_MARKER, PRISTINE, REPOSITORY_MARKER, STATE_DIR, is_into
 
 STAGING = f"{STATE_DIR}/update"
 JOURNAL = "journal.json"
@@ -214,10 +214,10 @@ def _name_problem(name: str, action: str, into: bool) -> str:
     if any(part in ("", ".", "..") for part in name.split("/")):
         return "is not a plain relative path inside the project"
     if (name == STATE_DIR or name.startswith(STATE_DIR + "/")) and not (
-        action == "write" and name in (PRISTINE, INTO_MARKER)
+        action == "write" and name in (PRISTINE, INTO_MARKER, REPOSITORY_MARKER)
     ):
         return "is npu-wizard's own state, which no update writes or removes"
-    if name in (PRISTINE, INTO_MARKER):
+    if name in (PRISTINE, INTO_MARKER, REPOSITORY_MARKER):
         return ""
     return generated.name_problem(name, into=into)
 

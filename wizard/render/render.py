@@ -45,13 +45,20 @@ class RenderResult:
 
 
 def render(
-    answers: Answers, output_dir: Path, *, force: bool = False, dry_run: bool = False, clean: bool = False
+    answers: Answers,
+    output_dir: Path,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    clean: bool = False,
+    repository_folder: str = "",
 ) -> RenderResult:
     """Render the project for `answers` into `output_dir/<project_name>`; return what was written.
 
     With `force`, npu-wizard's files of an existing project are replaced: every other path in it (the
     user's files, its checkpoints/, runs/ and data folder) moves into the new one, the run-time folders
-    not with `clean`.
+    not with `clean`. `repository_folder`: the project's folder inside a repository whose root its ranks start
+    from (`--into REPO --folder NAME`).
     """
     output_dir = Path(output_dir)
     target = output_dir / answers["project_name"]
@@ -70,14 +77,21 @@ def render(
     )
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="npu-wizard-") as scratch:
-            files = walk_files(_generate(answers, Path(scratch), cache))
+            files = walk_files(_generate(answers, Path(scratch), cache, repository_folder))
         kept = _kept(answers, target, files, clean, cache) if exists else []
         return RenderResult(target, tuple(files), warnings, exists, kept=tuple(kept))
     if exists:
         check_replaceable(target)
     with stop_signals_raise():  # SIGTERM and SIGHUP clean up as Ctrl-C does
         files, kept = _write(
-            answers, output_dir, target, cache, replace=exists, clean=clean, created_output=created_output
+            answers,
+            output_dir,
+            target,
+            cache,
+            replace=exists,
+            clean=clean,
+            created_output=created_output,
+            repository_folder=repository_folder,
         )
     return RenderResult(target, tuple(files), warnings, exists, kept=tuple(kept))
 
@@ -91,6 +105,7 @@ def _write(
     replace: bool,
     clean: bool,
     created_output: bool,
+    repository_folder: str = "",
 ) -> tuple[list[str], list[str]]:
     """Render into a staging folder beside `target` and move the project into place; its files, what it kept."""
     try:
@@ -101,7 +116,7 @@ def _write(
             shutil.rmtree(output_dir, ignore_errors=True)
         raise TargetError(f"cannot write in {output_dir}: {error.strerror or error}; choose another -o") from None
     try:
-        project = _generate(answers, staging, cache)
+        project = _generate(answers, staging, cache, repository_folder)
         files = walk_files(project)
         kept: list[str] = []
         if replace:
@@ -156,8 +171,10 @@ def _refuse_into_folder(target: Path) -> None:
         )
 
 
-def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None) -> Path:
+def _generate(answers: Answers, into: Path, cache: PrivateBytecodeCache | None, repository_folder: str = "") -> Path:
     context = to_context(answers)
+    if repository_folder:  # not an answer: where the project sits, known to --into and update only
+        context["repository_folder"] = repository_folder
     project = render_tree(project_template(), context, into, cache)  # as cookiecutter would, without cookiecutter
     finish(project, context, answers)
     return project

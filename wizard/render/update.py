@@ -67,7 +67,7 @@ def plan_update(project: Path, answers: Answers, *, keep_answers_file: bool, reb
     """
     into = is_into(project)
     base, generated = _no_base(project, into) if rebase else (_load_base(project), set())
-    theirs = rendered_files(answers, into=into)
+    theirs = rendered_files(answers, into=into, repository_folder=pristine.repository_folder(project))
     if into:  # the user's folder: only npu-wizard's files are looked at, and a new one may not land on one of theirs
         ours = {*base.files, *generated, ANSWERS_FILE}
         refuse_clashes(project, clashes(project, set(theirs.files) - ours, ours), "add")
@@ -192,7 +192,9 @@ def _no_base(project: Path, into: bool) -> tuple[pristine.Pristine, set[str]]:
     recorded = read_yours(project, ANSWERS_FILE)
     files = {ANSWERS_FILE: recorded}
     try:
-        rendered = rendered_files(load_text(recorded, project.absolute()), into=into)
+        rendered = rendered_files(
+            load_text(recorded, project.absolute()), into=into, repository_folder=pristine.repository_folder(project)
+        )
     except (WizardError, UnicodeError):  # answers that no longer load: every file merges two ways
         rendered = pristine.Pristine("", {}, frozenset())
     for name, text in rendered.files.items():

@@ -26,6 +26,7 @@ from pathlib import Path
 from runtime.events import ENV_RUN_DIR
 from runtime.status import ENV_STATUS_TOKEN
 from wizard.answers.model import Answers
+from wizard.render.pristine import repository_folder, repository_root
 from wizard.run.engines.base import ENDED, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import ENV_SPARE_ADDR, ENV_STATUS_HOST, node_environment, route_source
 from wizard.run.engines.interpreter import ENV_PYTHON, fix, launcher_check, remote_problems
@@ -90,15 +91,26 @@ class SshEngine(Engine):
         return tuple(hosts)
 
     @staticmethod
-    def remote_dir(launch: Launch) -> str:
-        """The project's folder on every host: cluster.remote_dir, else its path here."""
-        return str(launch.answers.get("cluster.remote_dir") or launch.project)
+    def copy_root(launch: Launch) -> Path:
+        """What is copied to every host: the repository when the project is one folder of it, else the project."""
+        return repository_root(launch.project)
+
+    def remote_root(self, launch: Launch) -> str:
+        """Where that copy lies on every host: cluster.remote_dir, else its path here."""
+        return str(launch.answers.get("cluster.remote_dir") or self.copy_root(launch))
+
+    def remote_dir(self, launch: Launch) -> str:
+        """The project's folder on every host: in the copy, where it is in the repository here."""
+        folder = repository_folder(launch.project)
+        return f"{self.remote_root(launch).rstrip('/')}/{folder}" if folder else self.remote_root(launch)
 
     def fresh_refusal(self, project: Path, answers: Answers) -> str | None:
         """Always: the ranks save on their hosts, where this runner cannot set checkpoints aside."""
         from wizard.run.checkpoints import ENV_CHECKPOINT_DIR
 
-        remote = answers.get("cluster.remote_dir") or str(project)
+        remote = answers.get("cluster.remote_dir") or str(repository_root(project))
+        inside = repository_folder(project)
+        remote = f"{remote.rstrip('/')}/{inside}" if inside else remote
         folder = os.environ.get(ENV_CHECKPOINT_DIR) or f"{remote.rstrip('/')}/checkpoints"
         return (
             f"--fresh: the ssh engine's ranks keep their checkpoints on every host, in {folder}, which npu-wizard "
@@ -134,7 +146,7 @@ class SshEngine(Engine):
 
     def rsync_command(self, launch: Launch, node: int) -> list[str]:
         """rsync of the listed files (see ssh_copy) to node's host over the same ssh, only what changed."""
-        remote = self.remote_dir(launch)
+        remote = self.remote_root(launch)
         return [
             "rsync",
             "-a",
@@ -143,7 +155,7 @@ class SshEngine(Engine):
             "-e",
             shlex.join(ssh_command()),
             f"--rsync-path=mkdir -p {shlex.quote(remote)} && rsync",
-            f"{launch.project}/",
+            f"{self.copy_root(launch)}/",
             f"{rsync_host(self.hosts(launch)[node])}:{remote}/",
         ]
 
@@ -190,7 +202,7 @@ class SshEngine(Engine):
     def dry_run(self, launch: Launch) -> str:
         """The rsync and ssh commands, node by node."""
         lines = [f"# ssh engine: {len(launch.nodes)} node(s); ssh command: {shlex.join(ssh_command())}"]
-        copied = copy_list(launch.project)
+        copied = copy_list(self.copy_root(launch))
         lines.append(f"# rsync {copied.summary()}; the list goes to {self.copy_list_file(launch)}")
         if ENV_STATUS_TOKEN in launch.env:
             lines.append(f"# each node's ssh gets {ENV_STATUS_TOKEN} on its standard input, never on a command line")
@@ -214,11 +226,12 @@ class SshEngine(Engine):
 
         Refuse, naming each host, one that does not answer or holds other files in that folder.
         """
-        hosts, remote = self.hosts(launch), self.remote_dir(launch)
+        hosts, remote = self.hosts(launch), self.remote_root(launch)
         refuse_system_folder(remote)
+        answers_file = "/".join(filter(None, [repository_folder(launch.project), "answers.yaml"]))
         check = "; ".join(
             [
-                folder_check(remote, project_line(launch.project, launch.answers["project_name"])),
+                folder_check(remote, project_line(launch.project, launch.answers["project_name"]), answers_file),
                 launcher_check(launch.answers, self.node_env(launch)[ENV_PYTHON]),
                 "true",
             ]
@@ -252,7 +265,7 @@ class SshEngine(Engine):
         logs = launch.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        copied = copy_list(launch.project)
+        copied = copy_list(self.copy_root(launch))
         self.copy_list_file(launch).write_bytes(copied.encoded())
         self._lines.append(f"ssh: rsync {copied.summary()}")
         copies = run_all([self.rsync_command(launch, node) for node in launch.nodes], COPY_S)

@@ -55,11 +55,12 @@ def project_line(project: Path, name: str) -> str:
     return next((line for line in lines if line.startswith("project_name:")), f"project_name: {name}")
 
 
-def folder_check(remote: str, line: str) -> str:
-    """Shell words that print FOREIGN_MARK when `remote` holds files and is not this project's copy."""
+def folder_check(remote: str, line: str, answers_file: str = "answers.yaml") -> str:
+    """Shell words that print FOREIGN_MARK when `remote` holds files and is not this project's copy (its
+    `answers_file`, a path inside `remote`, holds `line`)."""
     return (
         f'd={shlex.quote(remote)}; if [ -d "$d" ] && [ -n "$(ls -A "$d" 2>/dev/null)" ] && '
-        f'! grep -qsxF {shlex.quote(line)} "$d/answers.yaml"; then echo {FOREIGN_MARK}; fi'
+        f'! grep -qsxF {shlex.quote(line)} "$d"/{shlex.quote(answers_file)}; then echo {FOREIGN_MARK}; fi'
     )
 
 

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 {%- set foreign = cookiecutter.script != "" %}
-{%- if foreign %}
+{#- The project's folder inside the user's repository (--into REPO --folder NAME): "" for a project of its own. #}
+{%- set repository_folder = cookiecutter.get("repository_folder", "") if foreign else "" %}
+{%- if repository_folder %}
+{#- Started from its file, the runtime is the package npu_wizard_runtime: the repository's own `runtime` stays theirs. #}
+{%- set words = [repository_folder ~ "/runtime/start_userscript.py", cookiecutter.script] + cookiecutter.script_args|shell_words %}
+{%- elif foreign %}
 {#- The user's own script runs under runtime/userscript.py, which records the rank as train.py does. #}
 {%- set words = ["-m", "runtime.userscript", cookiecutter.script] + cookiecutter.script_args|shell_words %}
 {%- else %}
@@ -33,7 +38,13 @@
 #              here: HCCL_SOCKET_IFNAME names the NIC instead{% endif %}
 # Everything else about the job is fixed below, from the answers.
 #
-{%- if foreign %}
+{%- if repository_folder %}
+# This project is the folder {{ repository_folder|sh }} of your repository. Your script {{ cookiecutter.script|sh }}
+# (a path from the repository's root) runs on every rank from that root, as torchrun started
+# there would run it, through runtime/start_userscript.py (which records the rank's start, log
+# and end for npu-wizard run; your report hook: from npu_wizard_runtime import report).
+# Arguments go to the script, after those of the answers (training.script_args).
+{%- elif foreign %}
 # Your script {{ cookiecutter.script|sh }} runs on every rank through runtime/userscript.py
 # (which records the rank's start, log and end for npu-wizard run). Arguments go to the
 # script, after those of the answers (training.script_args).
@@ -79,7 +90,11 @@ PYTHON=${PYTHON:-{{ cookiecutter.python|sh }}}
 {%- else %}
 PYTHON="${PYTHON:-python3}"
 {%- endif %}
-{%- if foreign %}
+{%- if repository_folder %}
+# The repository's root, where the ranks start (npu-wizard's own steps run here, in the
+# project's folder). Nothing is added to PYTHONPATH: your imports resolve as under plain torchrun.
+REPOSITORY_DIR="$(cd {{ ([".."] * (repository_folder.split("/")|length))|join("/")|sh }} && pwd)"
+{%- elif foreign %}
 # The project first on the path: `from runtime import report` works in your script and
 # in every process it starts.
 export PYTHONPATH="$PROJECT_DIR${PYTHONPATH:+:$PYTHONPATH}"
@@ -378,7 +393,11 @@ else
     done
 {%- if foreign %}
     # and no file of the project hides a standard-library module (random.py, logging/)
+{%- if repository_folder %}
+    preflight_args+=(--user-script "$REPOSITORY_DIR"/{{ cookiecutter.script|sh }})
+{%- else %}
     preflight_args+=(--user-script {{ cookiecutter.script|sh }})
+{%- endif %}
 {%- endif %}
     "$PYTHON" -m runtime.preflight "${preflight_args[@]}" || preflight=$?
     if ((preflight == 3)); then
@@ -454,7 +473,8 @@ stop_children() {
 preempted_ranks() {
     # Say so and return 0 when every rank of this node saved a checkpoint on a stop signal and exited.
     local said
-    said="$("$PYTHON" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
+    # from the project's folder: the ranks may have started elsewhere (the root of a repository)
+    said="$(cd "$PROJECT_DIR" && "$PYTHON" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
         $((NODE_RANK * NPROC_PER_NODE)) "$NPROC_PER_NODE" --since "$STARTED_AT" 2>/dev/null)" || return 1
     echo "node $NODE_RANK: $said; exiting with code $PREEMPTED_EXIT (preempted)"
 }
@@ -517,6 +537,10 @@ wait_children() {
 {%- endraw %}
 
 # ---- launch -------------------------------------------------------------------
+{%- if repository_folder %}
+# Your script's ranks start from the repository's root (npu-wizard's smoke test from here).
+[[ "${1:-}" == --smoke ]] || cd "$REPOSITORY_DIR"
+{%- endif %}
 {%- if cookiecutter.launcher == "shell" %}
 # One process per device: this loop plays the launcher's part.
 export WORLD_SIZE=$((NNODES * NPROC_PER_NODE))

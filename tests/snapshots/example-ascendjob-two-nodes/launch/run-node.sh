@@ -282,7 +282,8 @@ stop_children() {
 preempted_ranks() {
     # Say so and return 0 when every rank of this node saved a checkpoint on a stop signal and exited.
     local said
-    said="$("$PYTHON" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
+    # from the project's folder: the ranks may have started elsewhere (the root of a repository)
+    said="$(cd "$PROJECT_DIR" && "$PYTHON" -m runtime.preemption "$NPU_WIZARD_RUN_DIR" \
         $((NODE_RANK * NPROC_PER_NODE)) "$NPROC_PER_NODE" --since "$STARTED_AT" 2>/dev/null)" || return 1
     echo "node $NODE_RANK: $said; exiting with code $PREEMPTED_EXIT (preempted)"
 }
