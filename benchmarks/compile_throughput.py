@@ -91,7 +91,7 @@ class Generated(Contender):
         batches = train.data.TensorBatches(features, labels, args.batch, rank=0, world_size=1, seed=train.SEED)
         torch.manual_seed(train.SEED)
         model = train.build_model(train.data.DataSpec(train.INPUT_SHAPE, 10)).to(target)
-        lr_schedule = train.learning_rate(1, len(batches))
+        lr_schedule = train.learning_rate(1, len(batches), len(batches) * train.EPOCHS)
         optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
         folder = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=scratch))
         recorder = train.events.EventWriter(folder / "run", 0)
@@ -106,7 +106,7 @@ class Generated(Contender):
         """One more epoch of the Trainer."""
         start = time.perf_counter()
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
-            self.trainer.train(self.trainer.epoch + 1)
+            self.trainer.train(self.trainer.epoch + 1, 0)
         self.sync()
         step = getattr(self.trainer, "forward_loss", None)
         self.fallback = getattr(step, "fallback", None)

@@ -67,14 +67,14 @@ def trainer_epoch(train: ModuleType, scratch: Path, samples: int) -> tuple[float
     batches = train.data.TensorBatches(features, labels, 32, rank=rank, world_size=2, seed=train.SEED)
     torch.manual_seed(train.SEED)
     model = train.build_model(train.data.DataSpec(train.INPUT_SHAPE, 10))
-    lr_schedule = train.learning_rate(2, len(batches))
+    lr_schedule = train.learning_rate(2, len(batches), len(batches) * train.EPOCHS)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
     writer = train.events.EventWriter(scratch / "run", rank)
     where = train.distributed.RankInfo(rank, rank, 2, 2, 0, "torchrun")
     trainer = train.Trainer(model, batches, optimizer, lr_schedule, where, torch.device("cpu"), writer, scratch)
     with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         wall, cpu = time.perf_counter(), time.process_time()
-        trainer.train(1)
+        trainer.train(1, 0)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     writer.close()
     return wall, cpu, len(batches)

@@ -48,7 +48,7 @@ def trainer_epoch(train: ModuleType, scratch: Path, timed: bool, samples: int) -
     batches = train.data.TensorBatches(features, labels, BATCH_SIZE, rank=0, world_size=1, seed=train.SEED)
     torch.manual_seed(train.SEED)
     model = train.build_model(train.data.DataSpec(train.INPUT_SHAPE, 10))
-    lr_schedule = train.learning_rate(1, len(batches))
+    lr_schedule = train.learning_rate(1, len(batches), len(batches) * train.EPOCHS)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
     writer = train.events.EventWriter(Path(tempfile.mkdtemp(prefix="events-", dir=scratch)), 0)
     os.environ[train.timing.ENV_STEP_TIMING] = "1" if timed else "0"
@@ -61,7 +61,7 @@ def trainer_epoch(train: ModuleType, scratch: Path, timed: bool, samples: int) -
         assert trainer.timer.enabled == timed
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             wall, cpu = time.perf_counter(), time.process_time()
-            trainer.train(1)
+            trainer.train(1, 0)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     writer.close()
     timed_steps = sum(1 for line in writer.path.read_text().splitlines() if '"forward_s"' in line)

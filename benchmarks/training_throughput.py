@@ -210,7 +210,7 @@ def bare_loop(
     model = train.build_model(train.data.DataSpec(train.INPUT_SHAPE, 10))
     steps_per_epoch = train.SAMPLES // (BATCH_SIZE * world_size)
     # the project's learning-rate schedule (warmup included), set before every step as its Trainer does
-    lr_schedule = train.learning_rate(world_size, steps_per_epoch)
+    lr_schedule = train.learning_rate(world_size, steps_per_epoch, steps_per_epoch * epochs)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
     model = DDP(model) if ddp else model
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -292,7 +292,7 @@ def trainer_epoch(train: ModuleType, scratch: Path, recording: str, samples: int
     batches = train.data.TensorBatches(features, labels, BATCH_SIZE, rank=0, world_size=1, seed=train.SEED)
     torch.manual_seed(train.SEED)
     model = train.build_model(train.data.DataSpec(train.INPUT_SHAPE, 10))
-    lr_schedule = train.learning_rate(1, len(batches))
+    lr_schedule = train.learning_rate(1, len(batches), len(batches) * train.EPOCHS)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
     writer = train.events.EventWriter(Path(tempfile.mkdtemp(prefix="events-", dir=scratch)), 0)
     recorder = {"stub": StubRecorder(), "events": writer, "timed": TimedRecorder(writer)}[recording]
@@ -308,7 +308,7 @@ def trainer_epoch(train: ModuleType, scratch: Path, recording: str, samples: int
         )
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             wall, cpu = time.perf_counter(), time.process_time()
-            trainer.train(1)
+            trainer.train(1, 0)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     writer.close()
     return wall, cpu, getattr(recorder, "seconds", 0.0)
