@@ -98,7 +98,10 @@ class SshHosts:
             f"HostKey {host_key}\nPidFile {pid_file}\n"
             f"AuthorizedKeysFile {self.root / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-            "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n" + self.extra.get(index, "")
+            "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n"
+            # this machine's root ~/.bashrc runs `pyenv init`, whose rehash waits 60 s for a lock that a session
+            # killed during its login leaves behind (the suite kills remote ranks): every later login would hang
+            "SetEnv PYENV_REHASH_TIMEOUT=1\n" + self.extra.get(index, "")
         )
         _run("ip", "netns", "exec", namespace, SSHD, "-f", str(config), "-E", str(self.root / f"sshd{index}.log"))
         deadline = time.monotonic() + 30

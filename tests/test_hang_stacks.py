@@ -102,22 +102,29 @@ def test_a_late_rank_last_completed_the_collective_the_others_wait_in(hang_run: 
     assert (late["last_entered"], late["last_completed"], pending(records[LATE_RANK])) == (seq - 1, seq - 1, [])
 
 
-def loop_function(script: Path) -> str:
-    """The function of the script that runs the forward and the backward."""
-    return "main" if script.name == "own_train.py" else "_run_batch"
+def loop_frames(script: Path) -> tuple[str, ...]:
+    """The functions of the script that run the forward and the backward: the user's main; the generated
+    Trainer's _run_step (each micro-batch's forward, then self._backward) and _backward (loss.backward())."""
+    return ("main",) if script.name == "own_train.py" else ("_run_step", "_backward")
 
 
 def test_a_late_rank_and_the_waiting_ones_are_at_the_right_file_and_line(hang_run: HangRun) -> None:
     script = script_of(hang_run)
+    own = script.name == "own_train.py"
     backward = line_of(script, "loss.backward()")
     # before the backward: the generated script's forward block, or the user's own wait
-    before = '        if PLAN.get(step) == "sleep":' if script.name == "own_train.py" else "with self.timer.forward()"
-    expected_late = line_of(script, before) + (1 if script.name == "own_train.py" else 0)
+    before = '        if PLAN.get(step) == "sleep":' if own else "with self.timer.forward()"
+    late = [(line_of(script, before) + (1 if own else 0), "main" if own else "_run_step")]
+    waiting = (
+        [(backward, "main")]
+        if own
+        else [(line_of(script, "self._backward(loss"), "_run_step"), (backward, "_backward")]
+    )
     at = {}
     for rank in RANKS:
         frames = [f for f in main_frames(hang_run.record("late", rank)) if f["file"] == str(script)]
-        at[rank] = [(f["line"], f["function"]) for f in frames if f["function"] == loop_function(script)]
-    assert at == {rank: [(expected_late if rank == LATE_RANK else backward, loop_function(script))] for rank in RANKS}
+        at[rank] = [(f["line"], f["function"]) for f in frames if f["function"] in loop_frames(script)]
+    assert at == {rank: late if rank == LATE_RANK else waiting for rank in RANKS}
     assert f'File "{script}", line {backward}' in hang_run.text("late", 0)
 
 
@@ -149,7 +156,7 @@ def test_every_rank_stuck_loading_data_is_outside_any_collective_at_one_line(han
     assert len(innermost) == 1
     script = script_of(hang_run)
     own = script.name == "own_train.py"
-    loader = line_of(script, "= load_batch(step)" if own else "self.timer.batches(batches)")
+    loader = line_of(script, "= load_batch(step)" if own else "for micro_batches in optimizer_steps(batches")
     function = "main" if own else "_run_epoch"
     at = {(f["line"], f["function"]) for r in records for f in main_frames(r) if f["file"] == str(script)}
     assert (loader, function) in at

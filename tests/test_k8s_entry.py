@@ -304,7 +304,7 @@ def test_a_rank_in_a_pod_dumps_its_stacks_on_sigusr2_at_a_hang(engine: str, tmp_
         others = [rank for rank in where if rank != LATE_RANK]
         sizes = {rank: len(stacks[rank].read_text()) if stacks[rank].exists() else 0 for rank in others}
         (line,) = backward
-        at_backward = f'train.py", line {line} in _run_batch'
+        at_backward = f'train.py", line {line} in _backward'  # Trainer._backward: loss.backward()
         wait_for(
             lambda: dumped(others, at_backward, sizes), 120, "the other ranks in the backward's collective", step=2
         )

@@ -78,8 +78,9 @@ def run_to_the_end(project: Path, env: dict[str, str], timeout: float = START_S 
         left = leftover_processes(project)
     finally:
         clean_up(project, runner)
-    (run_dir,) = run_dirs(project)
-    return Ended(runner.returncode, output, run_dir, left)
+    found = run_dirs(project)
+    assert len(found) == 1, output  # one run folder (none: the runner stopped before its run began)
+    return Ended(runner.returncode, output, found[0], left)
 
 
 def assert_trained_to_the_end(run_dir: Path, output: str, nodes: int = 2) -> dict:

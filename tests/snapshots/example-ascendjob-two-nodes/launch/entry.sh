@@ -64,21 +64,6 @@ master="$MASTER_ADDR"
 master_port="$MASTER_PORT"
 hccl_base=60000
 job="pod $(hostname)"
-# The operator may start this container again in place after a failure (restartCount): the pod's
-# workspace keeps the count of its starts, and a start after the first resumes (launch/run-node.sh).
-# A pod made anew (another node) starts from 1 with an empty workspace.
-mkdir -p runs
-pod_starts=0
-if [[ -f runs/.pod-starts ]]; then
-    read -r pod_starts <runs/.pod-starts || pod_starts=0
-    whole_number "$pod_starts" || pod_starts=0
-fi
-pod_starts=$((10#$pod_starts + 1))
-echo "$pod_starts" >runs/.pod-starts
-export NPU_WIZARD_ATTEMPT="$pod_starts"
-if ((pod_starts > 1)); then
-    export NPU_WIZARD_RESUMING=1
-fi
 
 # ---- checks every engine shares ------------------------------------------------------
 if ((node_count != EXPECTED_NODES)); then
@@ -111,6 +96,22 @@ own_ip="$(sed -n 's/.* src \([^ ]*\).*/\1/p' <<<"$route")"
 # listens at its own address, and the Service leads the other nodes there.
 if ((node_rank == 0)); then
     master_ip="$own_ip"
+fi
+# The operator may start this container again in place after a failure (restartCount): the pod's
+# workspace keeps the count of its starts, and a start after the first resumes (launch/run-node.sh).
+# A pod made anew (another node) starts from 1 with an empty workspace. Counted after every check:
+# a refused start writes nothing.
+mkdir -p runs
+pod_starts=0
+if [[ -f runs/.pod-starts ]]; then
+    read -r pod_starts <runs/.pod-starts || pod_starts=0
+    whole_number "$pod_starts" || pod_starts=0
+fi
+pod_starts=$((10#$pod_starts + 1))
+echo "$pod_starts" >runs/.pod-starts
+export NPU_WIZARD_ATTEMPT="$pod_starts"
+if ((pod_starts > 1)); then
+    export NPU_WIZARD_RESUMING=1
 fi
 
 export NODE_RANK="$node_rank"

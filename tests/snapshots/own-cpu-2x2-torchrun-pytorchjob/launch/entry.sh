@@ -63,21 +63,6 @@ master="$MASTER_ADDR"
 master_port="$MASTER_PORT"
 hccl_base=60000
 job="pod $(hostname)"
-# The operator may start this container again in place after a failure (restartCount): the pod's
-# workspace keeps the count of its starts, and a start after the first resumes (launch/run-node.sh).
-# A pod made anew (another node) starts from 1 with an empty workspace.
-mkdir -p runs
-pod_starts=0
-if [[ -f runs/.pod-starts ]]; then
-    read -r pod_starts <runs/.pod-starts || pod_starts=0
-    whole_number "$pod_starts" || pod_starts=0
-fi
-pod_starts=$((10#$pod_starts + 1))
-echo "$pod_starts" >runs/.pod-starts
-export NPU_WIZARD_ATTEMPT="$pod_starts"
-if ((pod_starts > 1)); then
-    export NPU_WIZARD_RESUMING=1
-fi
 
 # ---- checks every engine shares ------------------------------------------------------
 if ((node_count != EXPECTED_NODES)); then
@@ -106,6 +91,22 @@ if ! route="$(ip -o route get "$master_ip" 2>&1)"; then
 fi
 own_ip="$(sed -n 's/.* src \([^ ]*\).*/\1/p' <<<"$route")"
 [[ -n "$own_ip" ]] || fail "cannot tell this node's address towards the master from: $route"
+# The operator may start this container again in place after a failure (restartCount): the pod's
+# workspace keeps the count of its starts, and a start after the first resumes (launch/run-node.sh).
+# A pod made anew (another node) starts from 1 with an empty workspace. Counted after every check:
+# a refused start writes nothing.
+mkdir -p runs
+pod_starts=0
+if [[ -f runs/.pod-starts ]]; then
+    read -r pod_starts <runs/.pod-starts || pod_starts=0
+    whole_number "$pod_starts" || pod_starts=0
+fi
+pod_starts=$((10#$pod_starts + 1))
+echo "$pod_starts" >runs/.pod-starts
+export NPU_WIZARD_ATTEMPT="$pod_starts"
+if ((pod_starts > 1)); then
+    export NPU_WIZARD_RESUMING=1
+fi
 
 export NODE_RANK="$node_rank"
 export MASTER_ADDR="$master_ip"
