@@ -25,7 +25,7 @@ reason printed, without them):
     DS_BUILD_OPS=0 /work/dsvenv/bin/pip install deepspeed
 
     python benchmarks/cluster_start.py [--rounds 3] [--deepspeed-python /work/dsvenv/bin/python]
-    python benchmarks/cluster_start.py --smoke   # one round, shell launcher (tests/test_benchmarks_smoke.py)
+    python benchmarks/cluster_start.py --smoke   # one round, 2 x 1 ranks, shell launcher (the smoke test)
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from wizard.answers.model import resolve  # noqa: E402
 from wizard.render.render import render  # noqa: E402
 
 TIMEOUT_S = 600
+SIZES: dict[str, Any] = {}  # what --smoke shrinks: every demo of this run
 
 
 def render_demo(folder: Path, name: str, **overrides: Any) -> Path:
@@ -71,7 +72,7 @@ def render_demo(folder: Path, name: str, **overrides: Any) -> Path:
         "training.epochs": 1,
         "training.log_every": 1,
     }
-    raw.update(overrides)
+    raw.update(SIZES, **overrides)
     return render(resolve(raw), folder, force=True).project_dir
 
 
@@ -207,8 +208,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         # the shell launcher starts each node's 2 ranks itself: no torchrun process importing torch on each node
-        # of the 4 jobs (8 of 24 torch processes); each line still times the same engine to the first step
+        # of the 4 jobs (8 of 24 torch processes); one rank a node and 8 steps: each line still times the same
+        # engine across the same two hosts to the first step
         args.rounds, args.launcher = 1, "shell"
+        SIZES.update({"devices_per_node": 1, "training.samples": 256})
     if os.geteuid() != 0:
         sys.exit("cluster_start.py needs root (network namespaces, slurmd)")
     skipped = skip_reason(args.deepspeed_python)

@@ -144,6 +144,11 @@ def _training(run_dir: Path) -> bool:
     return True
 
 
+def _verdicts(said: Path) -> list[str]:
+    """The runner's verdict lines so far (WHERE EACH RANK IS: ...)."""
+    return [line for line in said.read_text().splitlines() if line.startswith("WHERE EACH RANK IS: ")] or [""]
+
+
 def _pid(run_dir: Path, rank: int) -> int | None:
     started = kinds(events_of(run_dir).get(rank, []), "started")
     return started[0]["pid"] if started else None
@@ -154,7 +159,9 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
     release.mkdir(parents=True, exist_ok=True)
     base = env or node_env(project / "runs" / "unused")
     env = {**base, "NPU_WIZARD_REHEARSE": f"{PLAN},release={release}"}
-    runner = start_runner(project, "--interval", "1", "--hang-after", HANG_AFTER_S, *args, env=env)
+    said = project / "runner-output.txt"  # read while it runs: the last verdict is printed before the interrupt
+    with said.open("w") as output:
+        runner = start_runner(project, "--interval", "1", "--hang-after", HANG_AFTER_S, *args, env=env, output=output)
     stopped: int | None = None
     try:
         run_dir = wait_for(lambda: (run_dirs(project) or [None])[-1], START_S, "the run folder")
@@ -201,9 +208,11 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
         keep("late", next_collection(f"rank {LATE_RANK} late", PHASE_S))
         (release / f"step-{LATE_STEP}").touch()
         keep("barrier", next_collection(f"rank {BARRIER_RANK} in a barrier", PHASE_S))
+        # the runner judges a collection after writing it: interrupt once its verdict is printed, not before
+        wait_for(lambda: "waits in barrier" in _verdicts(said)[-1], PHASE_S, "the barrier's verdict in the output")
         runner.send_signal(signal.SIGINT)
-        output, _ = runner.communicate(timeout=PHASE_S)
-        result.output, result.code = output, runner.returncode
+        runner.wait(timeout=PHASE_S)
+        result.output, result.code = said.read_text(), runner.returncode
         return result
     finally:
         if stopped is not None:

@@ -181,12 +181,17 @@ def kinds(events: list[dict], kind: str) -> list[dict]:
     return [event for event in events if event.get("event") == kind]
 
 
-def start_runner(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`npu-wizard run PROJECT ARGS` as a user starts it (plain: no terminal), with this venv on PATH."""
+def start_runner(
+    project: Path, *args: str, env: dict[str, str] | None = None, output: Any = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """`npu-wizard run PROJECT ARGS` as a user starts it (plain: no terminal), with this venv on PATH.
+
+    Its output (errors with it) goes to a pipe, or to `output` (an open file a test reads while it runs).
+    """
     return subprocess.Popen(
         [sys.executable, "-m", "wizard", "run", str(project), "--plain", *args],
         env=env or node_env(project / "runs" / "unused"),
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
     )

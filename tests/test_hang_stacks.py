@@ -181,8 +181,11 @@ def test_the_run_is_interrupted_after_the_last_hang_and_says_so(hang_run: HangRu
 def test_the_plain_view_gives_the_verdict_of_each_hang_in_words(hang_run: HangRun) -> None:
     script = script_of(hang_run).name
     verdicts = [line for line in hang_run.output.splitlines() if line.startswith("WHERE EACH RANK IS: ")]
-    # a user's script is silent while it imports torch: a loaded machine may flag (and judge) that first
-    assert len(verdicts) in (4, 5), hang_run.output[-3000:]
+    # a user's script is silent while it imports torch: a loaded machine may flag (and judge) that first, more
+    # than once; such a verdict finds no process group yet, or no rank in the user's code
+    assert len(verdicts) >= 4, hang_run.output[-3000:]
+    at_start = ("no collective recorder: no process group", "in no frame of the user's code")
+    assert all(any(text in early for text in at_start) for early in verdicts[:-4]), verdicts[:-4]
     data, stopped, late, barrier = verdicts[-4:]
     assert f"no rank is in a collective: ranks 0-3 are at {script}:" in data
     assert f"rank {STOPPED_RANK} did not answer (pid " in stopped and "state T (stopped))" in stopped
