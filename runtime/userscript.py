@@ -19,11 +19,12 @@ import ast
 import faulthandler
 import os
 import runpy
+import shlex
 import signal
 import stat
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -303,9 +304,30 @@ def _end_reports() -> None:
     profile_window.close()
 
 
+def launcher_restart_args(environ: MutableMapping[str, str]) -> list[str]:
+    """training.resume_args where torchrun or torch_npu_run restarted this rank itself (--max-restarts).
+
+    A launcher's restart runs the same command line again: launch/run-node.sh added the resume
+    arguments only where the whole start resumes, and leaves them in NPU_WIZARD_RESUME_ARGS
+    otherwise. TORCHELASTIC_RESTART_COUNT, set by the launcher, counts its restarts; from the
+    first on, this rank resumes: it gets the arguments and NPU_WIZARD_RESUMING=1.
+    """
+    restarts = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    restarted = restarts.isdigit() and int(restarts) > 0
+    if not restarted or environ.get("NPU_WIZARD_RESUMING") == "1":
+        return []  # a first start, or one launch/run-node.sh gave the arguments already
+    environ["NPU_WIZARD_RESUMING"] = "1"
+    # run-node.sh quotes them: a value that does not split was not written by it
+    try:
+        return shlex.split(environ.get("NPU_WIZARD_RESUME_ARGS", ""))
+    except ValueError:
+        return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Record the rank, run the script, record how it ended; return the exit status."""
     script, args = split_arguments(sys.argv[1:] if argv is None else argv)
+    args += launcher_restart_args(os.environ)
     who = rank_from_env()
     run_dir = events.resolve_run_dir(None, Path.cwd())
     log = events.tee_output(run_dir, who.rank)

@@ -68,7 +68,8 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         refused=_resume_args_refused,
         step="training",
         help="Arguments added after the script arguments when a start resumes (NPU_WIZARD_RESUMING=1): every "
-        "attempt after the first of run --restarts, and a run after one that did not finish. A script that "
+        "attempt after the first of run --restarts, a rank its launcher started again (--max-restarts), and a "
+        "run after one that did not finish. A script that "
         "resumes from its own checkpoint behind a flag gets it here, e.g. --init_from=resume.",
     ),
     Question(

@@ -173,6 +173,12 @@ program=({% for word in words %}{{ word|sh }}{% if not loop.last %} {% endif %}{
 if ((NPU_WIZARD_RESUMING)); then
     # training.resume_args: this start resumes
     program+=({% for word in cookiecutter.resume_args|shell_words %}{{ word|sh }}{% if not loop.last %} {% endif %}{% endfor %})
+{%- if cookiecutter.launcher in ["torchrun", "torch-npu-run"] %}
+else
+    # the launcher's own restarts (--max-restarts) start the ranks again with this command
+    # line: the runtime adds training.resume_args then (runtime/userscript.py)
+    export NPU_WIZARD_RESUME_ARGS={{ cookiecutter.resume_args|sh }}
+{%- endif %}
 fi
 {%- endif %}
 {%- if foreign %}
