@@ -34,13 +34,13 @@ def _run(*command: str) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
-
 def _with_set_env(extra: str, *assignments: str) -> str:
     """`extra` config lines with `assignments` added to its SetEnv: sshd takes only the first SetEnv line."""
     lines = extra.splitlines()
     given = [line.split(None, 1)[1] for line in lines if line.startswith("SetEnv ")]
     rest = [line for line in lines if not line.startswith("SetEnv ")]
     return "".join(f"{line}\n" for line in [*rest, "SetEnv " + " ".join([*assignments, *given])])
+
 
 @dataclass
 class SshHosts:
@@ -109,7 +109,7 @@ class SshHosts:
             "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n"
             # this machine's root ~/.bashrc runs `pyenv init`, whose rehash waits 60 s for a lock that a session
             # killed during its login leaves behind (the suite kills remote ranks): every later login would hang
-            + _with_set_env(self.extra.get(index, ""), "PYENV_REHASH_TIMEOUT=1")
+             + _with_set_env(self.extra.get(index, ""), "PYENV_REHASH_TIMEOUT=1")
         )
         _run("ip", "netns", "exec", namespace, SSHD, "-f", str(config), "-E", str(self.root / f"sshd{index}.log"))
         deadline = time.monotonic() + 30
