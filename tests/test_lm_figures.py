@@ -8,11 +8,13 @@ The live view's line is pinned in tests/test_monitor_app.py.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from runtime.events import read_events
 from tests.lm_runs import LOGGED_STEPS, VAL_LOSS, gpt_run, image_run
 from wizard.atomic_files import write_json
+from wizard.cli import main
 from wizard.monitor.attach import RunFolder
 from wizard.monitor.lm_figures import Evaluation
 from wizard.monitor.plain_lines import progress_block
@@ -26,6 +28,17 @@ def written_summary(folder: RunFolder) -> dict:
     summary = summarize(folder.state, started_at=folder.started_at, ended_at=folder.started_at + 60, outcome="finished")
     write_json(folder.run_dir / "summary.json", summary)
     return json.loads((folder.run_dir / "summary.json").read_text())
+
+
+def report_page(run_dir: Path) -> str:
+    """report.html as `npu-wizard report RUN` writes it."""
+    assert main(["report", str(run_dir)]) == 0
+    return (run_dir / "report.html").read_text()
+
+
+def overview_rows(page: str) -> dict[str, str]:
+    """The report's figures table: each name with its value."""
+    return dict(re.findall(r"<dt>([^<]*)</dt><dd>([^<]*)</dd>", page))
 
 
 def test_the_state_keeps_rank_0s_newest_tokens_per_s_and_mfu_and_each_validation_loss_once(tmp_path: Path) -> None:
@@ -78,6 +91,27 @@ def test_the_summary_says_the_median_tokens_per_s_and_mfu_and_the_last_and_best_
     ]
 
 
+def test_the_report_lists_the_figures_and_draws_the_validation_loss_on_the_loss_plot(tmp_path: Path) -> None:
+    folder = RunFolder(gpt_run(tmp_path / "run"))
+    written_summary(folder)
+    page = report_page(folder.run_dir)
+    rows = overview_rows(page)
+    assert {name: rows[name] for name in ("tokens/s", "MFU", "validation loss", "best validation loss")} == {
+        "tokens/s": "25,600 (median of 3 logged windows)",
+        "MFU": "42.0% (median)",
+        "validation loss": "2.6000 at step 30",
+        "best validation loss": "2.5000 at step 20",
+    }
+    assert 'id="plot-loss"' in page
+    assert "black: the validation loss at each evaluation, averaged over every rank" in page
+
+
+def test_a_report_without_summary_json_works_the_same_figures_out_of_the_events(tmp_path: Path) -> None:
+    rows = overview_rows(report_page(gpt_run(tmp_path / "run")))
+    assert rows["tokens/s"] == "25,600 (median of 3 logged windows)"
+    assert rows["best validation loss"] == "2.5000 at step 20"
+
+
 def test_an_image_model_run_shows_no_language_model_figure_in_the_plain_view_or_the_summary(tmp_path: Path) -> None:
     folder = RunFolder(image_run(tmp_path / "run"))
     line = progress_block(folder.state, 12.0, folder.state.now()).splitlines()[0]
@@ -85,6 +119,14 @@ def test_an_image_model_run_shows_no_language_model_figure_in_the_plain_view_or_
     assert summary["language_model"] is None
     for words in ("tokens/s", "MFU", "val loss", "validation loss"):
         assert words not in line and words not in format_summary(checked(summary)), words
+
+
+def test_an_image_model_run_report_lists_no_language_model_figure(tmp_path: Path) -> None:
+    folder = RunFolder(image_run(tmp_path / "run"))
+    written_summary(folder)
+    page = report_page(folder.run_dir)
+    for words in ("tokens/s", "MFU", "validation loss"):
+        assert words not in page, words
 
 
 def test_a_summary_json_whose_language_model_figures_are_no_figures_reads_as_none() -> None:
