@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Log, Sparkline, Static
 
+from tests.lm_runs import gpt_run, image_run
 from tests.tui_driver import until
 from wizard.monitor.app import MonitorApp
+from wizard.monitor.attach import RunFolder
 from wizard.monitor.state import JobState
 from wizard.monitor.summary_text import summarize
 
@@ -298,3 +300,27 @@ async def test_the_columns_widen_for_what_comes_after_the_first_picture(tmp_path
             for column, cell in zip(table.columns, table.get_row(row), strict=True):
                 # "printed 3s ago" was cut to "prin": a column kept the width of its first picture
                 assert table.columns[column].content_width >= len(str(cell)), (column, cell)
+
+
+async def test_a_language_model_run_has_a_line_of_its_tokens_per_s_mfu_and_validation_loss(tmp_path: Path) -> None:
+    folder = RunFolder(gpt_run(tmp_path / "run", finished=False))
+    app = MonitorApp(folder, title="gpt", owns_job=False, tick_s=0)
+    async with app.run_test(size=(110, 32)):
+        line = app.query_one("#lm", Static)
+        assert line.display
+        assert str(line.render()) == "language model  |  25,800 tokens/s  |  MFU 43.0%  |  val loss 2.6000 at step 30"
+
+
+async def test_once_the_run_ended_its_language_model_line_keeps_only_the_validation_loss(tmp_path: Path) -> None:
+    folder = RunFolder(gpt_run(tmp_path / "run"))
+    assert folder.tick() == "finished"  # every rank said it finished
+    app = MonitorApp(folder, title="gpt", owns_job=False, tick_s=0)
+    async with app.run_test(size=(110, 32)):
+        assert str(app.query_one("#lm", Static).render()) == "language model  |  val loss 2.6000 at step 30"
+
+
+async def test_an_image_model_run_has_no_language_model_line(tmp_path: Path) -> None:
+    for source in (RunFolder(image_run(tmp_path / "run")), fake_job(tmp_path)):
+        app = MonitorApp(source, title="images", owns_job=False, tick_s=0)
+        async with app.run_test(size=(110, 32)):
+            assert not app.query_one("#lm", Static).display

@@ -1,5 +1,7 @@
 """The live view: every rank's state, the job's throughput and ETA, a loss plot and a rank's log.
 
+A language model's run has a line more under the job's: its tokens/s, MFU and validation loss.
+
 The app only shows and routes: a `JobSource` (a running `Job`, or a
 `RunFolder` being watched) does the work. Its `tick` runs on a worker thread,
 since stopping a job waits for processes to end; a lock keeps ticks, stops and
@@ -24,6 +26,7 @@ from textual.widgets.data_table import ColumnKey
 
 from wizard.monitor.ask_stacks import StacksNotCollected, ask_stacks
 from wizard.monitor.attach import RunFolder
+from wizard.monitor.lm_figures import evaluation_words, rate_words
 from wizard.monitor.ranks import where
 from wizard.monitor.run_files import RunFileError, open_regular
 from wizard.monitor.source import JobSource, RunningJob
@@ -71,8 +74,9 @@ class MonitorApp(App[str | None]):
         self._asked_verdict = ""  # `monitor`: the verdict of the stacks the runner collected when asked
 
     def compose(self) -> ComposeResult:
-        """The job line, the alert line, the rank table, the loss plot and the log pane."""
+        """The job line, a language model's line, the alert line, the rank table, the loss plot and the log pane."""
         yield Static(id="job")
+        yield Static(id="lm")
         yield Static(id="alert")
         yield DataTable(id="ranks", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="lower"):
@@ -140,6 +144,9 @@ class MonitorApp(App[str | None]):
         state, now, heard_now = self.source.state, self.source.clock(), self.source.state.now()
         end = now if self.source.outcome is None else (self._ended_at() or now)
         self.query_one("#job", Static).update(self._job_line(state, end))
+        lm_line, lm_static = self._lm_line(state), self.query_one("#lm", Static)
+        lm_static.update(lm_line)
+        lm_static.display = bool(lm_line)  # no line for an image model or a user's script
         self.query_one("#alert", Static).update(self._alert(state, heard_now))
         table = self.query_one(DataTable)
         slow = _slow_ranks(state)
@@ -192,6 +199,15 @@ class MonitorApp(App[str | None]):
         if self.source.outcome is not None:
             return f"{head}  |  {_shown(self.source.outcome.upper())} (q to quit)"
         return f"{head}  |  {state.throughput():,.0f} samples/s  |  {eta_text(state)}"
+
+    def _lm_line(self, state: JobState) -> str:
+        """`language model  |  25,600 tokens/s  |  MFU 42.0%  |  val loss 2.3456 at step 400`, or "" for other runs.
+
+        The rates are the newest window's, shown while the job runs; the validation loss stays after it ended.
+        """
+        rates = rate_words(state.lm_figures) if self.source.outcome is None else []
+        said = [*rates, *filter(None, [evaluation_words(state.lm_figures)])]
+        return "  |  ".join(["language model", *said]) if said else ""
 
     def _alert(self, state: JobState, now: float) -> str:
         summary = self.source.summary or {}

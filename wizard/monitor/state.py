@@ -27,6 +27,7 @@ from dataclasses import replace
 from runtime.events import clip
 from runtime.status import LOST
 from wizard.monitor.hints import explain
+from wizard.monitor.lm_figures import LanguageModelFigures
 from wizard.monitor.notices import Notices
 from wizard.monitor.ranks import Failure, RankView
 from wizard.monitor.status_server import RECEIVED
@@ -69,6 +70,7 @@ class JobState:
         self.stopping_heard: float | None = None  # the same moment on the state's own clock (now())
         self.notices = Notices()
         self.stragglers = StragglerDetector(self.node_of)  # fed the step events' data_s and forward_s
+        self.lm_figures = LanguageModelFigures()  # a language model's tokens/s, MFU and validation losses
         self.profiles: list[dict] = []  # the profile windows the ranks recorded (runtime/profile_window.py)
         self.profile_asks: list[dict] = []  # the straggler windows the runner asked for: straggler, median, steps
 
@@ -163,6 +165,10 @@ class JobState:
         if any(time is not None for time in times):
             view.compute_s = sum(time or 0.0 for time in times)
         self.stragglers.add(view.rank, event)
+        self.lm_figures.step_done(event)
+
+    def _on_eval(self, view: RankView, event: dict, at: float) -> None:
+        self.lm_figures.evaluated(event)
 
     def _on_profile(self, view: RankView, event: dict, at: float) -> None:
         fields = {key: event.get(key) for key in ("first", "last", "path", "reason", "outcome")}

@@ -49,7 +49,33 @@ def checked(summary: dict[str, Any]) -> dict[str, Any]:
         "inferred": summary.get("inferred") is True,
         "hang": _checked_hang(summary.get("hang")),
         "profile": _checked_profile(summary.get("profile")),
+        "language_model": _checked_language_model(summary.get("language_model")),
     }
+
+
+def _checked_language_model(figures: object) -> dict[str, Any] | None:
+    """A language model's median tokens/s and MFU and its last and best validation loss, each of its kind."""
+    if not isinstance(figures, dict):
+        return None
+    kept = {
+        "tokens_per_s": _finite(figures.get("tokens_per_s")),
+        "mfu": _finite(figures.get("mfu")),
+        "windows": _count(figures.get("windows")),
+        "last_eval": _checked_eval(figures.get("last_eval")),
+        "best_eval": _checked_eval(figures.get("best_eval")),
+    }
+    return kept if any(kept[key] is not None for key in ("tokens_per_s", "mfu", "last_eval")) else None
+
+
+def _checked_eval(evaluation: object) -> dict[str, Any] | None:
+    """One validation loss: a step and a finite loss, else none."""
+    if (
+        not isinstance(evaluation, dict)
+        or not is_step(evaluation.get("step"))
+        or _finite(evaluation.get("val_loss")) is None
+    ):
+        return None
+    return {"step": evaluation["step"], "val_loss": evaluation["val_loss"]}
 
 
 def _checked_profile(profile: Any) -> dict[str, Any] | None:

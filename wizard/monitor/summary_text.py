@@ -10,6 +10,7 @@ from typing import Any
 
 from wizard.monitor.attempt_text import attempt_lines, restart_words
 from wizard.monitor.hosts_text import host_lines
+from wizard.monitor.lm_figures import evaluation_words, rate_words, summary_lines
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.run_files import RunFileError, log_lines, read_tail
 from wizard.monitor.state import FINISHED, HUNG, RUNNING, STALLED, JobState
@@ -53,12 +54,16 @@ def progress_line(state: JobState, elapsed: float, now: float | None = None) -> 
         line += f" | step {state.newest_step()}{f'/{total}' if total else ''}"
         if losses:
             line += f" loss {max(losses, key=lambda view: view.step).loss:.4f}"
+        evaluated = evaluation_words(state.lm_figures)
+        if evaluated:
+            line += f", {evaluated}"
         stepped = [view.progress_at for view in state.ranks.values() if view.outcome is None and view.progress_at]
         if any(name in (STALLED, HUNG) for name in states) and stepped:
             # a stall: the throughput and the ETA of before it would only repeat, frozen
             line += f" | last step {max(0.0, (state.now() if now is None else now) - max(stepped)):.0f}s ago"
         else:
-            line += f" | {state.throughput():,.0f} samples/s | {eta_text(state)}"
+            rates = ", ".join([f"{state.throughput():,.0f} samples/s", *rate_words(state.lm_figures)])
+            line += f" | {rates} | {eta_text(state)}"
     elif (quietest := state.quietest(now)) is not None:
         # ranks of a script that reports no steps: how long the quietest has printed nothing
         line += f" | no steps reported; quietest: rank {quietest[0]}, printed {quietest[1]:.0f}s ago"
@@ -247,6 +252,7 @@ def summarize(
         "profile": {"windows": state.profiles, "asked": state.profile_asks}
         if state.profiles or state.profile_asks
         else None,
+        "language_model": state.lm_figures.summary(),
     }
 
 
@@ -286,6 +292,7 @@ def format_summary(summary: dict[str, Any], *, root_cause_follows: bool = False)
         f"{restart_words(summary)}",
         f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
         f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
+        *summary_lines(summary.get("language_model")),
     ]
     preempted = summary.get("preempted")
     if preempted:

@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from wizard.monitor.lm_figures import median_words
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.summary_text import duration, failure_report, preempted_line
 from wizard.run_page.hang_section import hang_section
@@ -105,6 +106,7 @@ def _overview(record: RunRecord, summary: dict[str, Any], outcome: str) -> str:
         "throughput": f"{rate:,.0f} samples/s overall" if isinstance(rate, (int, float)) else "no step logged",
         "final loss": f"{loss:.4f}" if isinstance(loss, (int, float)) else "none logged",
         "restarts": str(summary.get("restarts", 0)),
+        **_language_model_rows(summary.get("language_model")),
     }
     if record.skipped_lines:
         rows["note"] = f"{record.skipped_lines} event line(s) too long to read were skipped"
@@ -116,6 +118,24 @@ def _overview(record: RunRecord, summary: dict[str, Any], outcome: str) -> str:
         f"<dt>{name}</dt><dd>{escape(value)}</dd>" for name, value in rows.items()
     )
     return f'<div class="box"><dl>{body}</dl></div>'
+
+
+def _language_model_rows(figures: dict[str, Any] | None) -> dict[str, str]:
+    """The overview's rows for a language model: tokens/s, MFU, the last and best validation loss (none for others)."""
+    if not figures:
+        return {}
+    rows = {}
+    tokens, mfu, windows = (figures.get(key) for key in ("tokens_per_s", "mfu", "windows"))
+    if tokens is not None:
+        rows["tokens/s"] = f"{tokens:,.0f} ({median_words(windows)})"
+    if mfu is not None:
+        rows["MFU"] = f"{mfu:.1%} (median)"
+    last, best = figures.get("last_eval"), figures.get("best_eval")
+    if last:
+        rows["validation loss"] = f"{last['val_loss']:.4f} at step {last['step']}"
+    if best:
+        rows["best validation loss"] = f"{best['val_loss']:.4f} at step {best['step']}"
+    return rows
 
 
 def _launcher(record: RunRecord) -> str:

@@ -3,6 +3,7 @@
 Up to `EVERY_RANK` ranks each get a line; beyond that each rank is resampled onto one time grid and the plot
 shows the median with the min-max and 25-75% bands, so 4096 ranks cost what 16 do. Restarts, checkpoints and
 the failure are marked on every time axis; the stragglers the monitor found are shaded on the compute-time plot.
+A language model's validation losses (its eval events) are drawn on the loss plot, at the time each was written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ GRID = 240  # time points of the resampled series
 WIDTH_PX, HEIGHT_PX, DPI = 1000, 360, 100
 SPREAD_HEIGHT_PX = 520
 RESTART, CHECKPOINT, FAILURE, STRAGGLER = "#7b3fbf", "#2a7f62", "#c62828", "#f4a261"
+VALIDATION = "#000000"
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def draw_all(record: RunRecord, summary: dict[str, Any] | None = None) -> list[P
             Plot("compute-spread", "Compute-time spread", None, said),
         ]
     return [
-        _per_rank(series, "loss", "Loss per rank", "loss", "the loss each rank logged at its logging steps"),
+        _loss(series),
         _per_rank(series, "rate", "Throughput per rank", "samples/s", "each rank's own samples per second"),
         _per_node(series),
         _spread(series),
@@ -147,12 +149,33 @@ def _bands(axes: Axes, grid: np.ndarray, matrix: np.ndarray, who: str) -> None:
     axes.plot(grid, median, color="#08306b", linewidth=1.5, label=f"{who}: median")
 
 
-def _per_rank(series: Series, name: str, title: str, unit: str, note: str) -> Plot:
+def _loss(series: Series) -> Plot:
+    """Every rank's training loss and, for a language model, the validation loss of its eval events."""
+    evaluations = series.record.state.lm_figures.evaluations()
+    note = "the loss each rank logged at its logging steps"
+    if not evaluations:
+        return _per_rank(series, "loss", "Loss per rank", "loss", note)
+
+    def validation(axes: Axes) -> None:
+        times = [evaluation.time - series.t0 for evaluation in evaluations]
+        values = [evaluation.val_loss for evaluation in evaluations]
+        axes.plot(times, values, color=VALIDATION, linestyle="--", marker="o", markersize=5, label="validation loss")
+
+    note += "; black: the validation loss at each evaluation, averaged over every rank"
+    return _per_rank(series, "loss", "Loss per rank", "loss", note, also=validation)
+
+
+def _per_rank(
+    series: Series, name: str, title: str, unit: str, note: str, also: Callable[[Axes], None] | None = None
+) -> Plot:
+    """One line per rank (or the bands) of `name`; `also` draws more on the same axes."""
     if not series.has(name):
         return Plot(_file_name(name), title, None, f"not recorded: no step event carries `{_event_field(name)}`")
     figure = _figure()
     axes = figure.add_subplot()
     _lines_or_bands(axes, series, name, series.ranks, lambda rank: f"rank {rank}")
+    if also is not None:
+        also(axes)
     _finish(axes, series, title, unit)
     return Plot(_file_name(name), title, png_bytes(figure), note=note)
 

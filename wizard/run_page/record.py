@@ -5,7 +5,7 @@ line at each of `samples` evenly spaced byte offsets (and the last one) is parse
 rank costs the same whatever its run's length. Every other event (started, checkpoint, error, finished, lost,
 warning) is found with one regular expression over the chunk and parsed; heartbeats are skipped unread. The
 rare events and each rank's last step are folded into the monitor's `JobState`, so the report names the same
-root cause the monitor does.
+root cause the monitor does; a language model's tokens/s and MFU are taken from the sampled steps as well.
 """
 
 from __future__ import annotations
@@ -217,6 +217,7 @@ class Batch:
             elif event.get("event") == "step":
                 if sample:
                     ranked.add_step(event, self.record.world_size)
+                    self.record.state.lm_figures.step_done(event)  # a language model's tokens/s and MFU
                 if last:
                     ranked.last_step = event
 
