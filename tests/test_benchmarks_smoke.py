@@ -55,6 +55,15 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
             "x bare eager",
         ],
     ),
+    "gpt_throughput.py": (
+        ["--smoke"],
+        [
+            "generated loop (train.py Trainer)",
+            "bare loop (same model, AdamW)",
+            "generated / bare, ratio of medians",
+            "at least 0.97x: ",
+        ],
+    ),
     "monitor_overhead.py": (
         ["--smoke"],
         ["throughput without monitor:", "throughput with monitor:", "target >= 98%", "monitor (npu-wizard run):"],
