@@ -149,7 +149,8 @@ def test_the_rank_publisher_presents_the_token_from_its_environment(server: Stat
     intruder = publisher_from_env(4, {**env, ENV_STATUS_TOKEN: "f" * 32})
     assert intruder is not None
     intruder.close()
-    wait_for(lambda: server.counts.rejected_connections == 1, 30, "the wrong token to be refused")
+    # refused, it tries again every RETRY_S until its process ends: a test held up past that sees 2 or more
+    wait_for(lambda: server.counts.rejected_connections >= 1, 30, "the wrong token to be refused")
     assert server.drain() == []
 
 
