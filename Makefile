@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 
 # pytest workers for `make test`: twice the two cores, because a third of the suite's test time waits on a
 # scheduler, a hang deadline, a shaped link or sshd while the others fill the cores (see `test:` below)
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 
 $(BIN)/npu-wizard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
