@@ -4,7 +4,8 @@ The generated prepare_data.py writes the two files and meta.json beside them
 (the dtype, the vocabulary size, each file's token count). A window is
 block_size + 1 tokens: the inputs are its first block_size tokens, the targets
 the same shifted by one. Each rank reads only its own contiguous part of the
-file, cut into non-overlapping windows; an epoch visits every window of the
+file, cut into windows whose inputs do not overlap (a window's last token, a
+target, is the next window's first input); an epoch visits every window of the
 part once, in an order seeded by the seed and the epoch. So (epoch, batches
 done), which every checkpoint holds, is a position in the stream: a resumed
 run continues with the next window, repeating none.
