@@ -154,6 +154,19 @@ def test_a_node_that_cannot_be_reached_is_named_with_ssh_s_reason() -> None:
     }
 
 
+def test_what_ssh_said_of_a_node_it_could_not_reach_is_redacted_too() -> None:
+    """ssh's stderr goes into the manifest's reasons: a password in a proxy URL or an sshpass line it echoes
+    is hidden there as everywhere else in the bundle."""
+    reach = nodes.ssh_reach(["203.0.113.9"], [0])
+    said = f"kex_exchange_identification: proxy http://alice:{PLANTED}@proxy:3128 refused; sshpass -p {PLANTED}"
+    reach.commands[0] = [sys.executable, "-c", f"import sys; sys.stderr.write({said!r}); exit(255)"]
+    found = FakeBundle()
+    nodes.collect_nodes(reach, {}, found, Redactor())
+    why = found.missing["nodes/node-0/"]
+    assert why.startswith("could not be reached over ssh to 203.0.113.9: kex_exchange_identification: proxy")
+    assert PLANTED not in why
+
+
 class FakeBundle:
     """Records what collect_nodes adds and lacks (the bundle's own interface)."""
 

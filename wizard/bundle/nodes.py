@@ -207,7 +207,7 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[bool, str]:
 def collect_nodes(reach: NodeReach, per_node: dict[int, dict], bundle: Bundle, redactor: Redactor) -> None:
     """Run each node's script through `reach` and add what came back under nodes/node-K/ (see the module text)."""
     for node, why in sorted(reach.why_not.items()):
-        bundle.lack(f"nodes/node-{node}/", why)
+        bundle.lack(f"nodes/node-{node}/", redactor.text(why))  # a failed query's own words (scontrol, kubectl)
     order = sorted(reach.commands)
     if not order:
         return
@@ -232,7 +232,7 @@ def _add_node(
     sections, missing, plog_root = read_sections(result.stdout, marker)
     if not sections and not missing:
         said = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-        bundle.lack(prefix, f"could not be reached {via}: {said}")
+        bundle.lack(prefix, f"could not be reached {via}: {redactor.text(said)}")  # ssh echoes proxies, options
         return
     for tool in dict.fromkeys(missing):
         bundle.lack(f"{prefix}{tool}", f"{tool} is not on node {node}'s PATH nor in {TOOL_FOLDERS}")
