@@ -323,3 +323,41 @@ def test_a_second_monitor_stacks_waits_for_the_ask_in_progress_and_never_replace
         runner.join()
     assert json.loads((run_dir / "hang" / "collected.json").read_text())["asked_id"] == "aaaaaaaaaaaaaaaa"
     assert "another ask for the stacks is in progress" in out.getvalue()
+
+
+def test_a_link_put_in_place_of_hang_after_the_check_is_never_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hang/ is opened once and the ask written relative to it: a link swapped in for it while the monitor asks
+    (someone sharing the run folder) gets nothing written through it."""
+    run_dir = tmp_path / "run"
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"runner_pid": os.getpid(), "world_size": 2}))
+    (run_dir / "hang").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setattr(ask_stacks_module.procs, "is_runner", lambda pid: True)
+    monkeypatch.setattr(ask_stacks_module, "hang_summary", lambda run_dir: None)
+    moved = tmp_path / "hang-moved"
+
+    def swapped_then_id(size: int) -> str:  # called as the ask is made: the swap comes after every check
+        if not moved.exists():
+            (run_dir / "hang").rename(moved)
+            (run_dir / "hang").symlink_to(elsewhere)
+        return "cccccccccccccccc"
+
+    monkeypatch.setattr(ask_stacks_module.secrets, "token_hex", swapped_then_id)
+    out = io.StringIO()
+
+    def runner_collects() -> None:  # the ask is in the folder that was opened, wherever it is now
+        wait_for(lambda: (moved / "ask").is_file(), 30, "the ask")
+        asked = json.loads((moved / "ask").read_text())["id"]
+        (moved / "collected.json").write_text(json.dumps({"asked_id": asked}))
+
+    runner = threading.Thread(target=runner_collects)
+    runner.start()
+    try:
+        ask_stacks_module.ask_stacks(RunFolder.open(run_dir), out, wait_s=10)
+    finally:
+        runner.join()
+    assert list(elsewhere.iterdir()) == []
