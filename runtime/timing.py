@@ -12,8 +12,13 @@ recorded around each forward and read at the window's end, after the loss read
 that already synchronises the device: no synchronisation is added. Waiting for
 data is host time on every device: the host is what waits for the loader.
 
+A step is an optimizer step: with gradient accumulation (`micro_batches` per
+step) both times add up over the step's micro-batches, so ranks compare the
+same unit whatever training.grad_accum is.
+
 NPU_WIZARD_STEP_TIMING=0 turns the timing off: the step events then carry
-neither time and the loop runs without the timers.
+neither time and the loop runs without the timers. A rehearsed hang
+(NPU_WIZARD_REHEARSE, runtime/rehearsal.py) still happens at its step then.
 
 Not checked on an NPU (none here; the torch_npu test double records the calls):
 that torch.npu.Event(enable_timing=True).elapsed_time gives milliseconds like
@@ -48,8 +53,11 @@ def timing_enabled(env: Mapping[str, str] = os.environ) -> bool:
 class StepTimer:
     """Sums one rank's data-wait and forward time between two `window()` calls."""
 
-    def __init__(self, device_type: str, *, enabled: bool = True) -> None:
+    def __init__(
+        self, device_type: str, *, enabled: bool = True, micro_batches: int = 1
+    ) -> None:
         self.enabled = enabled
+        self.micro_batches = max(1, micro_batches)  # forwards per optimizer step
         self._device_events: Any = (
             None  # torch.npu or torch.cuda, whose Event the forward is timed with
         )
@@ -58,35 +66,46 @@ class StepTimer:
         self._pairs: list[
             tuple[Any, Any]
         ] = []  # device events, reused window after window
-        self._steps = 0
+        self._steps = 0  # forwards in this window (micro-batches)
         self._data_s = 0.0
         self._forward_s = 0.0
         self._forward_started = 0.0
-        self._done = 0  # steps of this process, for a rehearsed hang
+        # forwards run and batches fetched by this process, for a rehearsed hang's step
+        self._forwards = self._fetched = 0
         self._hang = (
             rehearsal.planned()
         )  # None but in a rehearsal (runtime/rehearsal.py)
 
     def batches(self, batches: Iterable[Batch]) -> Iterable[Batch]:
         """`batches`, each one's arrival timed as waiting for data."""
-        return self._timed(batches) if self.enabled else batches
+        watched = self.enabled or self._hang is not None
+        return self._timed(batches) if watched else batches
+
+    def _step_of(self, micro_batch: int) -> int:
+        """The optimizer step (from 1) that this process's micro-batch (from 0) belongs to."""
+        return micro_batch // self.micro_batches + 1
+
+    def _first_of_step(self, micro_batch: int) -> bool:
+        """Whether the micro-batch (from 0) is its step's first: a rehearsed hang happens once a step."""
+        return micro_batch % self.micro_batches == 0
 
     def _timed(self, batches: Iterable[Batch]) -> Iterator[Batch]:
         iterator = iter(batches)
         while True:
             started = perf_counter()
-            if self._hang is not None:
-                self._hang.before_batch(self._done + 1)
+            if self._hang is not None and self._first_of_step(self._fetched):
+                self._hang.before_batch(self._step_of(self._fetched))
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
             self._data_s += perf_counter() - started
+            self._fetched += 1
             yield batch
 
     def forward(self) -> AbstractContextManager[Any]:
-        """A context around one step's forward pass (loss included), timed."""
-        return self if self.enabled else _UNTIMED
+        """A context around one micro-batch's forward pass (loss included), timed."""
+        return self if self.enabled or self._hang is not None else _UNTIMED
 
     def __enter__(self) -> None:
         if self._device_events is None:
@@ -108,12 +127,12 @@ class StepTimer:
         else:
             self._pairs[self._steps][1].record()
         self._steps += 1
-        self._done += 1
-        if self._hang is not None:
-            self._hang.after_forward(self._done)
+        self._forwards += 1
+        if self._hang is not None and self._first_of_step(self._forwards - 1):
+            self._hang.after_forward(self._step_of(self._forwards - 1))
 
     def window(self) -> dict[str, float]:
-        """Mean `data_s` and `forward_s` per step since the last call, then start afresh.
+        """Mean `data_s` and `forward_s` per optimizer step since the last call, then start afresh.
 
         Call it after the device was synchronised (the loss read): the device
         events are then complete, and reading them waits for nothing. Empty
@@ -127,10 +146,8 @@ class StepTimer:
                 start.elapsed_time(end) for start, end in self._pairs[: self._steps]
             )
             forward_s = milliseconds / 1000
-        means = {
-            "data_s": self._data_s / self._steps,
-            "forward_s": forward_s / self._steps,
-        }
+        steps = self._steps / self.micro_batches
+        means = {"data_s": self._data_s / steps, "forward_s": forward_s / steps}
         self._steps, self._data_s, self._forward_s = 0, 0.0, 0.0
         return means
 

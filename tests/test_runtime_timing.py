@@ -81,6 +81,58 @@ def test_timing_off_leaves_the_loop_untouched() -> None:
     assert timing.timing_enabled({})
 
 
+def test_under_gradient_accumulation_the_times_are_per_optimizer_step() -> None:
+    """Two micro-batches a step: data_s and forward_s add up over both, so ranks compare optimizer steps."""
+    timer = timing.StepTimer("cpu", micro_batches=2)
+    forwards = []
+    for _ in timer.batches(slow_batches(4, 0.02)):  # 2 optimizer steps
+        started = time.perf_counter()
+        with timer.forward():
+            busy(0.01)
+        forwards.append(time.perf_counter() - started)
+    window = timer.window()
+    assert window["data_s"] >= 2 * 0.02, window  # both micro-batches' loading
+    assert 2 * 0.01 <= window["forward_s"] <= sum(forwards) / 2, (window, forwards)
+
+
+class RecordedHangs:
+    """Stands in for runtime.rehearsal.Hangs: records the steps its hooks are called at."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def before_batch(self, step: int) -> None:
+        self.calls.append(("before_batch", step))
+
+    def after_forward(self, step: int) -> None:
+        self.calls.append(("after_forward", step))
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["timing on", "timing off"])
+def test_a_rehearsed_hang_is_at_its_optimizer_step_with_timing_on_or_off(
+    enabled: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """NPU_WIZARD_STEP_TIMING=0 leaves the rehearsal in place, and step N is the Nth optimizer step, once."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("NPU_WIZARD_REHEARSE", f"hang:1:2:data,hang:1:3:sleep,release={tmp_path}")
+    for step in (2, 3):
+        (tmp_path / f"step-{step}").touch()  # released at once: the test sees the calls, not a wait
+    timer = timing.StepTimer("cpu", enabled=enabled, micro_batches=2)
+    assert timer._hang is not None and dict(timer._hang.at) == {2: "data", 3: "sleep"}
+    recorded = RecordedHangs()
+    timer._hang = recorded  # type: ignore[assignment]
+    for _ in timer.batches(range(6)):  # 3 optimizer steps of 2 micro-batches
+        with timer.forward():
+            pass
+    assert recorded.calls == [
+        ("before_batch", 1), ("after_forward", 1),
+        ("before_batch", 2), ("after_forward", 2),
+        ("before_batch", 3), ("after_forward", 3),
+        ("before_batch", 4),  # the loader then says there is no more
+    ]  # fmt: skip
+    assert (timer.window() != {}) is enabled
+
+
 @pytest.fixture
 def npu_double(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
     """torch_npu as the test double (no NPU here), recording its calls."""

@@ -113,7 +113,9 @@ class Trainer:
         self.flops_per_token = model.flops_per_token()  # for the MFU
         self.recorder = recorder
         # waiting for data and the forward pass, per logged window: the monitor names stragglers from them
-        self.timer = timing.StepTimer(target.type, enabled=timing.timing_enabled())
+        self.timer = timing.StepTimer(
+            target.type, enabled=timing.timing_enabled(), micro_batches=GRAD_ACCUM
+        )
         self.checkpoint_dir = checkpoint_dir
         self.epoch = 0
         self.step = 0  # optimizer steps
