@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-fast snapshots bench clean torch21
 
-# pytest workers for `make test`: twice the two cores, because a third of the suite's test time waits on a
+# pytest workers for `make test`: twice the two cores, because part of the suite's test time waits on a
 # scheduler, a hang deadline, a shaped link or sshd while the others fill the cores (see `test:` below)
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 
 $(BIN)/npu-wizard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,9 @@ demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it
 # sshd), so more workers fill the cores while some wait: the whole suite took 31 min with -n 3 against 40 min
 # with -n 2 on this 2-core machine (tests/costs.py recordings, benchmarks/suite_costs.py); with -n 3 the cores
 # still idled about a quarter of the time. Every test waits on a condition with a deadline, never on a bound that
-# a busier core would break (-n 4 passed beside five other engineers' test runs, load 11-15).
+# a busier core would break (-n 4 passed beside five other engineers' test runs, load 11-15). More workers buy
+# nothing now: with -n 6 a clean clone's pytest took 1892 s against 1880 s with -n 4, the cores 92% busy
+# (vmstat): the suite is bound by the CPU its real runs need, so only fewer or smaller runs make it faster.
 # --dist loadgroup: the tests that read one shared run (tests/conftest.py) go to one worker, which makes it once.
 test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowest tests (setup, call or teardown)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -q -rs --durations=20
