@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from wizard.monitor.hang_records import read_hang_folder
+from wizard.monitor.safe_folder import Folder
 from wizard.monitor.state import JobState
 from wizard.run.attempts import keep_logs
 from wizard.run.hang_record_size import MAX_RECORD_BYTES
 from wizard.run.hang_stacks import Unanswered, collect, take_ask, write_rank
 from wizard.run.intake import Intake
-from wizard.run.safe_folder import Folder
 
 FRAME = {"file": "/job/train.py", "line": 201, "function": "train", "code": "dist.all_reduce(batch)"}
 

@@ -40,7 +40,7 @@ def test_one_module_writes_a_file_atomically() -> None:
     """A new file beside the target, moved into place (the run folder's records, the report): wizard/atomic_files.py.
 
     The bundle's archive (0600, and never replacing a file without --force) and RUN/hang/ (written relative to
-    its opened folder, wizard/run/safe_folder.py) are written their own way on purpose.
+    its opened folder, wizard/monitor/safe_folder.py) are written their own way on purpose.
     """
     assert calls_of("tempfile.mkstemp") == ["atomic_files.py"]
 

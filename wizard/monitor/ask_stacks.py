@@ -25,8 +25,8 @@ from wizard.monitor import procs
 from wizard.monitor.attach import RunFolder
 from wizard.monitor.hang_verdict import hang_summary
 from wizard.monitor.run_files import JSON_LIMIT, RunFileError
+from wizard.monitor.safe_folder import Folder, NotAFolder
 from wizard.monitor.terminal import PrintableOut
-from wizard.run.safe_folder import Folder, NotAFolder
 
 HANG_DIR, ASK_FILE, COLLECTED = "hang", "ask", "collected.json"  # as wizard/run/hang_stacks.py names them
 ASK_WAIT_S = 60.0  # the runner waits 10 s for the ranks' answers, then probes those that did not answer

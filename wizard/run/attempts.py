@@ -31,10 +31,10 @@ from pathlib import Path
 from wizard.answers.model import Answers
 from wizard.monitor import procs
 from wizard.monitor.ranks import Failure
+from wizard.monitor.safe_folder import Folder, NotAFolder
 from wizard.monitor.state import START_MARGIN_S, JobState
 from wizard.run.engines.common import run_command
 from wizard.run.hang_stacks import ASK_FILE, HANG_DIR
-from wizard.run.safe_folder import Folder, NotAFolder
 
 HEALTH_DEADLINE_S = 60.0  # for the failed node to be free of the old processes: a safety net, not a wait
 CHECKPOINT_WORDS = ("does not fit this model", "CheckpointReadError", "ForeignCheckpointError")

@@ -12,7 +12,7 @@ stacks its faulthandler writes on SIGUSR2 where the signal can be sent: the
 runner sends it to this host's ranks, and to a rank on another host where the
 engine can run a command there (`Engine.probe_rank`). hang/collected.json
 says when, why, and which ranks answered. Every file is bounded in size, and
-written relative to hang/ opened once (wizard/run/safe_folder.py): a link or a
+written relative to hang/ opened once (wizard/monitor/safe_folder.py): a link or a
 file planted in its place is refused, never written through.
 """
 
@@ -30,9 +30,9 @@ from typing import Any
 from runtime.events import ENV_RUN_DIR
 from runtime.stacks import ASK, FAULT_SIGNAL, as_text, ask_hccl_dump, fault_path
 from wizard.monitor.run_files import RunFileError, read_tail
+from wizard.monitor.safe_folder import Folder
 from wizard.run.hang_record_size import bounded_record
 from wizard.run.intake import Intake
-from wizard.run.safe_folder import Folder
 
 HANG_DIR = "hang"
 COLLECTED = "collected.json"
