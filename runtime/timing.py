@@ -78,6 +78,9 @@ class StepTimer:
 
     def batches(self, batches: Iterable[Batch]) -> Iterable[Batch]:
         """`batches`, each one's arrival timed as waiting for data."""
+        # an epoch's short last group was fetched and never run (no optimizer step): the fetches count
+        # on from the forwards run, so a rehearsed data hang stays at its step epoch after epoch
+        self._fetched = self._forwards
         watched = self.enabled or self._hang is not None
         return self._timed(batches) if watched else batches
 

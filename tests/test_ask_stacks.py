@@ -357,7 +357,7 @@ def test_a_link_put_in_place_of_hang_after_the_check_is_never_written_through(
     runner = threading.Thread(target=runner_collects)
     runner.start()
     try:
-        ask_stacks_module.ask_stacks(RunFolder.open(run_dir), out, wait_s=10)
+        ask_stacks_module.ask_stacks(RunFolder.open(run_dir), out, wait_s=60)  # returns once answered
     finally:
         runner.join()
     assert list(elsewhere.iterdir()) == []

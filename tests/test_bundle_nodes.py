@@ -167,6 +167,18 @@ def test_what_ssh_said_of_a_node_it_could_not_reach_is_redacted_too() -> None:
     assert PLANTED not in why
 
 
+def test_a_long_failure_is_cut_at_a_word_so_no_secret_is_cut_past_its_shape() -> None:
+    """A query's failure is kept to its last 300 characters: the cut never lands inside a word, where it
+    could leave `lice:PASSWORD@proxy`, which no redaction pattern knows."""
+    url = f"http://alice:{PLANTED}@proxy:3128"
+    for into in range(len(url)):  # the 300-character cut at every character of the URL
+        # the last 300 characters start `into` characters into the URL
+        said = "x " * 50 + url + " " + "y" * (300 - len(url) + into - 1)
+        command = [sys.executable, "-c", f"import sys; sys.stderr.write({said!r}); exit(1)"]
+        ok, why = nodes._run(command, dict(os.environ))
+        assert not ok and PLANTED not in Redactor().text(why), (into, why)
+
+
 class FakeBundle:
     """Records what collect_nodes adds and lacks (the bundle's own interface)."""
 

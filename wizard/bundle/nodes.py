@@ -200,8 +200,18 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[bool, str]:
     except OSError as error:
         return False, f"could not start: {error.strerror or error}"
     if done.returncode != 0:
-        return False, f"failed: {(done.stderr or done.stdout).strip()[-300:] or f'exit {done.returncode}'}"
+        return False, f"failed: {_tail_words(done.stderr or done.stdout) or f'exit {done.returncode}'}"
     return True, done.stdout
+
+
+def _tail_words(text: str, limit: int = 300) -> str:
+    """The last `limit` characters of `text`, whole words only: a cut through a word could cut a secret (a
+    proxy URL's password) past the shape the redactor knows it by, and the word is dropped instead."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    return tail.split(None, 1)[1] if len(tail.split(None, 1)) == 2 else ""
 
 
 def collect_nodes(reach: NodeReach, per_node: dict[int, dict], bundle: Bundle, redactor: Redactor) -> None:
