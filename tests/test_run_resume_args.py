@@ -94,31 +94,3 @@ def test_a_sigkilled_rank_comes_back_with_resume_args_and_the_attempt_number_off
     # a run after a finished one starts anew: no resume_args, attempt 1
     shown = dry_run(project, RunOptions())
     assert "NPU_WIZARD_ATTEMPT=1" in shown and "NPU_WIZARD_RESUMING=0" in shown
-
-
-def test_a_rank_torchrun_restarts_itself_gets_resume_args_too(tmp_path: Path) -> None:
-    """torchrun's own restarts (run --max-restarts) run the same command line again: the runtime adds
-    training.resume_args and NPU_WIZARD_RESUMING=1 to the restarted ranks (TORCHELASTIC_RESTART_COUNT)."""
-    project = render_init_from(tmp_path)
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "wizard", "run", str(project), "--plain", "--max-restarts", "1", "--", "--tag", "once"],
-        env=without_venv(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        os.kill(wait_for(lambda: rank_1_once_saved(project, run_dir), START_S, "the first checkpoint"), signal.SIGKILL)
-        output, _ = runner.communicate(timeout=2 * START_S)
-        assert not leftover_processes(project)
-    finally:
-        clean_up(project, runner)
-    assert runner.returncode == 0, output
-    assert json.loads((run_dir / "summary.json").read_text())["outcome"] == "finished"
-    log = (run_dir / "logs" / "rank-1.log").read_text()
-    first, again = log.split("argv ")[1:3]
-    assert first.startswith("['--steps', '64', '--tag', 'once'] attempt 1 resuming 0"), log[-3000:]
-    assert again.startswith("['--steps', '64', '--tag', 'once', '--init_from=resume'] attempt 1 resuming 1"), log
-    resumed = int(log.split("resumed at step ")[1].split()[0])
-    assert resumed > 0 and f"[rank 1] finished at step {STEPS}" in log
