@@ -57,13 +57,11 @@ import contextlib
 import importlib.util
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -73,18 +71,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.training_throughput import group_of_one  # noqa: E402
+
 TARGET = 0.97
 WARMUP_STEPS = 20
 STEPS = 200
 SMOKE_WARMUP_STEPS = 10  # --smoke: the first step event after them starts the clock
 SMOKE_STEPS = 20
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def render_project(folder: Path) -> Path:
@@ -140,17 +135,6 @@ def load_train_module(project: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@contextlib.contextmanager
-def group_of_one() -> Iterator[None]:
-    """This process as a gloo process group of one, as a launched single-process run has."""
-    address = f"tcp://127.0.0.1:{free_port()}"
-    torch.distributed.init_process_group("gloo", init_method=address, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        torch.distributed.destroy_process_group()
 
 
 @dataclass(frozen=True)
