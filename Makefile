@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-fast snapshots bench clean torch21
 
+# pip keeps no copy of what it downloads: the venvs alone take about 11 GB (torch 2.14.1 and torch 2.1.2 with
+# their CUDA libraries), and a CI machine's disk can be small (a CI run once ran out of space in the tests)
+export PIP_NO_CACHE_DIR := 1
+
 # pytest workers for `make test`: twice the two cores, because part of the suite's test time waits on a
 # scheduler, a hang deadline, a shaped link or sshd while the others fill the cores (see `test:` below)
 TEST_WORKERS ?= 4
