@@ -1,6 +1,6 @@
 """The checkpoint folder holds more than checkpoints: --fresh and resuming touch only this project's.
 
-Real `npu-wizard run` of rendered CPU projects (torchrun, 1 node x 2 ranks)
+Real `npu-wizard run` of rendered CPU projects (the shell launcher, 1 node x 2 ranks)
 whose NPU_WIZARD_CHECKPOINT_DIR is a folder that also holds a user's files,
 or another project's checkpoints.
 """
@@ -44,7 +44,7 @@ def home_like(folder: Path) -> dict[str, bytes]:
 def test_fresh_moves_only_this_projects_checkpoints_never_the_folder(tmp_path: Path) -> None:
     folder = tmp_path / "home"
     files = home_like(folder)
-    project = render_cpu(tmp_path, "torchrun", samples=256)  # 8 steps an epoch, 2 epochs
+    project = render_cpu(tmp_path, "shell", samples=256)  # 8 steps an epoch, 2 epochs
     assert run(project, tmp_path, folder).returncode == 0
     saved = sorted(path.name for path in folder.glob("step-*.pt"))
     assert saved
@@ -63,8 +63,8 @@ def test_fresh_moves_only_this_projects_checkpoints_never_the_folder(tmp_path: P
 def test_a_folder_shared_with_another_project_is_refused_naming_the_file(tmp_path: Path) -> None:
     folder = tmp_path / "shared"
     folder.mkdir()
-    first = render_cpu(tmp_path / "a", "torchrun", samples=256, answers={"project_name": "first"})
-    second = render_cpu(tmp_path / "b", "torchrun", samples=256, answers={"project_name": "second"})
+    first = render_cpu(tmp_path / "a", "shell", samples=256, answers={"project_name": "first"})
+    second = render_cpu(tmp_path / "b", "shell", samples=256, answers={"project_name": "second"})
     assert run(first, tmp_path, folder).returncode == 0
     newest = checkpoint.latest_checkpoint(folder)
     assert newest is not None and written_by(newest) == "first"

@@ -141,7 +141,7 @@ def test_events_of_an_older_runtime_without_numbers_are_still_told_apart_by_thei
 
 def runner_hearing(tmp_path: Path, wall: SteppedWallClock) -> tuple[Job, StatusServer]:
     """A Job of a 1 x 2 CPU project on the stepping wall clock, its status stream open; nothing started."""
-    job = Job(render_cpu(tmp_path, "torchrun"), RunOptions(hang_after=1.0), clock=wall)
+    job = Job(render_cpu(tmp_path, "shell"), RunOptions(hang_after=1.0), clock=wall)
     server = StatusServer("127.0.0.1", 0, TOKEN, clock=wall)
     job.intake.server = server
     return job, server

@@ -1,6 +1,6 @@
 """What a rank warns about reaches `npu-wizard run`'s output, plain and live, and the summary.
 
-A real `npu-wizard run` of a rendered CPU project (torchrun, 1 node x 2 ranks)
+A real `npu-wizard run` of a rendered CPU project (the shell launcher, 1 node x 2 ranks)
 whose newest checkpoint is damaged: the ranks set it aside and resume from
 the one before, and say so on the runner's output, not only in their logs.
 """
@@ -21,7 +21,7 @@ from wizard.monitor.attach import RunFolder
 
 @pytest.mark.slow
 def test_a_set_aside_checkpoint_and_the_resume_step_reach_the_output_and_the_summary(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", samples=256)  # 8 steps an epoch, 2 epochs: checkpoints at 8 and 16
+    project = render_cpu(tmp_path, "shell", samples=256)  # 8 steps an epoch, 2 epochs: checkpoints at 8 and 16
     assert npu_wizard_run(project, tmp_path).returncode == 0
     newest = project / "checkpoints" / "step-000000016.pt"
     newest.write_bytes(newest.read_bytes()[:100])  # torn
@@ -53,7 +53,7 @@ def test_a_set_aside_checkpoint_and_the_resume_step_reach_the_output_and_the_sum
 
 @pytest.mark.slow
 def test_what_amp_does_on_this_device_reaches_the_output(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", amp="fp16", samples=128)
+    project = render_cpu(tmp_path, "shell", amp="fp16", samples=128)
 
     result = npu_wizard_run(project, tmp_path)
 

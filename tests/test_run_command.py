@@ -135,7 +135,7 @@ def test_a_failure_without_a_rank_names_the_nodes_launcher() -> None:
 def test_a_second_run_of_a_finished_project_says_how_to_go_on_and_fresh_moves_checkpoints_aside(
     tmp_path: Path,
 ) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=1, samples=256)  # 8 steps an epoch, 2 epochs
+    project = render_cpu(tmp_path, "shell", devices_per_node=1, samples=128)  # one process: 8 steps an epoch, 2 epochs
     checkpoints = project / "checkpoints"
     assert npu_wizard_run(project, tmp_path).returncode == 0
 

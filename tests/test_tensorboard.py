@@ -103,7 +103,7 @@ def test_rank_0_writes_loss_lr_and_throughput_of_each_logged_step_into_the_run_f
 def test_a_run_resumed_from_an_earlier_checkpoint_draws_each_step_once(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    project = render_cpu(tmp_path, "torchrun", tensorboard=True)  # a checkpoint every 8 steps, logs every 4
+    project = render_cpu(tmp_path, "shell", tensorboard=True)  # a checkpoint every 8 steps, logs every 4
     run_dir = tmp_path / "run"
     for code, output in run_project(project, run_dir):
         assert code == 0, output[-3000:]
