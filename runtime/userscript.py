@@ -318,9 +318,16 @@ def launcher_restart_args(environ: MutableMapping[str, str]) -> list[str]:
         return []  # a first start, or one launch/run-node.sh gave the arguments already
     environ["NPU_WIZARD_RESUMING"] = "1"
     # run-node.sh quotes them: a value that does not split was not written by it
+    words = environ.get("NPU_WIZARD_RESUME_ARGS", "")
     try:
-        return shlex.split(environ.get("NPU_WIZARD_RESUME_ARGS", ""))
-    except ValueError:
+        return shlex.split(words)
+    except ValueError as error:
+        print(
+            f"npu-wizard: NPU_WIZARD_RESUME_ARGS={words!r} does not split into arguments ({error}), so this restart "
+            "runs without training.resume_args; launch/run-node.sh writes them quoted: render the project again",
+            file=sys.stderr,
+            flush=True,
+        )
         return []
 
 

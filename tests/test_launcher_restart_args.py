@@ -14,6 +14,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from runtime.userscript import launcher_restart_args
 from tests.runs import free_port
 from wizard.answers.model import resolve
@@ -51,3 +53,13 @@ def test_run_node_sh_leaves_the_resume_arguments_quoted_for_a_launcher_restart(t
     )
     # the answer's words, as the runtime will split them, and nothing of them ran
     assert shlex.split(said.stdout) == shlex.split(RESUME) and not Path("/tmp/never").exists()
+
+
+def test_resume_arguments_that_do_not_split_are_named_on_the_ranks_log_not_dropped_silently(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = {"TORCHELASTIC_RESTART_COUNT": "1", "NPU_WIZARD_RESUMING": "0", "NPU_WIZARD_RESUME_ARGS": "--note 'open"}
+    assert launcher_restart_args(env) == []
+    said = capsys.readouterr().err
+    assert "NPU_WIZARD_RESUME_ARGS=\"--note 'open\" does not split into arguments" in said
+    assert "runs without training.resume_args" in said

@@ -222,12 +222,14 @@ def run_node(project: Path, tmp_path: Path, *args: str, **env: str) -> dict[str,
     return json.loads(record.read_text())
 
 
-def test_a_start_that_resumes_gets_resume_args_between_the_script_args_and_the_one_off_ones(tmp_path: Path) -> None:
+def test_a_start_that_resumes_gets_resume_args_last_after_the_one_off_ones_as_a_launcher_restart_does(
+    tmp_path: Path,
+) -> None:
     project = render_own(tmp_path, **{"training.resume_args": "--init_from=resume --note 'x y'"})
     first = run_node(project, tmp_path, "--once")
     assert first == {"argv": ["--data", "a b", "--once"], "attempt": "1", "resuming": "0"}
     resumed = run_node(project, tmp_path, "--once", NPU_WIZARD_RESUMING="1")
-    assert resumed["argv"] == ["--data", "a b", "--init_from=resume", "--note", "x y", "--once"]
+    assert resumed["argv"] == ["--data", "a b", "--once", "--init_from=resume", "--note", "x y"]
     assert resumed["attempt"] == "1" and resumed["resuming"] == "1"
     second = run_node(project, tmp_path, NPU_WIZARD_ATTEMPT="2")
     assert second == {"argv": ["--data", "a b", "--init_from=resume", "--note", "x y"], "attempt": "2", "resuming": "1"}

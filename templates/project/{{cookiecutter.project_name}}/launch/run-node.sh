@@ -170,9 +170,10 @@ fi
 program=({% for word in words %}{{ word|sh }}{% if not loop.last %} {% endif %}{% endfor %})
 {%- endif %}
 {%- if foreign and cookiecutter.resume_args %}
+resume_args=()
 if ((NPU_WIZARD_RESUMING)); then
-    # training.resume_args: this start resumes
-    program+=({% for word in cookiecutter.resume_args|shell_words %}{{ word|sh }}{% if not loop.last %} {% endif %}{% endfor %})
+    # training.resume_args: this start resumes (they go last, after `npu-wizard run -- ARGS`)
+    resume_args=({% for word in cookiecutter.resume_args|shell_words %}{{ word|sh }}{% if not loop.last %} {% endif %}{% endfor %})
 {%- if cookiecutter.launcher in ["torchrun", "torch-npu-run"] %}
 else
     # the launcher's own restarts (--max-restarts) start the ranks again with this command
@@ -543,6 +544,11 @@ wait_children() {
 {%- endraw %}
 
 # ---- launch -------------------------------------------------------------------
+{%- if foreign and cookiecutter.resume_args %}
+# training.resume_args after your script's arguments and those of `npu-wizard run -- ARGS`, in the
+# order a launcher's own restart gives them (runtime/userscript.py); never to the smoke test
+{% raw %}[[ "${1:-}" == --smoke ]] || ((${#resume_args[@]} == 0)) || set -- "$@" "${resume_args[@]}"{% endraw %}
+{%- endif %}
 {%- if repository_folder %}
 # Your script's ranks start from the repository's root (npu-wizard's smoke test from here).
 [[ "${1:-}" == --smoke ]] || cd "$REPOSITORY_DIR"
