@@ -137,3 +137,12 @@ def to_record(advice: Advice) -> dict[str, Any]:
         "capacity_of": advice.capacity.what if advice.capacity else None,
         "alternatives": [{"setting": what, "total_bytes": found.total} for what, found in alternatives(advice.values)],
     }
+
+
+def run_capacity(values: Mapping[str, Any], ranks_here: int, meminfo: Path = MEMINFO) -> Capacity | None:
+    """What one rank of a run started here may use: the series' card, this host's share, or unknown (auto)."""
+    if values.get("device") == "npu":
+        return npu_capacity(str(values.get("hardware")))
+    if values.get("device") == "cpu":
+        return host_capacity(ranks_here, meminfo)
+    return None  # auto: the device is known only once the ranks chose it
