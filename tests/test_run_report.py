@@ -234,9 +234,7 @@ def plot_regions(page: Path, pngs: Path, screenshot: Path) -> list[str]:
     wrong += [f"request: {url[:80]}" for url in seen.requests if not url.startswith(("file:", "data:"))]
     shot = np.asarray(Image.open(io.BytesIO(seen.screenshot)).convert("RGB"), dtype=np.int16)
     images = {image["id"].removeprefix("plot-"): image for image in seen.images}
-    expected = {
-        name: size for name, size in {**PLOTS, **SPREAD, **MEMORY}.items() if (pngs / f"{name}.png").is_file()
-    }
+    expected = {name: size for name, size in {**PLOTS, **SPREAD, **MEMORY}.items() if (pngs / f"{name}.png").is_file()}
     if set(images) != set(expected):
         wrong.append(f"plots on the page: {sorted(images)}")
     for name, image in images.items():
