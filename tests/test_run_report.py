@@ -29,6 +29,7 @@ from wizard.monitor.summary_text import summarize
 
 PLOTS = {"loss": (1000, 360), "throughput-ranks": (1000, 360), "throughput-nodes": (1000, 360)}
 SPREAD = {"compute-spread": (1000, 520)}
+MEMORY = {"memory": (1000, 360)}  # drawn where the steps carry memory_peak_bytes (the generated train.py's do)
 
 
 def user_script_run(run_dir: Path, *, steps: bool, fail_rank: int | None = None) -> Path:
@@ -233,7 +234,7 @@ def plot_regions(page: Path, pngs: Path, screenshot: Path) -> list[str]:
     wrong += [f"request: {url[:80]}" for url in seen.requests if not url.startswith(("file:", "data:"))]
     shot = np.asarray(Image.open(io.BytesIO(seen.screenshot)).convert("RGB"), dtype=np.int16)
     images = {image["id"].removeprefix("plot-"): image for image in seen.images}
-    expected = {name: size for name, size in {**PLOTS, **SPREAD}.items() if (pngs / f"{name}.png").is_file()}
+    expected = {name: size for name, size in {**PLOTS, **SPREAD, **MEMORY}.items() if (pngs / f"{name}.png").is_file()}
     if set(images) != set(expected):
         wrong.append(f"plots on the page: {sorted(images)}")
     for name, image in images.items():
@@ -276,10 +277,10 @@ def test_a_real_2x2_run_with_report_opens_offline_in_chromium_with_every_plot_dr
     page = run_dir / "report.html"
     if "compute-spread" not in drawn:  # a train.py whose step events carry no forward_s/data_s
         assert "not recorded: no step event carries `forward_s` or `data_s`" in page.read_text()
-    assert drawn - set(SPREAD) == set(PLOTS)
+    assert drawn - set(SPREAD) == set(PLOTS) | set(MEMORY)
     for name in drawn:
         png = np.asarray(Image.open(pngs / f"{name}.png").convert("L"), dtype=float)
-        assert png.shape == {**PLOTS, **SPREAD}[name][::-1] and png.std() > 20
+        assert png.shape == {**PLOTS, **SPREAD, **MEMORY}[name][::-1] and png.std() > 20
     assert plot_regions(page, pngs, tmp_path / "screenshot.png") == [], page
     monitor = subprocess.run(
         [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--plain"], capture_output=True, text=True

@@ -23,8 +23,10 @@ from wizard.answers.model import Answers, load_text, resolve
 from wizard.answers.script import is_foreign
 from wizard.answers.source import read_answers_text
 from wizard.doctor import device_network, network, project_files, software
+from wizard.doctor.memory_check import check_memory, device_capacity
 from wizard.doctor.probe import Software, probe_software
 from wizard.errors import TargetError
+from wizard.memory.fit import MEMINFO
 from wizard.render import conflict_markers
 from wizard.render.into import requirements_file
 from wizard.render.pristine import repository_root
@@ -46,6 +48,7 @@ class System:
     port_range: Path = network.PORT_RANGE
     nonlocal_bind: Path = NONLOCAL_BIND
     connect_timeout_s: float = 1.0
+    meminfo: Path = MEMINFO
     probe: Callable[[Mapping[str, str]], Software] = probe_software
 
 
@@ -101,6 +104,7 @@ def examine(
         network.check_master(answers, this, system.connect_timeout_s, system.nonlocal_bind),
         network.check_timeouts(answers, script),
         network.check_rank_table(answers, system.env),
+        check_memory(answers, device_capacity(answers, found, this, system.meminfo)),
         *((project_files.check_conflict_markers(project_dir),) if project_dir else ()),
         *((project_files.check_user_script(project_dir, answers, root),) if root and own_script else ()),
         *((check_shadowing(root, answers["training.script"]),) if root and own_script else ()),

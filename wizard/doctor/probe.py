@@ -40,6 +40,8 @@ except BaseException as error:
 else:
     out["torch"] = torch.__version__
     out["torch_cuda"] = torch.version.cuda
+    if torch.version.cuda and torch.cuda.is_available():
+        out["cuda_memory"] = torch.cuda.get_device_properties(0).total_memory
     if importlib.util.find_spec("torch_npu") is None:
         out["torch_npu_missing"] = True
     else:
@@ -75,6 +77,7 @@ class Software:
     torch_npu_error: str | None = None
     torch_npu_fix: str | None = None
     npu_count: int | None = None
+    cuda_memory: int | None = None  # bytes of CUDA device 0, where torch sees one
     autoload_error: str | None = None  # `import torch` failed while auto-loading torch_npu
     probe_error: str | None = None  # the probe itself could not run
 

@@ -35,7 +35,7 @@ from wizard.monitor.summary_text import FAILED_OUTCOMES, duration, eta_text, fai
 from wizard.monitor.terminal import PrintableOut, printable
 from wizard.stopping import stop_signals_raise
 
-COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "beat", "restarts")
+COLUMNS = ("rank", "node", "state", "step", "loss", "samples/s", "peak mem", "beat", "restarts")
 LOG_LINES = 200
 LOG_CHUNK = 1024 * 1024  # bytes of a rank's log read per redraw: a log growing by gigabytes is caught up with
 PLOT_POINTS = 120
@@ -169,6 +169,7 @@ class MonitorApp(App[str | None]):
                 shown_step,
                 "-" if view.loss is None else f"{view.loss:.4f}",
                 "-" if view.samples_per_s is None or view.outcome else f"{view.samples_per_s:,.0f}",
+                state.memory.cell(rank),  # the newest window's peak (runtime/memory.py)
                 beat,
                 str(view.restarts),
             )
@@ -233,8 +234,11 @@ class MonitorApp(App[str | None]):
         notices = state.notices.all()[-ALERT_NOTICES:]
         said = "\n".join(f"warning from {_shown(notice.line())}" for notice in notices)
         slow = "\n".join(
-            f"straggler: {finding.who()} is {finding.gap_pct:.0f}% slower in {finding.phase} than the other ranks"
-            for finding in state.stragglers.active()
+            [
+                f"straggler: {finding.who()} is {finding.gap_pct:.0f}% slower in {finding.phase} than the other ranks"
+                for finding in state.stragglers.active()
+            ]
+            + [f"memory outlier: {outlier.words()}" for outlier in state.memory.outliers()]
         )
         return "\n".join(
             filter(

@@ -30,8 +30,22 @@ def _hint(code: str, pattern: str, meaning: str, fix: str, *, caused_by_peer: bo
     return Hint(code, re.compile(pattern, re.IGNORECASE), meaning, fix, caused_by_peer)
 
 
+OUT_OF_MEMORY = "out of memory"
+# torch_npu's caching allocator, CUDA's, torch's CPU allocator, and Python's own
+OUT_OF_MEMORY_TEXTS = (
+    r"NPU out of memory|CUDA out of memory|OutOfMemoryError|DefaultCPUAllocator: can't allocate memory"
+    r"|^MemoryError\b|\bMemoryError:"
+)
+
 # Most specific first: the first matching row wins.
 HINTS: tuple[Hint, ...] = (
+    Hint(
+        OUT_OF_MEMORY,
+        re.compile(OUT_OF_MEMORY_TEXTS, re.MULTILINE),
+        "the rank ran out of memory (its device's, or on the CPU the host's)",
+        "Lower what a rank holds: fsdp2 shards parameters, gradients and optimizer state; activation "
+        "checkpointing keeps a block's input only; a smaller batch with more grad_accum keeps the global batch.",
+    ),
     _hint(
         "EI0006",
         r"EI0006|Getting socket times? out",

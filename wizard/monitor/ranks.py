@@ -131,6 +131,7 @@ class Failure:
     hint: Hint | None = None
     device: str | None = None  # the rank's device (npu:3), when it said
     pid: int | None = None
+    memory_peak: tuple[int, int, str] | None = None  # its newest logged peak: step, bytes, what they are
 
     @property
     def secondary(self) -> bool:

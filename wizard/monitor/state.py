@@ -28,6 +28,7 @@ from runtime.events import clip
 from runtime.status import LOST
 from wizard.monitor.hints import explain
 from wizard.monitor.lm_figures import LanguageModelFigures
+from wizard.monitor.memory_peaks import MemoryPeaks
 from wizard.monitor.notices import Notices
 from wizard.monitor.ranks import Failure, RankView
 from wizard.monitor.status_server import RECEIVED
@@ -71,6 +72,7 @@ class JobState:
         self.notices = Notices()
         self.stragglers = StragglerDetector(self.node_of)  # fed the step events' data_s and forward_s
         self.lm_figures = LanguageModelFigures()  # a language model's tokens/s, MFU and validation losses
+        self.memory = MemoryPeaks()  # each rank's peak memory per logged window (runtime/memory.py)
         self.profiles: list[dict] = []  # the profile windows the ranks recorded (runtime/profile_window.py)
         self.profile_asks: list[dict] = []  # the straggler windows the runner asked for: straggler, median, steps
 
@@ -166,6 +168,7 @@ class JobState:
             view.compute_s = sum(time or 0.0 for time in times)
         self.stragglers.add(view.rank, event)
         self.lm_figures.step_done(event)
+        self.memory.step_done(event)
 
     def _on_eval(self, view: RankView, event: dict, at: float) -> None:
         self.lm_figures.evaluated(event)
@@ -448,6 +451,7 @@ class JobState:
                         explain(text),
                         view.device,
                         view.pid,
+                        self.memory.last_peak(view.rank),
                     )
                 )
             elif view.outcome == LOST:
@@ -458,7 +462,9 @@ class JobState:
                     f"{where}(killed: kill -9, the OOM killer, or a crash in native code?)"
                 )
                 lost = Failure(view.rank, view.node, view.ended_at or 0.0, "vanished", summary)
-                found.append(replace(lost, device=view.device, pid=view.pid))
+                found.append(
+                    replace(lost, device=view.device, pid=view.pid, memory_peak=self.memory.last_peak(view.rank))
+                )
         return sorted(found, key=lambda failure: failure.time)
 
     def root_cause(self) -> Failure | None:

@@ -11,6 +11,8 @@ from typing import Any
 from wizard.monitor.attempt_text import attempt_lines, restart_words
 from wizard.monitor.hosts_text import host_lines
 from wizard.monitor.lm_figures import evaluation_words, rate_words, summary_lines
+from wizard.monitor.memory_peaks import summary_lines as memory_lines
+from wizard.monitor.memory_text import oom_lines
 from wizard.monitor.ranks import Failure, where
 from wizard.monitor.run_files import RunFileError, log_lines, read_tail
 from wizard.monitor.state import FINISHED, HUNG, RUNNING, STALLED, JobState
@@ -153,6 +155,7 @@ def failure_report(failure: Failure, run_dir: Path) -> str:
         lines.append(f"(rank {failure.rank}'s log is on node {failure.node if failure.node is not None else '?'})")
     if failure.hint is not None:
         lines.append(f"hint: {failure.hint}")
+    lines += oom_lines(failure, run_dir)
     lines += cann_log_lines(failure)
     return "\n".join(lines)
 
@@ -253,6 +256,7 @@ def summarize(
         if state.profiles or state.profile_asks
         else None,
         "language_model": state.lm_figures.summary(),
+        "memory": state.memory.summary(),
     }
 
 
@@ -293,6 +297,7 @@ def format_summary(summary: dict[str, Any], *, root_cause_follows: bool = False)
         f"throughput {rate:,.0f} samples/s overall" if rate else "throughput: no step logged",
         f"final loss {loss:.4f}" if isinstance(loss, (int, float)) else "final loss: none logged",
         *summary_lines(summary.get("language_model")),
+        *memory_lines(summary.get("memory")),
     ]
     preempted = summary.get("preempted")
     if preempted:

@@ -28,6 +28,7 @@ from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers.script import is_foreign
 from wizard.atomic_files import write_json
 from wizard.errors import TargetError, cannot_write
+from wizard.memory.fit import advise, run_capacity, to_record
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.hang_verdict import HangVerdict, hang_summary
 from wizard.monitor.ranks import Failure, where
@@ -161,6 +162,13 @@ class Job(JobStacks, JobRestarts):
         resuming = self.resumes is not None
         return launch_for(self.project, self.answers, self.nodes, self.run_dir, self.options, resuming=resuming)
 
+    def _memory_estimate(self) -> dict | None:
+        """The estimate per rank against the device (wizard/memory): an out-of-memory root cause quotes it."""
+        if is_foreign(self.answers["training.script"]):
+            return None
+        ranks_here = len(self.nodes) * self.answers["devices_per_node"]
+        return to_record(advise(self.answers.values, run_capacity(self.answers.values, ranks_here)))
+
     def start(self) -> None:
         """Check the engine can start the job, open the status stream, and have the engine start every node."""
         launch = self.launch()
@@ -183,6 +191,7 @@ class Job(JobStacks, JobRestarts):
             "status_addr": status_addr,
             "smoke": "--smoke" in self.options.train_args,
             "resumes": None if self.resumes is None else self.resumes.run_dir.name,
+            "memory_estimate": self._memory_estimate(),
         }
         try:
             write_json(self.run_dir / RUN_FILE, info)

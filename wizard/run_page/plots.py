@@ -3,6 +3,7 @@
 Up to `EVERY_RANK` ranks each get a line; beyond that each rank is resampled onto one time grid and the plot
 shows the median with the min-max and 25-75% bands, so 4096 ranks cost what 16 do. Restarts, checkpoints and
 the failure are marked on every time axis; the stragglers the monitor found are shaded on the compute-time plot.
+Each rank's peak memory per logged window (runtime/memory.py) has its own plot, where the steps carry it.
 A language model's validation losses (its eval events) are drawn on the loss plot, at the time each was written.
 """
 
@@ -108,12 +109,14 @@ def draw_all(record: RunRecord, summary: dict[str, Any] | None = None) -> list[P
             Plot("throughput-ranks", "Throughput per rank", None, said),
             Plot("throughput-nodes", "Throughput per node", None, said),
             Plot("compute-spread", "Compute-time spread", None, said),
+            Plot("memory", "Peak memory per rank", None, said),
         ]
     return [
         _loss(series),
         _per_rank(series, "rate", "Throughput per rank", "samples/s", "each rank's own samples per second"),
         _per_node(series),
         _spread(series),
+        _memory(series),
     ]
 
 
@@ -229,6 +232,17 @@ def _spread(series: Series) -> Plot:
     return Plot("compute-spread", title, png_bytes(figure), note=note)
 
 
+def _memory(series: Series) -> Plot:
+    """Each rank's peak memory per logged window, named as the ranks named it; outliers said under it."""
+    memory = series.summary.get("memory") or {}
+    of = printable(str(memory.get("of") or "peak memory"))
+    note = f"each rank's peak per logged window ({of})"
+    outliers = [entry.get("rank") for entry in memory.get("outliers") or [] if isinstance(entry, dict)]
+    if outliers:
+        note += f"; far above the others: rank {', '.join(map(str, outliers))}"
+    return _per_rank(series, "memory", "Peak memory per rank", "GiB", note)
+
+
 def plot_text(text: str) -> str:
     """`text` from a run folder as matplotlib should draw it: control bytes escaped, `$` no mathtext."""
     return printable(text).replace("\n", " ").replace("\t", " ").replace("$", r"\$")
@@ -289,8 +303,8 @@ def _seconds(at: object, series: Series) -> float | None:
 
 
 def _file_name(name: str) -> str:
-    return {"loss": "loss", "rate": "throughput-ranks"}[name]
+    return {"loss": "loss", "rate": "throughput-ranks", "memory": "memory"}[name]
 
 
 def _event_field(name: str) -> str:
-    return {"loss": "loss", "rate": "samples_per_s"}[name]
+    return {"loss": "loss", "rate": "samples_per_s", "memory": "memory_peak_bytes"}[name]

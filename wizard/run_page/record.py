@@ -49,6 +49,7 @@ class RankRecord:
     rate: array = field(default_factory=lambda: array("f"))  # this rank's own samples per second
     forward_s: array = field(default_factory=lambda: array("f"))
     data_s: array = field(default_factory=lambda: array("f"))
+    memory: array = field(default_factory=lambda: array("f"))  # the window's peak memory, GiB
     starts: list[float] = field(default_factory=list)
     last_step: dict[str, Any] | None = None
 
@@ -64,6 +65,7 @@ class RankRecord:
         self.rate.append(rate / world_size if world_size else rate)  # the event gives the job's rate
         self.forward_s.append(_figure(forward))
         self.data_s.append(_figure(data))
+        self.memory.append(_figure(event.get("memory_peak_bytes")) / 2**30)
 
 
 @dataclass

@@ -35,6 +35,10 @@ def answers_text(values: dict[str, object], problems: list[Problem]) -> Text:
         text.append(f"! {problem}\n", style="yellow")
     if problems:
         text.append("\n")
+    memory = memory_text(values)
+    if memory is not None:
+        text.append_text(memory)
+        text.append("\n\n")
     step = None
     # step by step as the wizard asked them (the engine is asked after the topology)
     for question in sorted(QUESTIONS, key=lambda q: STEPS.index(q.step)):
@@ -47,6 +51,29 @@ def answers_text(values: dict[str, object], problems: list[Problem]) -> Text:
         text.append(as_text(question, values[question.name]) or "(empty)")
         text.append("\n")
     return text
+
+
+def memory_text(values: dict[str, object]) -> Text | None:
+    """The estimated memory per rank against one device (the series' card on an NPU), and what fits if not.
+
+    The review page cannot see the machines, so a CPU or auto project is weighed against nothing here:
+    npu-wizard doctor on the node weighs it against that host or its GPU.
+    """
+    from wizard.answers.script import is_foreign
+    from wizard.memory.estimate import gib
+    from wizard.memory.fit import advise, breakdown, fits_words, npu_capacity
+
+    if is_foreign(values.get("training.script")) or "training.batch_size" not in values:
+        return None
+    capacity = npu_capacity(str(values.get("hardware"))) if values.get("device") == "npu" else None
+    advice = advise(values, capacity)
+    said = f"Memory per rank (estimate): {breakdown(advice.chosen)}"
+    if capacity is None:
+        return Text(said + "; npu-wizard doctor weighs it against the node's memory")
+    said += f", of {gib(capacity.bytes)} ({capacity.what})"
+    if advice.fits:
+        return Text(said)
+    return Text(f"! {said}: does not fit; would fit: {fits_words(advice)}", style="yellow")
 
 
 class ReviewScreen(Screen[None]):
