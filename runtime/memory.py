@@ -80,10 +80,11 @@ def _rss_peak() -> tuple[int, str]:
         return resource.getrusage(
             resource.RUSAGE_SELF
         ).ru_maxrss * 1024, RSS_SINCE_START
-    if _resets.setdefault("rss", _reset_rss_peak()):
+    if "rss" not in _resets:
+        _resets["rss"] = _reset_rss_peak()  # the first window: is a reset allowed here at all?
+    elif _resets["rss"]:
         _reset_rss_peak()
-        return found, RSS_WINDOW
-    return found, RSS_SINCE_START
+    return found, RSS_WINDOW if _resets["rss"] else RSS_SINCE_START
 
 
 def _reset_rss_peak() -> bool:
