@@ -11,6 +11,7 @@ for windows beyond the model's 64 positions and is refused at start-up.
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,11 +40,15 @@ HF_ANSWERS = {
 }
 
 
-def hf_project(root: Path, **answers: object) -> Path:
-    """A 1 x 2 torchrun CPU project of the tiny model, saved into its models/tiny, its tokens prepared."""
+def hf_project(root: Path, model: Path, **answers: object) -> Path:
+    """A 1 x 2 torchrun CPU project of the tiny model, copied into its models/tiny."""
     project = render_cpu(root, "torchrun", **{**HF_ANSWERS, **answers})
-    save_tiny_model(project / "models" / "tiny")
-    text = root / "text"
+    shutil.copytree(model, project / "models" / "tiny")
+    return project
+
+
+def prepare_text(project: Path, text: Path) -> None:
+    """Seeded lines of the tokenizer's own text in two files, tokenized by the project's prepare_data.py."""
     text.mkdir()
     rng = random.Random(3)
     for part in range(2):
@@ -52,7 +57,6 @@ def hf_project(root: Path, **answers: object) -> Path:
         [sys.executable, "prepare_data.py", str(text)], cwd=project, capture_output=True, text=True, timeout=180
     )
     assert prepared.returncode == 0, prepared.stderr
-    return project
 
 
 def run_node(project: Path, run_dir: Path, *args: str, timeout: float = 300) -> tuple[int, str]:
@@ -70,8 +74,9 @@ def run_node(project: Path, run_dir: Path, *args: str, timeout: float = 300) -> 
 
 @dataclass(frozen=True)
 class HfRuns:
-    """The project, its first run (6 steps) and the run that resumed it to 10."""
+    """The tiny model, the project, its first run (6 steps) and the run that resumed it to 10."""
 
+    model: Path
     project: Path
     first: Path
     resumed: Path
@@ -80,14 +85,16 @@ class HfRuns:
 
 @pytest.fixture(scope="module")
 def hf_runs(tmp_path_factory: pytest.TempPathFactory) -> HfRuns:
-    """Both runs of the tiny hf model (about a minute on two cores)."""
+    """Both runs of the tiny hf model (about a minute on two quiet cores)."""
     root = tmp_path_factory.mktemp("hf-runs")
-    project = hf_project(root)
+    model = save_tiny_model(root / "tiny")
+    project = hf_project(root, model)
+    prepare_text(project, root / "text")
     first_code, first_output = run_node(project, root / "first")
     assert first_code == 0, first_output[-3000:]
     resumed_code, resumed_output = run_node(project, root / "resumed", "--max-steps", "10")
     assert resumed_code == 0, resumed_output[-3000:]
-    return HfRuns(project, root / "first", root / "resumed", (first_output, resumed_output))
+    return HfRuns(model, project, root / "first", root / "resumed", (first_output, resumed_output))
 
 
 def test_the_tiny_model_trains_on_both_ranks_with_the_same_weights_and_a_falling_loss(hf_runs: HfRuns) -> None:
@@ -129,8 +136,11 @@ def test_nothing_is_downloaded_into_the_hugging_face_cache(hf_runs: HfRuns) -> N
     assert not list(cache.rglob("*.safetensors")) and not list(cache.rglob("config.json"))
 
 
-def test_windows_beyond_the_models_positions_are_refused_at_start_up_and_nothing_is_written(tmp_path: Path) -> None:
-    project = hf_project(tmp_path, block_size=POSITIONS * 2, devices_per_node=1)
+def test_windows_beyond_the_models_positions_are_refused_at_start_up_and_nothing_is_written(
+    hf_runs: HfRuns, tmp_path: Path
+) -> None:
+    project = hf_project(tmp_path, hf_runs.model, block_size=POSITIONS * 2, devices_per_node=1)
+    shutil.copytree(hf_runs.project / "data", project / "data")
     code, output = run_node(project, tmp_path / "run")
     assert code != 0
     assert f"block_size {POSITIONS * 2} is beyond the model's context" in output
