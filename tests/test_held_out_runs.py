@@ -34,4 +34,3 @@ def test_the_synthetic_dataset_validates_on_its_held_out_tenth_every_eval_every_
     log = (tmp_path / "run" / "logs" / "rank-0.log").read_text()
     assert f"step {EVAL_EVERY}: validation loss" in log
     assert "VAL_FRACTION = 0.1" in (project / "train.py").read_text()
-
