@@ -66,21 +66,53 @@ def mnist_tensors(
     return features.sub_(MNIST_MEAN).div_(MNIST_STD), mnist.targets.clone()
 
 
-def image_folder(root: Path, image_size: int) -> Dataset:
-    """torchvision's ImageFolder under `root` with training augmentation."""
+def image_folder(root: Path, image_size: int, augment: bool = True) -> Dataset:
+    """torchvision's ImageFolder under `root`: with training augmentation, or resized and centred (to validate)."""
     from torchvision import datasets, transforms
 
     if not Path(root).is_dir():
         raise SetupError(f"no image folder at {root}: one sub-folder per class")
-    transform = transforms.Compose(
-        [
+    if augment:
+        shape = [
             transforms.RandomResizedCrop(image_size),
             transforms.RandomHorizontalFlip(),
+        ]
+    else:
+        shape = [transforms.Resize(image_size), transforms.CenterCrop(image_size)]
+    transform = transforms.Compose(
+        [
+            *shape,
             transforms.ToTensor(),
             transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
         ]
     )
     return datasets.ImageFolder(str(root), transform=transform)
+
+
+def held_out_split(
+    samples: int,
+    fraction: float,
+    seed: int,
+    *,
+    batch_size: int,
+    world_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kept, held out) indices of `samples`: a seeded draw of `fraction` of them is held out to validate on.
+
+    The draw depends on the seed alone, so every rank, and every run resumed
+    with the same seed, holds out the same samples and never trains on them.
+    Both index lists are in ascending order; the held-out part fills at least
+    one batch on every rank.
+    """
+    held = max(1, round(samples * fraction))
+    if held < batch_size * world_size or held >= samples:
+        raise SetupError(
+            f"holding out {fraction:.0%} of {samples} samples ({held}) to validate on makes no batch of "
+            f"{batch_size} on each of {world_size} ranks, or leaves none to train on: use more samples or a "
+            "smaller batch size, or set training.eval_every to 0 (no validation, every sample trains)"
+        )
+    order = torch.randperm(samples, generator=torch.Generator().manual_seed(seed))
+    return order[held:].sort().values, order[:held].sort().values
 
 
 def rank_sampler(

@@ -63,6 +63,7 @@ CASES: dict[str, dict[str, Any]] = {
         "training.model": "convnet",
         "training.dataset": "mnist",
         "training.data_dir": "data/mnist",
+        "training.eval_every": 200,  # on a held-out tenth of MNIST's training set
         "environment.torch_npu_version": "2.6.0.post3",
         "environment.torch_version": "2.6.0",
     },
@@ -87,6 +88,7 @@ CASES: dict[str, dict[str, Any]] = {
         "training.model": "resnet18",
         "training.dataset": "imagefolder",
         "training.data_dir": "/data/images",
+        "training.eval_every": 500,  # on a held-out tenth of the images, without augmentation
     },
     "a3-8x16-torch-npu-run-bf16-cluster": {
         "project_name": "a3-big",
@@ -132,6 +134,7 @@ CASES: dict[str, dict[str, Any]] = {
         "devices_per_node": 2,
         "launcher": "shell",
         "amp": "fp16",
+        "training.eval_every": 50,  # on a held-out tenth of the synthetic samples
     },
     "a2-2x8-torchrun-bf16-gpt-tokens": {
         "project_name": "a2-gpt",
@@ -176,6 +179,35 @@ CASES: dict[str, dict[str, Any]] = {
         "training.dataset": "tokens",
         "training.compile": "default",
         "training.grad_accum": 2,
+    },
+    "cpu-1x2-torchrun-off-hf-tokens": {
+        "project_name": "cpu-hf",
+        "device": "cpu",
+        "devices_per_node": 2,
+        "launcher": "torchrun",
+        "amp": "off",
+        "training.model": "hf",
+        "training.dataset": "tokens",
+        "training.hf_model_path": "models/tiny-gpt2",
+        "training.block_size": 128,
+    },
+    "a2-1x8-torchrun-bf16-hf-tokens-torch251": {
+        "project_name": "a2-hf",
+        "hardware": "atlas-a2",
+        "devices_per_node": 8,
+        "launcher": "torchrun",
+        "amp": "bf16",
+        "network.host_ips": ["10.0.0.10"],
+        "environment.torch_npu_version": "2.5.1.post1",
+        "environment.torch_version": "2.5.1",
+        "training.model": "hf",
+        "training.dataset": "tokens",
+        "training.hf_model_path": "/models/Qwen2.5-0.5B",  # not on this machine: read at start-up
+        "training.lr": 0.00005,
+        "training.lr_schedule": "cosine",
+        "training.warmup_steps": 100,
+        "training.grad_accum": 8,
+        "training.peak_tflops": 280.0,
     },
     "auto-2x2-torch-launch-bf16": {
         "project_name": "auto-launch",

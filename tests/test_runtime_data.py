@@ -121,3 +121,34 @@ def test_an_npu_loader_pins_for_the_npu_on_torch_before_2_6() -> None:
     assert loader.pin_memory
     before_2_6 = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6)
     assert (loader.pin_memory_device == "npu") is before_2_6
+
+
+def test_the_held_out_split_is_seeded_disjoint_and_the_stated_fraction() -> None:
+    kept, held = data.held_out_split(1000, 0.1, SEED, batch_size=16, world_size=2)
+    assert len(held) == 100 and len(kept) == 900
+    assert sorted(torch.cat([kept, held]).tolist()) == list(range(1000))  # each sample in exactly one part
+    assert kept.tolist() == sorted(kept.tolist()) and held.tolist() == sorted(held.tolist())
+    again_kept, again_held = data.held_out_split(1000, 0.1, SEED, batch_size=16, world_size=2)
+    assert torch.equal(kept, again_kept) and torch.equal(held, again_held)  # every rank, every run: the same
+    _, other = data.held_out_split(1000, 0.1, SEED + 1, batch_size=16, world_size=2)
+    assert not torch.equal(held, other)
+    assert held[-1] > 900  # drawn from the whole set, not its tail cut off
+
+
+def test_a_held_out_part_too_small_for_a_batch_per_rank_says_what_to_change() -> None:
+    with pytest.raises(SetupError, match=r"holding out 10% of 200 samples \(20\) .* no batch of 16 on each of 2 ranks"):
+        data.held_out_split(200, 0.1, SEED, batch_size=16, world_size=2)
+    with pytest.raises(SetupError, match="training.eval_every to 0"):
+        data.held_out_split(200, 0.1, SEED, batch_size=16, world_size=2)
+
+
+def test_the_image_folder_for_validation_is_resized_and_centred_without_augmentation(tmp_path: Path) -> None:
+    pytest.importorskip("torchvision")
+    from PIL import Image
+
+    for label in ("a", "b"):
+        (tmp_path / label).mkdir()
+        Image.new("RGB", (40, 30), (10, 200, 30)).save(tmp_path / label / "one.png")
+    plain = data.image_folder(tmp_path, 16, augment=False)
+    first, second = plain[0][0], plain[0][0]
+    assert first.shape == (3, 16, 16) and torch.equal(first, second)  # the same every time: no random crop or flip

@@ -181,7 +181,7 @@ def test_without_validation_a_val_bin_smaller_than_a_batch_per_rank_is_never_rea
     folder = write_tokens(tmp_path / "data", list(range(train.BLOCK_SIZE + 2)))  # a window in all, none per rank
     monkeypatch.setattr(train, "DATA_DIR", folder)
     rank = distributed.RankInfo(1, 1, 2, 2, 0, "torchrun")
-    assert train.load_val_data(rank) is None
+    assert train.load_val_data(rank, torch.device("cpu")) is None
     monkeypatch.setattr(train, "EVAL_EVERY", 10)  # validating, the same file is refused as too small
     with pytest.raises(SetupError, match="val.bin"):
-        train.load_val_data(rank)
+        train.load_val_data(rank, torch.device("cpu"))

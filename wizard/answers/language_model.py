@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+LANGUAGE_MODELS = ("gpt", "hf")  # the models that train on token windows
+HF_BLOCK_SIZE = 1024  # an hf model's context length when training.block_size is empty
+
 
 @dataclass(frozen=True)
 class GPTShape:
@@ -53,3 +56,9 @@ def gpt_config(context: Mapping[str, object]) -> GPTShape:
         if text:
             overrides[name] = float(text) if name == "dropout" else int(text)
     return shape_of(str(context["gpt_size"]), overrides)
+
+
+def hf_block_size(values: Mapping[str, Any]) -> int:
+    """The window length an hf model trains on: training.block_size, or HF_BLOCK_SIZE when it is empty."""
+    given = values.get("training.block_size")
+    return HF_BLOCK_SIZE if given is None else given

@@ -1,13 +1,14 @@
 """The training step's questions for language models and the loop around any generated model.
 
-GPT_QUESTIONS shape the generated GPT (training.model: gpt); SCHEDULE_QUESTIONS
-and LOOP_QUESTIONS (the run's length, accumulation, clipping, evaluation) apply
-to every model train.py generates, never to a user's own script.
+GPT_QUESTIONS shape the generated GPT (training.model: gpt) and name the folder
+of a Hugging Face model (training.model: hf); SCHEDULE_QUESTIONS and
+LOOP_QUESTIONS (the run's length, accumulation, clipping, evaluation) apply to
+every model train.py generates, never to a user's own script.
 """
 
 from __future__ import annotations
 
-from wizard.answers.language_model import PRESETS
+from wizard.answers.language_model import HF_BLOCK_SIZE, LANGUAGE_MODELS, PRESETS
 from wizard.answers.script import is_foreign
 from wizard.answers.spec import Choice, Question, Values
 
@@ -20,8 +21,12 @@ def _gpt(values: Values) -> bool:
     return _generated(values) and values.get("training.model") == "gpt"
 
 
-def _tokens(values: Values) -> bool:
-    return _generated(values) and values.get("training.dataset") == "tokens"
+def _hf(values: Values) -> bool:
+    return _generated(values) and values.get("training.model") == "hf"
+
+
+def _language_model(values: Values) -> bool:
+    return _generated(values) and values.get("training.model") in LANGUAGE_MODELS
 
 
 def _cosine(values: Values) -> bool:
@@ -64,7 +69,31 @@ GPT_QUESTIONS: tuple[Question, ...] = (
     _override("n_layer", "Layers (optional)", "Transformer blocks.", 1024),
     _override("n_head", "Attention heads (optional)", "Heads per block; must divide the embedding width.", 1024),
     _override("n_embd", "Embedding width (optional)", "Width of the token vectors.", 65536),
-    _override("block_size", "Context length (optional)", "Tokens the model sees at once (one window).", 1_048_576),
+    Question(
+        name="training.hf_model_path",
+        prompt="Hugging Face model folder",
+        kind="relpath",
+        default="hf-model",
+        when=_hf,
+        step="training",
+        help="A causal language model saved with save_pretrained (config.json, the weights and the tokenizer), "
+        "relative to the project or absolute, on every node. Nothing is downloaded at run time: fetch it on a "
+        "machine with internet (hf download NAME --local-dir PATH) and copy the folder over. prepare_data.py "
+        "tokenizes with its tokenizer.",
+    ),
+    Question(
+        name="training.block_size",
+        prompt="Context length (optional)",
+        kind="int",
+        optional=True,
+        minimum=1,
+        maximum=1_048_576,
+        when=_language_model,
+        step="training",
+        help="Tokens the model sees at once (one window). Empty: for gpt the preset's "
+        f"({_preset_text('block_size')}); for hf {HF_BLOCK_SIZE}. For hf at most the model's own context "
+        "(max_position_embeddings in its config.json).",
+    ),
     Question(
         name="training.dropout",
         prompt="Dropout (optional)",
@@ -83,7 +112,7 @@ GPT_QUESTIONS: tuple[Question, ...] = (
         optional=True,
         minimum=0.001,
         maximum=100000.0,
-        when=_gpt,
+        when=_language_model,
         step="training",
         help="The card's peak dense TFLOPS at the training precision. When set, each logged step reports the "
         "model FLOPs utilisation (MFU) against it; never on a CPU. Empty: no MFU.",
@@ -159,7 +188,7 @@ LOOP_QUESTIONS: tuple[Question, ...] = (
         name="training.grad_clip",
         prompt="Gradient clipping",
         kind="float",
-        default_from=lambda values: 1.0 if values.get("training.model") == "gpt" else 0.0,
+        default_from=lambda values: 1.0 if values.get("training.model") in LANGUAGE_MODELS else 0.0,
         minimum=0.0,
         maximum=1e6,
         when=_generated,
@@ -171,12 +200,14 @@ LOOP_QUESTIONS: tuple[Question, ...] = (
         name="training.eval_every",
         prompt="Validate every N steps",
         kind="int",
-        default=100,
+        default_from=lambda values: 100 if values.get("training.dataset") == "tokens" else 0,
         minimum=0,
         maximum=10_000_000,
-        when=_tokens,
+        when=_generated,
         step="training",
-        help="Every N optimizer steps the validation loss on val.bin is measured on every rank, averaged, "
-        "printed and written as an eval event (0: never).",
+        help="Every N optimizer steps the validation loss is measured on every rank, averaged, printed and "
+        "written as an eval event (0: never). Token data validates on val.bin; the other datasets on a "
+        "held-out tenth of their samples, drawn with the seed, the same on every rank and never trained on "
+        "(with 0 they train on all of them).",
     ),
 )

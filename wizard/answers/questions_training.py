@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from wizard.answers.language_model import LANGUAGE_MODELS
 from wizard.answers.questions_lm import GPT_QUESTIONS, LOOP_QUESTIONS, SCHEDULE_QUESTIONS
 from wizard.answers.script import is_foreign
 from wizard.answers.spec import Choice, Question, Values
@@ -34,8 +35,8 @@ def _epoch_warmup(values: Values) -> bool:
     return _without_lr(values) and not values.get("training.warmup_steps")
 
 
-def _gpt(values: Values) -> bool:
-    return values.get("training.model") == "gpt"
+def _language_model(values: Values) -> bool:
+    return values.get("training.model") in LANGUAGE_MODELS
 
 
 TRAINING_QUESTIONS: tuple[Question, ...] = (
@@ -82,11 +83,13 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
             Choice("convnet", "ConvNet", "A small convolutional network for 28x28 images (MNIST-shaped)."),
             Choice("resnet18", "ResNet-18", "torchvision's ResNet-18 for image folders (needs torchvision)."),
             Choice("gpt", "GPT", "A decoder-only transformer language model (model.py) for token data."),
+            Choice("hf", "Hugging Face", "A causal language model from a local Hugging Face folder, for token data."),
         ),
         when=_generated,
         step="training",
-        help="The network train.py builds; replace it with your own in train.py. gpt trains on token data "
-        "(dataset tokens) with AdamW.",
+        help="The network train.py builds; replace it with your own in train.py. gpt and hf train on token "
+        "data (dataset tokens) with AdamW; hf loads a model saved with save_pretrained from a local folder "
+        "(transformers joins the project's requirements).",
     ),
     Question(
         name="training.dataset",
@@ -102,7 +105,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         when=_generated,
         step="training",
         help="What train.py trains on. tokens: memory-mapped token files that the generated prepare_data.py "
-        "writes from a folder of .txt files or a .jsonl file (a text field), for the gpt model.",
+        "writes from a folder of .txt files or a .jsonl file (a text field), for the gpt and hf models.",
     ),
     Question(
         name="training.data_dir",
@@ -153,18 +156,19 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         name="training.base_lr",
         prompt="Single-card learning rate",
         kind="float",
-        default_from=lambda values: 0.001 if _gpt(values) else 0.05,
+        default_from=lambda values: 0.001 if _language_model(values) else 0.05,
         minimum=0.0,
         maximum=10.0,
         when=_without_lr,
         step="training",
-        help="The learning rate the single-card script used (SGD for the image models, AdamW for gpt).",
+        help="The learning rate the single-card script used (SGD for the image models, AdamW for gpt and hf; "
+        "fine-tuning a pretrained hf model usually wants less, such as 0.00005).",
     ),
     Question(
         name="training.warmup_epochs",
         prompt="Warmup epochs",
         kind="int",
-        default_from=lambda values: 0 if _gpt(values) else 5,
+        default_from=lambda values: 0 if _language_model(values) else 5,
         minimum=0,
         maximum=100000,
         when=_epoch_warmup,

@@ -3,30 +3,55 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
-from wizard.answers.language_model import PRESETS, shape_from_answers
+from runtime import hf_folder
+from runtime.errors import SetupError
+from wizard.answers.language_model import LANGUAGE_MODELS, PRESETS, hf_block_size, shape_from_answers
 from wizard.errors import Problem
 
 Values = Mapping[str, Any]
 
 
 def model_reads_its_data(v: Values) -> Iterator[Problem]:
-    """gpt trains on token windows and only gpt reads them: the image models need images or tensors."""
+    """gpt and hf train on token windows and only they read them: the image models need images or tensors."""
     model, dataset = v["training.model"], v["training.dataset"]
-    if model == "gpt" and dataset != "tokens":
+    if model in LANGUAGE_MODELS and dataset != "tokens":
         yield Problem(
             "training.dataset",
             dataset,
-            "the gpt model reads token windows: set training.dataset to tokens (train.bin and val.bin, made by "
+            f"the {model} model reads token windows: set training.dataset to tokens (train.bin and val.bin, made by "
             "the generated prepare_data.py)",
         )
-    elif dataset == "tokens" and model != "gpt":
+    elif dataset == "tokens" and model not in LANGUAGE_MODELS:
         yield Problem(
             "training.model",
             model,
-            "token data needs a language model: set training.model to gpt (or a dataset of images for this model)",
+            "token data needs a language model: set training.model to gpt or hf (or a dataset of images for this "
+            "model)",
         )
+
+
+def hf_folder_fits(v: Values) -> Iterator[Problem]:
+    """An absolute hf model folder that is here is read now: whole, and with a context of at least block_size.
+
+    A relative folder lies in a project not written yet, and a cluster's folder may be on its nodes alone:
+    the generated train.py reads it at start-up and says the same.
+    """
+    path = Path(v["training.hf_model_path"])
+    if not path.is_absolute() or not path.exists():
+        return
+    try:
+        folder = hf_folder.read_model_folder(path)
+    except SetupError as error:
+        yield Problem("training.hf_model_path", str(path), str(error))
+        return
+    block_size = hf_block_size(v)
+    origin = "" if v.get("training.block_size") is not None else " (hf's default, training.block_size being empty)"
+    problem = hf_folder.block_size_problem(block_size, folder, origin)
+    if problem is not None:
+        yield Problem("training.block_size", block_size, problem)
 
 
 def heads_divide_width(v: Values) -> Iterator[Problem]:
@@ -77,6 +102,7 @@ def cosine_ends_below_peak(v: Values) -> Iterator[Problem]:
 LM_RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...] = (
     (("training.model", "training.dataset"), model_reads_its_data),
     (("training.gpt_size",), heads_divide_width),
+    (("training.hf_model_path", "training.block_size"), hf_folder_fits),
     (("training.warmup_steps", "training.max_steps"), warmup_within_run),
     (("training.min_lr",), cosine_ends_below_peak),
 )

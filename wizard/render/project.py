@@ -28,6 +28,7 @@ SHARED_SCRIPT = Path("launch") / "run-node.sh"
 ENTRY_SCRIPT = Path("launch") / "entry.sh"
 SBATCH_FILE = Path("slurm") / "job.sbatch"
 MODEL_FILE = Path("model.py")  # the GPT (training.model: gpt)
+HF_MODEL_FILE = Path("hf_model.py")  # a local Hugging Face model (training.model: hf)
 PREPARE_DATA = Path("prepare_data.py")  # text to token files (training.dataset: tokens)
 
 
@@ -61,6 +62,8 @@ def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
         (project / GENERATED_FILE).unlink()  # the user's own script runs instead
     if answers.get("training.model") != "gpt":
         (project / MODEL_FILE).unlink()
+    if answers.get("training.model") != "hf":
+        (project / HF_MODEL_FILE).unlink()
     if answers.get("training.dataset") != "tokens":
         (project / PREPARE_DATA).unlink()
     (project / SHARED_SCRIPT).chmod(0o755)

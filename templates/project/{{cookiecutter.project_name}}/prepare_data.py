@@ -1,9 +1,14 @@
 """Turn text into the token files train.py reads: python prepare_data.py SOURCE.
 
 SOURCE is a folder of .txt files (read recursively, in name order) or a .jsonl
-file with a "text" field on each line. Each document is tokenized with a
+file with a "text" field on each line.
+{%- if cookiecutter.model == "hf" %} Each document is tokenized with the
+tokenizer saved in the model's folder (training.hf_model_path, or --tokenizer),
+read from disk only, and ends with its end-of-text token.
+{%- else %} Each document is tokenized with a
 byte-level tokenizer (its UTF-8 bytes are the tokens 0-255, and token 256 ends a
-document), so nothing needs downloading. The first 90% of every document's
+document), so nothing needs downloading.
+{%- endif %} The first 90% of every document's
 tokens go to train.bin, the rest to val.bin, both into the data folder with
 meta.json beside them (dtype, vocabulary size, token counts). The files appear
 only when complete, so running it again, or after a failure, is safe.
@@ -17,12 +22,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+{%- if cookiecutter.model == "hf" %}
+
+from runtime import hf_folder
+{%- endif %}
 
 PROJECT_DIR = Path(__file__).resolve().parent
 DATA_DIR = PROJECT_DIR / {{ cookiecutter.data_dir|tojson }}
+{%- if cookiecutter.model == "hf" %}
+TOKENIZER_DIR = PROJECT_DIR / {{ cookiecutter.hf_model_path|tojson }}  # the model's folder
+{%- else %}
 END_OF_TEXT = 256  # after the 256 byte values
 VOCAB_SIZE = 257
 DTYPE = np.uint16  # holds every token id; recorded in meta.json
+{%- endif %}
 VAL_FRACTION = 0.1
 
 
@@ -51,22 +64,69 @@ def documents(source: Path) -> Iterator[tuple[str, str]]:
                 yield f"{source.name}:{number}", str(text)
     else:
         sys.exit(f"{source} is neither a folder of .txt files nor a .jsonl file")
+{%- if cookiecutter.model == "hf" %}
 
 
-def tokenize(text: str) -> np.ndarray:
-    """The byte-level tokens of `text`, ending with END_OF_TEXT."""
-    data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(DTYPE)
-    return np.append(data, DTYPE(END_OF_TEXT))
+class Tokenizer:
+    """The Hugging Face tokenizer saved in a folder: token ids of a document, its end-of-text token after them."""
+
+    def __init__(self, folder: Path) -> None:
+        if not folder.is_dir():
+            sys.exit(f"no tokenizer folder at {folder}: {hf_folder.fetch_hint(folder)}")
+        # read before transformers is first imported: nothing is downloaded
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        from transformers import AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                folder, local_files_only=True
+            )
+        except (OSError, ValueError) as error:
+            sys.exit(
+                f"{folder} holds no tokenizer transformers can read ({error}): {hf_folder.fetch_hint(folder)}"
+            )
+        # a document is cut into windows later: no warning that it is longer than the model's context
+        self.tokenizer.model_max_length = sys.maxsize
+        self.name = str(folder.resolve())
+        self.vocab_size = len(self.tokenizer)  # the added tokens too
+        self.end_of_text = self.tokenizer.eos_token_id
+        if self.end_of_text is None:
+            sys.exit(
+                f"the tokenizer in {folder} has no end-of-text (eos) token to end documents with"
+            )
+        # the smallest type that holds every token id; recorded in meta.json
+        self.dtype = np.uint16 if self.vocab_size <= 2**16 else np.uint32
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """The tokens of `text`, ending with the end-of-text token."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return np.array([*ids, self.end_of_text], dtype=self.dtype)
+{%- else %}
 
 
-def prepare(source: Path, data_dir: Path) -> dict[str, int]:
+class Tokenizer:
+    """The byte-level tokenizer: a document's UTF-8 bytes, END_OF_TEXT after them."""
+
+    name = "bytes"
+    vocab_size = VOCAB_SIZE
+    end_of_text = END_OF_TEXT
+    dtype = DTYPE
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """The byte-level tokens of `text`, ending with END_OF_TEXT."""
+        data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(DTYPE)
+        return np.append(data, DTYPE(END_OF_TEXT))
+{%- endif %}
+
+
+def prepare(source: Path, data_dir: Path, tokenizer: Tokenizer) -> dict[str, int]:
     """Write train.bin, val.bin and meta.json of SOURCE's documents into `data_dir`; the tokens of each."""
     data_dir.mkdir(parents=True, exist_ok=True)
     counts = {"train": 0, "val": 0}
     partial = {split: data_dir / f"{split}.bin.partial" for split in counts}
     with partial["train"].open("wb") as train, partial["val"].open("wb") as val:
         for number, (name, text) in enumerate(documents(source), 1):
-            tokens = tokenize(text)
+            tokens = tokenizer.tokenize(text)
             cut = len(tokens) - max(1, int(len(tokens) * VAL_FRACTION))
             train.write(tokens[:cut].tobytes())
             val.write(tokens[cut:].tobytes())
@@ -77,10 +137,10 @@ def prepare(source: Path, data_dir: Path) -> dict[str, int]:
                 flush=True,
             )
     meta = {
-        "dtype": np.dtype(DTYPE).name,
-        "vocab_size": VOCAB_SIZE,
-        "tokenizer": "bytes",
-        "end_of_text": END_OF_TEXT,
+        "dtype": np.dtype(tokenizer.dtype).name,
+        "vocab_size": tokenizer.vocab_size,
+        "tokenizer": tokenizer.name,
+        "end_of_text": tokenizer.end_of_text,
         "tokens": counts,
         "source": str(source.resolve()),
     }
@@ -105,10 +165,23 @@ def main() -> None:
     parser.add_argument(
         "--data-dir", type=Path, default=DATA_DIR, help=f"default: {DATA_DIR}"
     )
+{%- if cookiecutter.model == "hf" %}
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=TOKENIZER_DIR,
+        help=f"a folder holding a saved Hugging Face tokenizer (default: {TOKENIZER_DIR})",
+    )
+{%- endif %}
     args = parser.parse_args()
     if not args.source.exists():
         sys.exit(f"{args.source} does not exist")
-    counts = prepare(args.source, args.data_dir)
+{%- if cookiecutter.model == "hf" %}
+    tokenizer = Tokenizer(args.tokenizer)
+{%- else %}
+    tokenizer = Tokenizer()
+{%- endif %}
+    counts = prepare(args.source, args.data_dir, tokenizer)
     print(
         f"wrote {counts['train']:,} training and {counts['val']:,} validation tokens to {args.data_dir}"
     )

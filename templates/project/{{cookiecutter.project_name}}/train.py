@@ -22,6 +22,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 {% if cookiecutter.model == "gpt" -%}
 from model import GPT, GPTConfig, next_token_loss
+{% elif cookiecutter.model == "hf" -%}
+from hf_model import CausalLM, load_causal_lm, next_token_loss
 {% endif -%}
 from runtime import (
     amp,
@@ -91,9 +93,12 @@ INPUT_SHAPE = (3, 32, 32)
 {%- else %}
 DATA_DIR = PROJECT_DIR / {{ cookiecutter.data_dir|tojson }}
 {%- endif %}
-{%- if cookiecutter.dataset == "tokens" %}
 EVAL_EVERY = {{ cookiecutter.eval_every|int }}  # optimizer steps between validation losses (0: never)
+{%- if cookiecutter.dataset == "tokens" %}
 EVAL_BATCHES = 8  # batches of val.bin per rank at each validation
+{%- else %}
+EVAL_BATCHES = 8  # batches of the held-out samples per rank at each validation, at most
+VAL_FRACTION = 0.1  # of the samples, held out with EVAL_EVERY, never trained on
 {%- endif %}
 {%- if cookiecutter.model == "gpt" %}
 {%- set gpt = cookiecutter|gpt_config %}
@@ -103,6 +108,15 @@ N_HEAD = {{ gpt.n_head|int }}
 N_EMBD = {{ gpt.n_embd|int }}
 BLOCK_SIZE = {{ gpt.block_size|int }}  # tokens of context; a window is one more
 DROPOUT = {{ gpt.dropout|float }}
+{%- if cookiecutter.peak_tflops %}
+PEAK_TFLOPS = {{ cookiecutter.peak_tflops|float }}  # per device, at the training precision: the MFU's denominator
+{%- else %}
+PEAK_TFLOPS = None  # training.peak_tflops: set it to report the model FLOPs utilisation
+{%- endif %}
+{%- elif cookiecutter.model == "hf" %}
+# the Hugging Face causal LM saved in this folder (training.hf_model_path), read from disk only
+HF_MODEL_PATH = PROJECT_DIR / {{ cookiecutter.hf_model_path|tojson }}
+BLOCK_SIZE = {{ (cookiecutter.block_size or 1024)|int }}  # tokens of context; a window is one more
 {%- if cookiecutter.peak_tflops %}
 PEAK_TFLOPS = {{ cookiecutter.peak_tflops|float }}  # per device, at the training precision: the MFU's denominator
 {%- else %}
@@ -154,6 +168,7 @@ class Trainer:
         val_data: tokens.TokenBatches | None,
 {%- else %}
         train_data: data.TensorBatches | data.LoaderBatches,
+        val_data: data.TensorBatches | data.LoaderBatches | None,
 {%- endif %}
         optimizer: torch.optim.Optimizer,
         lr_schedule: schedule.LinearWarmup,
@@ -169,15 +184,13 @@ class Trainer:
         self.device = target
         self.model = model
         self.train_data = train_data
-{%- if cookiecutter.dataset == "tokens" %}
         self.val_data = val_data
-{%- endif %}
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
 {%- if cookiecutter.amp == "fp16" %}
         self.scaler = amp.grad_scaler(target.type, AMP)  # dynamic loss scaling for fp16
 {%- endif %}
-{%- if cookiecutter.model == "gpt" %}
+{%- if cookiecutter.model in ["gpt", "hf"] %}
         self.loss_fn = next_token_loss
         self.flops_per_token = model.flops_per_token()  # for the MFU
 {%- else %}
@@ -351,10 +364,8 @@ class Trainer:
             if self.step % LOG_EVERY == 0:
                 self._log(loss, window_steps, time.perf_counter() - window_start)
                 window_start, window_steps = time.perf_counter(), 0
-{%- if cookiecutter.dataset == "tokens" %}
             if EVAL_EVERY and self.step % EVAL_EVERY == 0:
                 self._evaluate()
-{%- endif %}
             if CHECKPOINT_EVERY and self.step % CHECKPOINT_EVERY == 0:
                 self._save_checkpoint()
             if self.step % LOG_EVERY == 0 and self._stop_agreed():
@@ -381,7 +392,7 @@ class Trainer:
         samples = steps * BATCH_SIZE * GRAD_ACCUM * self.rank.world_size
         samples_per_s = samples / max(seconds, 1e-9)
         lr = self.optimizer.param_groups[0]["lr"]
-{%- if cookiecutter.model == "gpt" %}
+{%- if cookiecutter.model in ["gpt", "hf"] %}
         throughput = {"tokens_per_s": samples_per_s * BLOCK_SIZE}
         if PEAK_TFLOPS and self.device.type != "cpu":
             # model FLOPs utilisation: the FLOPs one device does per second against its peak
@@ -399,7 +410,7 @@ class Trainer:
             **memory.window(  # this window's peak memory and the training state's bytes
                 self.device, self.model, self.optimizer, self.rank.rank, self.step
             ),
-{%- if cookiecutter.model == "gpt" %}
+{%- if cookiecutter.model in ["gpt", "hf"] %}
             **throughput,
 {%- endif %}
         )
@@ -410,7 +421,7 @@ class Trainer:
             self.board.add_scalar("train/samples_per_s", samples_per_s, self.step)
 {%- endif %}
         if self.rank.is_main:
-{%- if cookiecutter.model == "gpt" %}
+{%- if cookiecutter.model in ["gpt", "hf"] %}
             mfu = f", MFU {throughput['mfu']:.1%}" if "mfu" in throughput else ""
             print(
                 f"step {self.step}: loss {value:.4f}, {throughput['tokens_per_s']:,.0f} tokens/s{mfu}, lr {lr:.4g}",
@@ -423,10 +434,13 @@ class Trainer:
                 flush=True,
             )
 {%- endif %}
-{%- if cookiecutter.dataset == "tokens" %}
 
     def _evaluate(self) -> float:
+{%- if cookiecutter.dataset == "tokens" %}
         """The validation loss: the same EVAL_BATCHES batches of val.bin on every rank, averaged over all."""
+{%- else %}
+        """The validation loss: the same held-out batches (EVAL_BATCHES at most) on every rank, averaged over all."""
+{%- endif %}
         self.model.eval()
         total = torch.zeros((), device=self.device)
         batches = list(itertools.islice(self.val_data.batches(), EVAL_BATCHES))
@@ -443,7 +457,6 @@ class Trainer:
         if self.rank.is_main:
             print(f"step {self.step}: validation loss {val_loss:.4f}", flush=True)
         return val_loss
-{%- endif %}
 
     def _save_checkpoint(self) -> None:
         # one copy per node (the weights are equal on every rank): no shared storage needed
@@ -545,15 +558,33 @@ def learning_rate(
 # with your own. npu-wizard renders this part from training.dataset and
 # training.model only, so `npu-wizard update` keeps your version through every
 # other change of the answers: nodes, launcher, precision, versions.
+{%- if cookiecutter.dataset != "tokens" %}
+
+
+def held_out_split(
+    samples: int, rank: distributed.RankInfo
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kept, held out) sample indices: VAL_FRACTION of them drawn with SEED, the same on every rank."""
+    return data.held_out_split(
+        samples,
+        VAL_FRACTION,
+        SEED,
+        batch_size=BATCH_SIZE,
+        world_size=rank.world_size,
+    )
+{%- endif %}
 {%- if cookiecutter.dataset == "synthetic" %}
 
 
 def load_train_data(
     rank: distributed.RankInfo, target: torch.device
 ) -> tuple[data.TensorBatches, data.DataSpec]:
-    """The synthetic dataset: learnable, seeded, the same tensors made on every rank."""
+    """The synthetic dataset: learnable, seeded, the same tensors made on every rank (less the held-out part)."""
     spec = data.DataSpec(input_shape=INPUT_SHAPE, num_classes=10)
     features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
+    if EVAL_EVERY:
+        kept, _ = held_out_split(len(labels), rank)
+        features, labels = features[kept], labels[kept]
     train_data = data.TensorBatches(
         features,
         labels,
@@ -563,6 +594,25 @@ def load_train_data(
         seed=SEED,
     )
     return train_data.to(target), spec
+
+
+def load_val_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> data.TensorBatches | None:
+    """The held-out synthetic samples, this rank's part of them (None with EVAL_EVERY 0: nothing is held out)."""
+    if not EVAL_EVERY:
+        return None
+    features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
+    _, held = held_out_split(len(labels), rank)
+    val_data = data.TensorBatches(
+        features[held],
+        labels[held],
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+    )
+    return val_data.to(target)
 {%- elif cookiecutter.dataset == "mnist" %}
 
 
@@ -576,9 +626,12 @@ def fetch_mnist(rank: distributed.RankInfo) -> None:
 def load_train_data(
     rank: distributed.RankInfo, target: torch.device
 ) -> tuple[data.TensorBatches, data.DataSpec]:
-    """MNIST from DATA_DIR, held on the device as whole tensors."""
+    """MNIST from DATA_DIR, held on the device as whole tensors (less the held-out part)."""
     features, labels = data.mnist_tensors(DATA_DIR)
     spec = data.DataSpec(input_shape=(1, 28, 28), num_classes=10)
+    if EVAL_EVERY:
+        kept, _ = held_out_split(len(labels), rank)
+        features, labels = features[kept], labels[kept]
     train_data = data.TensorBatches(
         features,
         labels,
@@ -588,6 +641,25 @@ def load_train_data(
         seed=SEED,
     )
     return train_data.to(target), spec
+
+
+def load_val_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> data.TensorBatches | None:
+    """The held-out MNIST samples, this rank's part of them (None with EVAL_EVERY 0: nothing is held out)."""
+    if not EVAL_EVERY:
+        return None
+    features, labels = data.mnist_tensors(DATA_DIR)
+    _, held = held_out_split(len(labels), rank)
+    val_data = data.TensorBatches(
+        features[held],
+        labels[held],
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+    )
+    return val_data.to(target)
 {%- elif cookiecutter.dataset == "tokens" %}
 
 
@@ -609,7 +681,9 @@ def load_train_data(
     return train_data, spec
 
 
-def load_val_data(rank: distributed.RankInfo) -> tokens.TokenBatches | None:
+def load_val_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> tokens.TokenBatches | None:
     """The windows of DATA_DIR/val.bin from this rank's part, in file order: the same at every validation.
 
     None with EVAL_EVERY 0: nothing validates, so val.bin need not hold a batch for every rank.
@@ -633,11 +707,14 @@ def load_val_data(rank: distributed.RankInfo) -> tokens.TokenBatches | None:
 def load_train_data(
     rank: distributed.RankInfo, target: torch.device
 ) -> tuple[data.LoaderBatches, data.DataSpec]:
-    """An image folder under DATA_DIR (one sub-folder per class) through a DataLoader."""
+    """An image folder under DATA_DIR (one sub-folder per class) through a DataLoader (less the held-out part)."""
     dataset = data.image_folder(DATA_DIR, IMAGE_SIZE)
     spec = data.DataSpec(
         input_shape=(3, IMAGE_SIZE, IMAGE_SIZE), num_classes=len(dataset.classes)
     )
+    if EVAL_EVERY:
+        kept, _ = held_out_split(len(dataset), rank)
+        dataset = torch.utils.data.Subset(dataset, kept.tolist())
     train_data = data.LoaderBatches(
         dataset,
         BATCH_SIZE,
@@ -648,6 +725,25 @@ def load_train_data(
         device_type=target.type,
     )
     return train_data, spec
+
+
+def load_val_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> data.LoaderBatches | None:
+    """The held-out images, resized without augmentation, this rank's part (None with EVAL_EVERY 0: none held out)."""
+    if not EVAL_EVERY:
+        return None
+    dataset = data.image_folder(DATA_DIR, IMAGE_SIZE, augment=False)
+    _, held = held_out_split(len(dataset), rank)
+    return data.LoaderBatches(
+        torch.utils.data.Subset(dataset, held.tolist()),
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+        workers=LOADER_WORKERS,
+        device_type=target.type,
+    )
 {%- endif %}
 {%- if cookiecutter.model == "mlp" %}
 
@@ -695,6 +791,12 @@ def build_model(spec: data.DataSpec) -> GPT:
         dropout=DROPOUT,
     )
     return GPT(config)
+{%- elif cookiecutter.model == "hf" %}
+
+
+def build_model(spec: data.DataSpec) -> CausalLM:
+    """The Hugging Face causal LM saved in HF_MODEL_PATH, read from disk only, for the token data's vocabulary."""
+    return load_causal_lm(HF_MODEL_PATH, BLOCK_SIZE, spec.num_classes)
 {%- else %}
 
 
@@ -753,9 +855,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 fetch_mnist(rank)
 {%- endif %}
             train_data, spec = load_train_data(rank, target)
-{%- if cookiecutter.dataset == "tokens" %}
-            val_data = load_val_data(rank)
-{%- endif %}
+            val_data = load_val_data(rank, target)
             model = build_model(spec).to(target)
             steps_per_epoch = len(train_data) // GRAD_ACCUM
             if steps_per_epoch == 0:
@@ -767,7 +867,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             if args.max_steps:
                 total_steps = min(total_steps, args.max_steps)
             lr_schedule = learning_rate(rank.world_size, steps_per_epoch, total_steps)
-{%- if cookiecutter.model == "gpt" %}
+{%- if cookiecutter.model in ["gpt", "hf"] %}
             optimizer = model.configure_optimizer(lr_schedule.lr_at(0))
 {%- else %}
             optimizer = torch.optim.SGD(
@@ -780,9 +880,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             trainer = Trainer(
                 model,
                 train_data,
-{%- if cookiecutter.dataset == "tokens" %}
                 val_data,
-{%- endif %}
                 optimizer,
                 lr_schedule,
                 rank,

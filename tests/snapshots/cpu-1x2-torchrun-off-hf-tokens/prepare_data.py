@@ -1,0 +1,155 @@
+"""Turn text into the token files train.py reads: python prepare_data.py SOURCE.
+
+SOURCE is a folder of .txt files (read recursively, in name order) or a .jsonl
+file with a "text" field on each line. Each document is tokenized with the
+tokenizer saved in the model's folder (training.hf_model_path, or --tokenizer),
+read from disk only, and ends with its end-of-text token. The first 90% of every document's
+tokens go to train.bin, the rest to val.bin, both into the data folder with
+meta.json beside them (dtype, vocabulary size, token counts). The files appear
+only when complete, so running it again, or after a failure, is safe.
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from runtime import hf_folder
+
+PROJECT_DIR = Path(__file__).resolve().parent
+DATA_DIR = PROJECT_DIR / "data"
+TOKENIZER_DIR = PROJECT_DIR / "models/tiny-gpt2"  # the model's folder
+VAL_FRACTION = 0.1
+
+
+def documents(source: Path) -> Iterator[tuple[str, str]]:
+    """(name, text) of every document in SOURCE: each .txt file of a folder, or each line of a .jsonl file."""
+    if source.is_dir():
+        files = sorted(path for path in source.rglob("*.txt") if path.is_file())
+        if not files:
+            sys.exit(f"no .txt file in {source}")
+        for path in files:
+            yield (
+                str(path.relative_to(source)),
+                path.read_text(encoding="utf-8", errors="replace"),
+            )
+    elif source.suffix == ".jsonl":
+        with source.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line)["text"]
+                except (ValueError, KeyError, TypeError):
+                    sys.exit(
+                        f'{source} line {number}: not a JSON object with a "text" field'
+                    )
+                yield f"{source.name}:{number}", str(text)
+    else:
+        sys.exit(f"{source} is neither a folder of .txt files nor a .jsonl file")
+
+
+class Tokenizer:
+    """The Hugging Face tokenizer saved in a folder: token ids of a document, its end-of-text token after them."""
+
+    def __init__(self, folder: Path) -> None:
+        if not folder.is_dir():
+            sys.exit(f"no tokenizer folder at {folder}: {hf_folder.fetch_hint(folder)}")
+        # read before transformers is first imported: nothing is downloaded
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        from transformers import AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                folder, local_files_only=True
+            )
+        except (OSError, ValueError) as error:
+            sys.exit(
+                f"{folder} holds no tokenizer transformers can read ({error}): {hf_folder.fetch_hint(folder)}"
+            )
+        # a document is cut into windows later: no warning that it is longer than the model's context
+        self.tokenizer.model_max_length = sys.maxsize
+        self.name = str(folder.resolve())
+        self.vocab_size = len(self.tokenizer)  # the added tokens too
+        self.end_of_text = self.tokenizer.eos_token_id
+        if self.end_of_text is None:
+            sys.exit(
+                f"the tokenizer in {folder} has no end-of-text (eos) token to end documents with"
+            )
+        # the smallest type that holds every token id; recorded in meta.json
+        self.dtype = np.uint16 if self.vocab_size <= 2**16 else np.uint32
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """The tokens of `text`, ending with the end-of-text token."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return np.array([*ids, self.end_of_text], dtype=self.dtype)
+
+
+def prepare(source: Path, data_dir: Path, tokenizer: Tokenizer) -> dict[str, int]:
+    """Write train.bin, val.bin and meta.json of SOURCE's documents into `data_dir`; the tokens of each."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    counts = {"train": 0, "val": 0}
+    partial = {split: data_dir / f"{split}.bin.partial" for split in counts}
+    with partial["train"].open("wb") as train, partial["val"].open("wb") as val:
+        for number, (name, text) in enumerate(documents(source), 1):
+            tokens = tokenizer.tokenize(text)
+            cut = len(tokens) - max(1, int(len(tokens) * VAL_FRACTION))
+            train.write(tokens[:cut].tobytes())
+            val.write(tokens[cut:].tobytes())
+            counts["train"] += cut
+            counts["val"] += len(tokens) - cut
+            print(
+                f"[{number}] {name}: {len(tokens):,} tokens ({counts['train'] + counts['val']:,} in all)",
+                flush=True,
+            )
+    meta = {
+        "dtype": np.dtype(tokenizer.dtype).name,
+        "vocab_size": tokenizer.vocab_size,
+        "tokenizer": tokenizer.name,
+        "end_of_text": tokenizer.end_of_text,
+        "tokens": counts,
+        "source": str(source.resolve()),
+    }
+    (data_dir / "meta.json").unlink(
+        missing_ok=True
+    )  # until the new one is written, train.py asks for a rerun
+    for split, path in partial.items():
+        os.replace(path, data_dir / f"{split}.bin")
+    (data_dir / "meta.json.partial").write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(data_dir / "meta.json.partial", data_dir / "meta.json")
+    return counts
+
+
+def main() -> None:
+    """Parse the command line and prepare the data."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "source",
+        type=Path,
+        help="a folder of .txt files or a .jsonl file with a text field",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=DATA_DIR, help=f"default: {DATA_DIR}"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=TOKENIZER_DIR,
+        help=f"a folder holding a saved Hugging Face tokenizer (default: {TOKENIZER_DIR})",
+    )
+    args = parser.parse_args()
+    if not args.source.exists():
+        sys.exit(f"{args.source} does not exist")
+    tokenizer = Tokenizer(args.tokenizer)
+    counts = prepare(args.source, args.data_dir, tokenizer)
+    print(
+        f"wrote {counts['train']:,} training and {counts['val']:,} validation tokens to {args.data_dir}"
+    )
+
+
+if __name__ == "__main__":
+    main()
