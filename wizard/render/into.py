@@ -233,15 +233,24 @@ def _refuse_kubernetes_in_a_folder(answers: Answers, subfolder: str) -> None:
         )
 
 
+def folder_problem(subfolder: str) -> str:
+    """Why `subfolder` names no folder inside the repository ("" when it does; FLAT is the older layout)."""
+    if subfolder == FLAT:
+        return ""
+    if subfolder.startswith("/") or any(part in ("", ".", "..") for part in subfolder.split("/")):
+        return (
+            f"--folder {shown(subfolder)}: name a folder inside the repository, e.g. --folder npu (no '..', no "
+            "leading '/'; '.' for the older layout)"
+        )
+    return ""
+
+
 def _project_folder(repository: Path, subfolder: str, dry_run: bool) -> Path:
     """`repository/subfolder`, made if missing (not on a dry run); TargetError for a name that leaves the
     repository or a path in the way."""
-    parts = subfolder.split("/")
-    if subfolder.startswith("/") or any(part in ("", ".", "..") for part in parts):
-        raise TargetError(
-            f"--folder {shown(subfolder)}: name a folder inside the repository, e.g. --folder npu (no '..', no "
-            "leading '/')"
-        )
+    problem = folder_problem(subfolder)
+    if problem:
+        raise TargetError(problem)
     folder = repository / subfolder
     in_the_way = clashes(repository, [subfolder + "/x"], ())
     if in_the_way:
