@@ -166,7 +166,6 @@ def render_into(
     subfolder = "" if subfolder == FLAT else subfolder
     if not subfolder:
         return _render(answers, repository, "", force=force, dry_run=dry_run, answers_file=answers_file)
-    _refuse_kubernetes_in_a_folder(answers, subfolder)
     refuse_project_made_with_o(repository, answers, answers_file)  # not a folder of a project -o made
     folder = repository / subfolder
     made = not os.path.lexists(folder)
@@ -194,6 +193,8 @@ def _render(
     refuse_project_made_with_o(folder, answers, answers_file)
     finished = _finish_interrupted(folder) if not dry_run else ""
     new = rendered_files(answers, into=True, repository_folder=subfolder)
+    if subfolder:
+        _refuse_too_large_for_a_configmap(answers, folder, subfolder, new)
     state = {PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT, REPOSITORY_MARKER: (subfolder or FLAT) + "\n"}
     names = sorted([*new.files, *state])
     try:
@@ -221,16 +222,19 @@ def _render(
     return RenderResult(folder, tuple(names), warnings, earlier, README, tuple(kept))
 
 
-def _refuse_kubernetes_in_a_folder(answers: Answers, subfolder: str) -> None:
-    """TargetError for a Kubernetes engine with --folder: its ConfigMap carries the project's files only, so the
-    pods would not find the repository's script."""
-    engine = answers["cluster.engine"]
-    if engine in KUBERNETES_ENGINES:
-        raise TargetError(
-            f"--folder {shown(subfolder)} with cluster.engine {engine}: the pods' ConfigMap does not carry the "
-            "repository around the folder yet, so nothing was written; render --into the repository without "
-            "--folder for Kubernetes"
-        )
+def _refuse_too_large_for_a_configmap(answers: Answers, folder: Path, subfolder: str, new: pristine.Pristine) -> None:
+    """TargetError, nothing written, when a Kubernetes engine's pods cannot get the repository around `subfolder`
+    and the project's new files in one ConfigMap (1 MiB): the error names the biggest files and the ways out."""
+    if answers["cluster.engine"] not in KUBERNETES_ENGINES:
+        return
+    from wizard.render.k8s import check_repository_fits
+    from wizard.render.k8s_code import ConfigMapError
+
+    repository = Path(os.path.normpath(folder.joinpath(*[".."] * len(subfolder.split("/")))))
+    try:
+        check_repository_fits(repository, subfolder, answers, new.files)
+    except ConfigMapError as error:
+        raise TargetError(f"{error}; nothing was written") from None
 
 
 def folder_problem(subfolder: str) -> str:
