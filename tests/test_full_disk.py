@@ -138,9 +138,10 @@ def test_update_on_a_full_disk_says_so_in_one_line_and_changes_nothing(disk: Pat
     assert update(project).returncode == 0
 
 
+@pytest.mark.parametrize("folder", [["--folder", "."], []], ids=["older-layout", "npu-folder"])
 @pytest.mark.parametrize("leave_kib", [0, 16])
 def test_render_into_a_full_disk_says_so_in_one_line_and_leaves_the_folder_as_it_was(
-    disk: Path, leave_kib: int
+    disk: Path, leave_kib: int, folder: list[str]
 ) -> None:
     repository = disk / "repo"
     repository.mkdir()
@@ -148,7 +149,7 @@ def test_render_into_a_full_disk_says_so_in_one_line_and_leaves_the_folder_as_it
     answers = disk.parent / "answers.yaml"
     answers.write_text(ANSWERS_FILE)
     fill(disk, leave_kib)
-    result = npu_wizard("--answers", str(answers), "--into", str(repository))
+    result = npu_wizard("--answers", str(answers), "--into", str(repository), *folder)
     one_line(result, 1, "(No space left on device), so nothing was changed: free space on that disk")
     assert str(repository) in result.stderr
     assert os.listdir(repository) == ["mine.py"]

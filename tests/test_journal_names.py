@@ -33,11 +33,11 @@ def plant_hook_journal(folder: Path, name: str = ".git/hooks/post-commit") -> Pa
 def test_a_crafted_journal_in_a_folder_rendered_into_never_plants_a_git_hook(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     answers = answers_file(tmp_path)
-    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".").returncode == 0
     staging = plant_hook_journal(repo)
     before = tree_hash(repo, lock_taken=True)
 
-    result = npu_wizard("--answers", str(answers), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".")
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert "finished the interrupted" not in result.stdout + result.stderr
@@ -85,7 +85,7 @@ def test_a_journal_naming_a_file_no_render_writes_is_refused_in_a_folder_rendere
     action, name, problem = REFUSED[case]
     repo = user_repo(tmp_path, USER_FILES)
     answers = answers_file(tmp_path)
-    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".").returncode == 0
     target = repo / name
     if action == "write":
         plant_journal(repo, {"format": 2, "write": {name: sha256(HOOK)}, "remove": {}}, {name: HOOK})
@@ -94,7 +94,7 @@ def test_a_journal_naming_a_file_no_render_writes_is_refused_in_a_folder_rendere
         plant_journal(repo, {"format": 2, "write": {}, "remove": {name: digest}}, {})
     before = tree_hash(repo, lock_taken=True)
 
-    result = npu_wizard("--answers", str(answers), "--into", str(repo), "--force")
+    result = npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".", "--force")
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"asks to {action} {name!r}, which {problem}" in result.stderr
@@ -122,7 +122,7 @@ def test_a_pristine_copy_naming_the_users_readme_in_a_folder_rendered_into_never
 ) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     answers = answers_file(tmp_path)
-    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".").returncode == 0
     kept = load(repo)
     files = {**kept.files, "README.md": USER_FILES["README.md"]}  # the user's README, bytes and all
     (repo / PRISTINE).write_bytes(encode(Pristine(kept.generator, files, kept.executable)))
@@ -131,7 +131,7 @@ def test_a_pristine_copy_naming_the_users_readme_in_a_folder_rendered_into_never
     if command == "update":
         result = update(repo)
     else:
-        result = npu_wizard("--answers", str(answers), "--into", str(repo), "--force")
+        result = npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".", "--force")
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"its pristine copy {PRISTINE} names README.md, which is the folder's own README.md" in result.stderr

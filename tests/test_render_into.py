@@ -134,7 +134,7 @@ def new_files(repo: Path) -> list[str]:
 
 def generated(repo: Path) -> set[str]:
     """The files npu-wizard generated in `repo`, as its pristine copy names them, and its own state."""
-    return {*load(repo).files, PRISTINE, ".npu-wizard/into"}
+    return {*load(repo).files, PRISTINE, ".npu-wizard/into", ".npu-wizard/repository"}
 
 
 def test_a_folder_with_the_users_launch_and_readme_is_refused_naming_each_clash(tmp_path: Path) -> None:
@@ -144,7 +144,7 @@ def test_a_folder_with_the_users_launch_and_readme_is_refused_naming_each_clash(
     )
     answers = answers_file(tmp_path)
     before = tree_hash(repo)
-    result = npu_wizard("--answers", str(answers), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "already has 2 path(s) npu-wizard would write" in result.stderr
     assert "\n  launch/node0.sh\n  launch/run-node.sh\n" in result.stderr
@@ -156,7 +156,7 @@ def test_a_folder_with_the_users_launch_and_readme_is_refused_naming_each_clash(
 def test_a_users_train_py_clashes_with_the_generated_script(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, {**USER_FILES, "train.py": "print('mine')\n"})
     before = tree_hash(repo)
-    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--folder", ".")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "already has 1 path(s)" in result.stderr
     assert "\n  train.py\n" in result.stderr
@@ -170,7 +170,9 @@ def test_a_users_train_py_clashes_with_the_generated_script(tmp_path: Path) -> N
 def test_a_users_train_py_renamed_as_the_refusal_says_is_the_script_that_runs(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, {**USER_FILES, "train.py": "print('mine')\n"})
     git(repo, "mv", "train.py", "my_train.py")
-    result = npu_wizard("--answers", str(answers_file(tmp_path, script="my_train.py")), "--into", str(repo))
+    result = npu_wizard(
+        "--answers", str(answers_file(tmp_path, script="my_train.py")), "--into", str(repo), "--folder", "."
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (repo / "my_train.py").read_text() == "print('mine')\n" and not (repo / "train.py").exists()
     assert "my_train.py" in (repo / "launch" / "run-node.sh").read_text()
@@ -178,7 +180,9 @@ def test_a_users_train_py_renamed_as_the_refusal_says_is_the_script_that_runs(tm
 
 def test_a_users_train_py_named_as_the_refusal_says_is_the_script_that_runs(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, {**USER_FILES, "train.py": "print('mine')\n"})
-    result = npu_wizard("--answers", str(answers_file(tmp_path, script="train.py")), "--into", str(repo))
+    result = npu_wizard(
+        "--answers", str(answers_file(tmp_path, script="train.py")), "--into", str(repo), "--folder", "."
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (repo / "train.py").read_text() == "print('mine')\n"
     assert "-m runtime.userscript train.py" in (repo / "launch" / "run-node.sh").read_text()
@@ -187,7 +191,7 @@ def test_a_users_train_py_named_as_the_refusal_says_is_the_script_that_runs(tmp_
 
 def test_into_a_clean_repository_adds_only_npu_wizards_files(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--folder", ".")
     assert result.returncode == 0, result.stderr
     assert f"next: read {repo / 'NPU-WIZARD.md'}" in result.stdout
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
@@ -207,7 +211,7 @@ def test_into_a_clean_repository_with_a_cluster_engine_adds_its_folder_and_only_
     tmp_path: Path, engine: str
 ) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    result = npu_wizard("--answers", str(answers_file(tmp_path, engine=engine)), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers_file(tmp_path, engine=engine)), "--into", str(repo), "--folder", ".")
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stderr, result.stderr
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
@@ -224,7 +228,7 @@ def test_a_users_own_cluster_file_where_npu_wizard_writes_its_own_is_refused_nam
     folder = theirs.split("/")[0]
     repo = user_repo(tmp_path, {**USER_FILES, theirs: "my own job\n", f"{folder}/notes.txt": "no clash\n"})
     before = tree_hash(repo)
-    result = npu_wizard("--answers", str(answers_file(tmp_path, engine=engine)), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers_file(tmp_path, engine=engine)), "--into", str(repo), "--folder", ".")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "already has 1 path(s) npu-wizard would write" in result.stderr
     assert f"\n  {theirs}\n" in result.stderr and "nothing was written" in result.stderr
@@ -234,9 +238,9 @@ def test_a_users_own_cluster_file_where_npu_wizard_writes_its_own_is_refused_nam
 def test_a_second_render_into_the_folder_is_refused_pointing_at_update_and_force(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     answers = answers_file(tmp_path)
-    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".").returncode == 0
     before = tree_hash(repo)
-    result = npu_wizard("--answers", str(answers), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".")
     assert result.returncode == 1
     assert f"npu-wizard update {repo}" in result.stderr and "--force" in result.stderr
     assert tree_hash(repo) == before
@@ -244,7 +248,10 @@ def test_a_second_render_into_the_folder_is_refused_pointing_at_update_and_force
 
 def test_update_with_changed_answers_changes_npu_wizards_files_only(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    assert (
+        npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--folder", ".").returncode
+        == 0
+    )
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "npu-wizard's files")
     (repo / "launch" / "mine.sh").write_text("echo my own helper\n")  # the user's file in npu-wizard's folder
@@ -262,7 +269,7 @@ def test_update_with_changed_answers_changes_npu_wizards_files_only(tmp_path: Pa
 
 def test_update_merges_a_user_edit_to_the_launch_script(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--folder", ".").returncode == 0
     script = repo / "launch" / "run-node.sh"
     mine = script.read_text().replace("\nset -", "\n# my own note on this script\nset -", 1)
     assert "# my own note" in mine
@@ -281,7 +288,10 @@ def test_update_merges_a_user_edit_to_the_launch_script(tmp_path: Path) -> None:
 
 def test_update_refuses_a_new_file_that_lands_on_a_users_file(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    assert (
+        npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--folder", ".").returncode
+        == 0
+    )
     (repo / "launch" / "node2.sh").write_text("my own node 2\n")
     (repo / "answers.yaml").write_text(answers_file(tmp_path, nodes=3).read_text())
     before = tree_hash(repo, lock_taken=True)
@@ -293,12 +303,17 @@ def test_update_refuses_a_new_file_that_lands_on_a_users_file(tmp_path: Path) ->
 
 def test_force_replaces_npu_wizards_files_and_keeps_the_users(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=3)), "--into", str(repo)).returncode == 0
+    assert (
+        npu_wizard("--answers", str(answers_file(tmp_path, nodes=3)), "--into", str(repo), "--folder", ".").returncode
+        == 0
+    )
     (repo / "launch" / "mine.sh").write_text("echo my own helper\n")
     (repo / "launch" / "run-node.sh").write_text("# edited away\n")
     (repo / "runs").mkdir()
     (repo / "runs" / "kept.txt").write_text("a run of mine\n")
-    result = npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--force")
+    result = npu_wizard(
+        "--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--folder", ".", "--force"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "replaced npu-wizard's files in" in result.stdout
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
@@ -311,18 +326,21 @@ def test_force_replaces_npu_wizards_files_and_keeps_the_users(tmp_path: Path) ->
 
 def test_force_keeps_the_users_edits_to_files_npu_wizard_no_longer_makes(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=4)), "--into", str(repo)).returncode == 0
+    assert (
+        npu_wizard("--answers", str(answers_file(tmp_path, nodes=4)), "--into", str(repo), "--folder", ".").returncode
+        == 0
+    )
     with (repo / "train.py").open("a") as script:
         script.write("# my change\n")
     (repo / "launch" / "node2.sh").write_text("my own node 2\n")
     (repo / "my_train.py").write_text("print('my own loop')\n")
     edited = contents(repo, ["train.py", "launch/node2.sh"])
     again = answers_file(tmp_path, nodes=2, script="my_train.py")
-    dry = npu_wizard("--answers", str(again), "--into", str(repo), "--force", "--dry-run")
+    dry = npu_wizard("--answers", str(again), "--into", str(repo), "--folder", ".", "--force", "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     listed = dry.stdout.split("would keep 2 of your edited files npu-wizard no longer makes:\n", 1)[1]
     assert listed.splitlines()[:2] == ["  launch/node2.sh", "  train.py"]
-    result = npu_wizard("--answers", str(again), "--into", str(repo), "--force")
+    result = npu_wizard("--answers", str(again), "--into", str(repo), "--folder", ".", "--force")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "kept 2 of your edited files npu-wizard no longer makes: launch/node2.sh, train.py" in result.stdout
     assert contents(repo, list(edited)) == edited
@@ -333,10 +351,15 @@ def test_force_keeps_the_users_edits_to_files_npu_wizard_no_longer_makes(tmp_pat
 
 def test_force_never_overwrites_a_users_file_either(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    assert (
+        npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--folder", ".").returncode
+        == 0
+    )
     (repo / "launch" / "node2.sh").write_text("my own node 2\n")
     before = tree_hash(repo)
-    result = npu_wizard("--answers", str(answers_file(tmp_path, nodes=3)), "--into", str(repo), "--force")
+    result = npu_wizard(
+        "--answers", str(answers_file(tmp_path, nodes=3)), "--into", str(repo), "--folder", ".", "--force"
+    )
     assert result.returncode == 1
     assert "\n  launch/node2.sh\n" in result.stderr
     assert tree_hash(repo) == before
@@ -352,7 +375,7 @@ def test_force_never_overwrites_a_users_file_either(tmp_path: Path) -> None:
 def test_unclear_mixes_with_into_are_refused_in_one_line(tmp_path: Path, extra: list[str], message: str) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     before = tree_hash(repo)
-    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), *extra)
+    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--folder", ".", *extra)
     assert result.returncode == 2
     assert message in result.stderr.splitlines()[-1]
     assert tree_hash(repo) == before
@@ -380,7 +403,7 @@ def test_into_a_missing_folder_or_a_file_is_refused(tmp_path: Path) -> None:
 def test_dry_run_lists_the_files_and_writes_nothing(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     before = tree_hash(repo)
-    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--dry-run")
+    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--folder", ".", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "  NPU-WIZARD.md\n" in result.stdout
     assert tree_hash(repo) == before
@@ -388,7 +411,7 @@ def test_dry_run_lists_the_files_and_writes_nothing(tmp_path: Path) -> None:
     listing = result.stdout.split(f" files to {repo}:\n", 1)[1].splitlines()
     listed_files = {line.strip() for line in listing if line.startswith("  ")}
     real = user_repo(tmp_path / "real", USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(real)).returncode == 0
+    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(real), "--folder", ".").returncode == 0
     added = git(real, "status", "--porcelain", "-uall").splitlines()
     assert listed_files == {line[3:] for line in added if line.startswith("?? ")}
     assert f"would add {len(listed_files)} files to {repo}:" in result.stdout
@@ -398,7 +421,7 @@ def test_dry_run_lists_the_files_and_writes_nothing(tmp_path: Path) -> None:
 def test_run_and_monitor_work_on_the_folder_and_git_status_shows_nothing_of_the_run(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
     answers = answers_file(tmp_path, tensorboard="true")
-    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".").returncode == 0
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "npu-wizard's files")
     run = subprocess.run(
@@ -423,7 +446,10 @@ def test_run_and_monitor_work_on_the_folder_and_git_status_shows_nothing_of_the_
 
 def test_update_rebase_after_the_state_is_lost_still_leaves_the_users_files_alone(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    assert (
+        npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--folder", ".").returncode
+        == 0
+    )
     shutil.rmtree(repo / ".npu-wizard")
     (repo / "answers.yaml").write_text(answers_file(tmp_path, nodes=3).read_text())
     result = npu_wizard("update", str(repo), "--rebase")
@@ -437,7 +463,10 @@ def test_update_rebase_after_the_state_is_lost_still_leaves_the_users_files_alon
 
 def test_force_is_refused_while_an_update_of_the_folder_is_at_work(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo)).returncode == 0
+    assert (
+        npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--folder", ".").returncode
+        == 0
+    )
     (repo / "answers.yaml").write_text(answers_file(tmp_path, nodes=3).read_text())
     flag = tmp_path / "paused"
     env = {**os.environ, PAUSE_AT_ENV: "before-commit", PAUSE_FILE_ENV: str(flag)}
@@ -445,7 +474,9 @@ def test_force_is_refused_while_an_update_of_the_folder_is_at_work(tmp_path: Pat
     try:
         wait_for(lambda: flag.exists() or update.poll() is not None)
         assert update.poll() is None
-        result = npu_wizard("--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--force")
+        result = npu_wizard(
+            "--answers", str(answers_file(tmp_path, nodes=2)), "--into", str(repo), "--folder", ".", "--force"
+        )
     finally:
         update.kill()
         update.wait(timeout=30)
@@ -459,7 +490,7 @@ def test_force_is_refused_while_an_update_of_the_folder_is_at_work(tmp_path: Pat
 
 def test_doctor_checks_the_folder_and_names_its_requirements_file(tmp_path: Path) -> None:
     repo = user_repo(tmp_path, USER_FILES)
-    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--folder", ".").returncode == 0
     bare = tmp_path / "bare"  # a Python without torch, as on a node not yet set up
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
     result = subprocess.run(
@@ -480,7 +511,9 @@ def test_doctor_checks_the_folder_and_names_its_requirements_file(tmp_path: Path
 def start_paused_render(repo: Path, answers: Path, flag: Path, point: str = "before-commit") -> subprocess.Popen[bytes]:
     """A render into `repo` stopped at `point` of its journal (the test hook), once it is there."""
     env = {**os.environ, PAUSE_AT_ENV: point, PAUSE_FILE_ENV: str(flag)}
-    render = subprocess.Popen([sys.executable, "-m", "wizard", "--answers", str(answers), "--into", str(repo)], env=env)
+    render = subprocess.Popen(
+        [sys.executable, "-m", "wizard", "--answers", str(answers), "--into", str(repo), "--folder", "."], env=env
+    )
     wait_for(lambda: flag.exists() or render.poll() is not None)
     assert render.poll() is None
     return render
@@ -503,7 +536,7 @@ def test_a_render_killed_before_its_commit_can_be_run_again(tmp_path: Path) -> N
     render.wait(timeout=60)
     assert (repo / ".npu-wizard" / "update").is_dir()  # its staging is left, nothing else
     assert all(name.startswith(".npu-wizard/update") for name in new_files(repo))
-    result = npu_wizard("--answers", str(answers), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".")
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(new_files(repo)) == generated(repo)
     assert contents(repo, list(USER_FILES)) == {name: text.encode() for name, text in USER_FILES.items()}
@@ -515,7 +548,7 @@ def test_a_render_killed_after_its_commit_is_finished_by_the_next_one(tmp_path: 
     render = start_paused_render(repo, answers, tmp_path / "paused", "after-first-move")
     render.kill()
     render.wait(timeout=60)
-    result = npu_wizard("--answers", str(answers), "--into", str(repo))
+    result = npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".")
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"finished the interrupted render or update of {repo} first; {repo} already holds npu-wizard's" in (
         result.stderr
@@ -530,7 +563,7 @@ def test_force_with_o_is_refused_on_a_folder_rendered_into(tmp_path: Path, extra
     document = yaml.safe_load(answers_file(tmp_path, script="src/main.py").read_text())
     answers = tmp_path / "as-project.yaml"
     answers.write_text(answers_yaml({**document, "project_name": repo.name}))
-    assert npu_wizard("--answers", str(answers), "--into", str(repo)).returncode == 0
+    assert npu_wizard("--answers", str(answers), "--into", str(repo), "--folder", ".").returncode == 0
     before = tree_hash(repo)
     result = npu_wizard("--answers", str(answers), "-o", str(repo.parent), *extra)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -567,7 +600,7 @@ def test_into_a_project_rendered_with_o_is_refused_with_commands_that_work(
     before = tree_hash(project)
     shutil.copytree(project, tmp_path / "as-it-was", symlinks=True)
 
-    refused = npu_wizard("--answers", str(changed), "--into", str(project), *extra)
+    refused = npu_wizard("--answers", str(changed), "--into", str(project), "--folder", ".", *extra)
 
     assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stdout + refused.stderr
     assert f"npu-wizard: {project} is a project npu-wizard rendered with -o, not a folder of yours" in refused.stderr

@@ -55,24 +55,26 @@ def test_the_wizard_renders_into_my_repository_like_into_and_leaves_my_files(tmp
         await render_into(pilot, repo)
         await until(pilot, lambda: isinstance(pilot.app.screen, DoneScreen), "the done page")
         headline = pilot.app.screen.query_one("#done").query(Static).first().render()
-        assert str(headline).startswith(f"Added npu-wizard's files to {repo} ")
+        assert str(headline).startswith(f"Added npu-wizard's files to {repo / 'npu'} ")
         await pilot.app.workers.wait_for_complete()
 
     run_wizard(scenario, create_app(RAW, blink=False))
     assert not (repo / "mine").exists()
     assert {name: (repo / name).read_text() for name in USER_FILES} == USER_FILES
-    assert (repo / ".npu-wizard" / "into").is_file() and (repo / "NPU-WIZARD.md").is_file()
-    assert (repo / "launch" / "node0.sh").is_file()
+    project = repo / "npu"  # the default folder, as --into REPO
+    assert (project / ".npu-wizard" / "into").is_file() and (project / "NPU-WIZARD.md").is_file()
+    assert (project / "launch" / "node0.sh").is_file()
+    assert (project / ".npu-wizard" / "repository").read_text() == "npu\n"
     # the very files --into writes from the same answers
     cli = user_repo(tmp_path / "cli", USER_FILES)
-    cli_render_into(resolve(RAW), cli)
+    cli_render_into(resolve(RAW), cli, subfolder="npu")
     ours = {name for name in snapshot_of(cli) if not name.startswith(".git/")}
     assert {name for name in snapshot_of(repo) if not name.startswith(".git/")} == ours
     assert snapshot_of(repo / ".git") == before
 
 
 def test_the_wizard_refuses_into_a_folder_with_my_launch_script_and_writes_nothing(tmp_path: Path) -> None:
-    repo = user_repo(tmp_path, {**USER_FILES, "launch/run-node.sh": "#!/bin/sh\necho mine\n"})
+    repo = user_repo(tmp_path, {**USER_FILES, "npu/launch/run-node.sh": "#!/bin/sh\necho mine\n"})
     before = snapshot_of(repo)
 
     async def scenario(pilot: Pilot[int]) -> None:

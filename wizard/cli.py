@@ -41,19 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where.add_argument(
         "--into",
-        metavar="DIR",
-        help="add the project's files to your own folder DIR (your repository, which must exist) instead: "
-        "launch/, sysctl/, slurm/ or k8s/, runtime/, answers.yaml, the README as NPU-WIZARD.md, the "
-        "requirements as requirements-npu-wizard.txt, .npu-wizard/. A file of yours in the way is never "
-        "overwritten: each is named and nothing is written. With --force, only npu-wizard's own files of an "
-        "earlier --into are replaced. Needs --answers; not with --clean or --edit",
+        metavar="REPO",
+        help="add the project to your own repository REPO (which must exist) instead: every file goes into the "
+        "one folder REPO/npu (see --folder): launch/, sysctl/, slurm/ or k8s/, runtime/, answers.yaml, the README "
+        "as NPU-WIZARD.md, the requirements as requirements-npu-wizard.txt, .npu-wizard/. A file of yours in the "
+        "way is never overwritten: each is named and nothing is written. With --force, only npu-wizard's own "
+        "files of an earlier --into are replaced. Needs --answers; not with --clean or --edit",
     )
     parser.add_argument(
         "--folder",
         metavar="NAME",
-        help="with --into REPO: put every file of the project into the one folder REPO/NAME (made if missing; "
+        help="with --into REPO: the folder of REPO the project goes into (default: npu; made if missing; "
         "clashes are looked for there only); your script (training.script, a path from REPO) runs from REPO's "
-        "root as under plain torchrun, and nothing of npu-wizard's is importable there by a name of yours",
+        "root as under plain torchrun, and nothing of npu-wizard's is importable there by a name of yours. "
+        "--folder . is the older layout: npu-wizard's files straight into REPO's root",
     )
     parser.add_argument(
         "--force",
@@ -415,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--clean does not go with --into: npu-wizard never deletes anything of yours in your folder")
     if args.folder is not None and args.into is None:
         parser.error("--folder goes with --into REPO: it names the folder of the repository the project goes into")
+    if args.folder is not None and not args.folder.strip("/"):
+        parser.error("--folder needs a folder name inside the repository (npu by default; '.' for the older layout)")
     if args.into is not None and (args.answers is None or args.edit):
         parser.error("--into needs --answers FILE (without --edit): the interactive wizard renders with -o")
     return _guarded(
@@ -561,9 +564,16 @@ def _render_from_file(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         clean=args.clean,
         into=None if args.into is None else Path(args.into),
-        folder=args.folder or "",
+        folder=_into_folder(args.folder),
     )
     return EXIT_OK
+
+
+def _into_folder(folder: str | None) -> str:
+    """The folder of the repository --into renders into: --folder NAME (a trailing '/' dropped), else npu."""
+    from wizard.render.into import DEFAULT_FOLDER
+
+    return DEFAULT_FOLDER if folder is None else folder.rstrip("/") or folder
 
 
 def _interactive(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
-"""Rendering into the user's own folder (`npu-wizard --answers A --into DIR`): npu-wizard's files beside theirs.
+"""Rendering into the user's own repository (`npu-wizard --answers A --into REPO`): npu-wizard's files beside theirs.
 
-The project's files go straight into DIR (not DIR/<project_name>), its README
+The project's files go into one folder of the repository, REPO/npu by default (`--folder NAME`), or, in the
+older layout (`--folder .`), straight into REPO (not REPO/<project_name>). Its README
 as NPU-WIZARD.md and its requirements as requirements-npu-wizard.txt, so the
 user's README.md and requirements.txt stay theirs. A file of the user's is
 never written, moved or deleted: every path the render would write that DIR
@@ -8,11 +9,14 @@ already holds, and npu-wizard did not generate there (the pristine copy names
 what it did), is a clash, and a clash refuses the whole render before anything
 is written. The files are written through the update journal (all or nothing).
 `.npu-wizard/into` marks the folder, so `update` and `--force` know to touch
-npu-wizard's own files only.
+npu-wizard's own files only; `.npu-wizard/repository` names the folder inside the repository (`.` for the older
+layout chosen with `--folder .`; a folder without it was rendered before `npu/` became the default).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -34,6 +38,8 @@ from wizard.render.replace import live_runs
 from wizard.stopping import stop_signals_raise
 
 README = RENAMED["README.md"]
+DEFAULT_FOLDER = "npu"  # --into REPO without --folder: the project goes into REPO/npu
+FLAT = "."  # --folder .: the older layout, npu-wizard's files straight into the repository's root
 MARKER_TEXT = (
     "This folder is the user's; npu-wizard rendered its files into it (npu-wizard --into).\n"
     "npu-wizard update and --force change only the files npu-wizard generated (pristine.json.gz names them).\n"
@@ -149,22 +155,47 @@ def render_into(
 
     With `subfolder` (`--folder NAME`), `folder` is the repository and the project goes into `folder/subfolder`
     (made if missing): only that folder is checked for clashes, and the ranks start from the repository's root.
+    Without it (or with FLAT, `--folder .`), the older layout: the files go straight into `folder`.
 
     With `force`, the files an earlier render wrote there are replaced (edits to them dropped); the user's stay,
     and so does each file the new render no longer makes that the user edited (the result's `kept`).
     `answers_file` names the answers in the commands a refusal suggests.
     """
-    folder = Path(folder)
-    check_folder(folder)
-    if subfolder:
-        _refuse_kubernetes_in_a_folder(answers, subfolder)
-        folder = _project_folder(folder, subfolder, dry_run)
+    repository = Path(folder)
+    check_folder(repository)
+    subfolder = "" if subfolder == FLAT else subfolder
+    if not subfolder:
+        return _render(answers, repository, "", force=force, dry_run=dry_run, answers_file=answers_file)
+    refuse_project_made_with_o(repository, answers, answers_file)  # not a folder of a project -o made
+    folder = repository / subfolder
+    made = not os.path.lexists(folder)
+    folder = _project_folder(repository, subfolder, dry_run)
+    try:
+        result = _render(answers, folder, subfolder, force=force, dry_run=dry_run, answers_file=answers_file)
+    except BaseException:
+        if made and not dry_run:  # the folder this render made goes again when nothing was written into it
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    if is_into(repository) and not os.path.lexists(repository / REPOSITORY_MARKER):
+        older = (
+            f"{repository} also holds npu-wizard's files of the older layout, straight in its root: "
+            f"npu-wizard update {shlex.quote(str(repository))} says how to remove them"
+        )
+        result = dataclasses.replace(result, warnings=(*result.warnings, Problem(FILE, NO_VALUE, older, "warning")))
+    return result
+
+
+def _render(
+    answers: Answers, folder: Path, subfolder: str, *, force: bool, dry_run: bool, answers_file: str
+) -> RenderResult:
+    """render_into for the project's own folder `folder` (`subfolder` of its repository, "" for the older layout)."""
     refuse_project_made_with_o(folder, answers, answers_file)
     finished = _finish_interrupted(folder) if not dry_run else ""
     new = rendered_files(answers, into=True, repository_folder=subfolder)
-    state = {PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT}
     if subfolder:
-        state[REPOSITORY_MARKER] = subfolder + "\n"
+        _refuse_too_large_for_a_configmap(answers, folder, subfolder, new)
+    state = {PRISTINE: pristine.encode(new), INTO_MARKER: MARKER_TEXT, REPOSITORY_MARKER: (subfolder or FLAT) + "\n"}
     names = sorted([*new.files, *state])
     try:
         earlier, before, note = _check(folder, names, force)
@@ -191,27 +222,39 @@ def render_into(
     return RenderResult(folder, tuple(names), warnings, earlier, README, tuple(kept))
 
 
-def _refuse_kubernetes_in_a_folder(answers: Answers, subfolder: str) -> None:
-    """TargetError for a Kubernetes engine with --folder: its ConfigMap carries the project's files only, so the
-    pods would not find the repository's script."""
-    engine = answers["cluster.engine"]
-    if engine in KUBERNETES_ENGINES:
-        raise TargetError(
-            f"--folder {shown(subfolder)} with cluster.engine {engine}: the pods' ConfigMap does not carry the "
-            "repository around the folder yet, so nothing was written; render --into the repository without "
-            "--folder for Kubernetes"
+def _refuse_too_large_for_a_configmap(answers: Answers, folder: Path, subfolder: str, new: pristine.Pristine) -> None:
+    """TargetError, nothing written, when a Kubernetes engine's pods cannot get the repository around `subfolder`
+    and the project's new files in one ConfigMap (1 MiB): the error names the biggest files and the ways out."""
+    if answers["cluster.engine"] not in KUBERNETES_ENGINES:
+        return
+    from wizard.render.k8s import check_repository_fits
+    from wizard.render.k8s_code import ConfigMapError
+
+    repository = Path(os.path.normpath(folder.joinpath(*[".."] * len(subfolder.split("/")))))
+    try:
+        check_repository_fits(repository, subfolder, answers, new.files)
+    except ConfigMapError as error:
+        raise TargetError(f"{error}; nothing was written") from None
+
+
+def folder_problem(subfolder: str) -> str:
+    """Why `subfolder` names no folder inside the repository ("" when it does; FLAT is the older layout)."""
+    if subfolder == FLAT:
+        return ""
+    if subfolder.startswith("/") or any(part in ("", ".", "..") for part in subfolder.split("/")):
+        return (
+            f"--folder {shown(subfolder)}: name a folder inside the repository, e.g. --folder npu (no '..', no "
+            "leading '/'; '.' for the older layout)"
         )
+    return ""
 
 
 def _project_folder(repository: Path, subfolder: str, dry_run: bool) -> Path:
     """`repository/subfolder`, made if missing (not on a dry run); TargetError for a name that leaves the
     repository or a path in the way."""
-    parts = subfolder.split("/")
-    if subfolder.startswith("/") or any(part in ("", ".", "..") for part in parts):
-        raise TargetError(
-            f"--folder {shown(subfolder)}: name a folder inside the repository, e.g. --folder npu (no '..', no "
-            "leading '/')"
-        )
+    problem = folder_problem(subfolder)
+    if problem:
+        raise TargetError(problem)
     folder = repository / subfolder
     in_the_way = clashes(repository, [subfolder + "/x"], ())
     if in_the_way:

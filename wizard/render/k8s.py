@@ -10,6 +10,7 @@ runs `launch/entry.sh`.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,15 @@ import yaml
 from wizard.answers.model import Answers
 from wizard.answers.questions_cluster import OPERATOR_MASTER_PORTS
 from wizard.answers.questions_k8s import DRIVER_DIR, SOURCE_DIR, WORKSPACE, data_mount_point, pod_project_path
-from wizard.render.k8s_code import configmap_data, pods_data_folder, project_files, restore_command
+from wizard.render.k8s_code import (
+    check_fits,
+    configmap_data,
+    folder_files,
+    pods_data_folder,
+    project_files,
+    restore_command,
+)
+from wizard.render.pristine import repository_folder, repository_root
 
 ENGINES = ("ascendjob", "pytorchjob")
 NPU_RESOURCE = "huawei.com/Ascend910"
@@ -60,14 +69,19 @@ def data_mount_path(answers: Answers) -> str:
     return data_mount_point(answers["project_name"], answers.get("training.data_dir"))
 
 
-def job_manifest(answers: Answers) -> dict[str, Any]:
-    """The AscendJob or PyTorchJob of the answers' engine, as a mapping ready to dump."""
+def job_manifest(answers: Answers, folder: str = "") -> dict[str, Any]:
+    """The AscendJob or PyTorchJob of the answers' engine, as a mapping ready to dump; `folder`: the project's
+    folder inside its repository, which the pods' copy holds whole (the entry script starts there)."""
     engine = answers["cluster.engine"]
     if engine == "ascendjob":
-        return _ascendjob(answers)
-    if engine == "pytorchjob":
-        return _pytorchjob(answers)
-    raise ValueError(f"not a Kubernetes engine: {engine}")
+        manifest = _ascendjob(answers)
+    elif engine == "pytorchjob":
+        manifest = _pytorchjob(answers)
+    else:
+        raise ValueError(f"not a Kubernetes engine: {engine}")
+    for replica in _replica_specs(manifest).values():
+        replica["template"]["spec"]["containers"][0]["command"] = container_command(answers, folder)
+    return manifest
 
 
 def restarts(answers: Answers) -> int:
@@ -153,11 +167,12 @@ def _field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
-def container_command(answers: Answers) -> list[str]:
-    """The container's command: copy the project out of the ConfigMap, each file to its path, then run the entry
-    script."""
+def container_command(answers: Answers, folder: str = "") -> list[str]:
+    """The container's command: copy the project (the repository around its `folder`) out of the ConfigMap, each
+    file to its path, then run the entry script in the project's folder."""
     workdir = project_path(answers)
-    script = f"set -e; {restore_command(SOURCE_DIR, workdir)}; cd {shlex.quote(workdir)}; exec bash launch/entry.sh"
+    start = posixpath.join(workdir, folder) if folder else workdir
+    script = f"set -e; {restore_command(SOURCE_DIR, workdir)}; cd {shlex.quote(start)}; exec bash launch/entry.sh"
     return ["/bin/bash", "-c", script]
 
 
@@ -235,9 +250,14 @@ def configmap_name(answers: Answers) -> str:
     return f"{job_name(answers['project_name'])}-project"
 
 
-def configmap(answers: Answers, project: Path) -> dict[str, Any]:
-    """The ConfigMap with the project's code as it is now (k8s_code.ConfigMapError when it cannot carry it)."""
-    data = configmap_data(project, carried_files(project, answers))
+def configmap(answers: Answers, project: Path, folder: str = "") -> dict[str, Any]:
+    """The ConfigMap with the project's code as it is now (k8s_code.ConfigMapError when it cannot carry it): for a
+    project in a folder of a repository, the repository's code too, every path from the repository's root.
+    `folder`: that folder, for a render not yet in its place (its own files only, each under the folder)."""
+    if folder:
+        data = configmap_data(project, project_files(project), prefix=folder + "/")
+    else:
+        data = configmap_data(repository_root(project), carried_files(project, answers))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -251,10 +271,26 @@ def configmap(answers: Answers, project: Path) -> dict[str, Any]:
 
 
 def carried_files(project: Path, answers: Answers) -> list[str]:
-    """The project's files the ConfigMap carries to the pods (wizard.render.k8s_code says which)."""
+    """The project's files the ConfigMap carries to the pods (wizard.render.k8s_code says which), relative to the
+    project, or to its repository's root for a project in a folder of one."""
     script = answers["training.script"]
     data_folder = pods_data_folder(script, answers.get("training.data_dir"), _data_volume(answers) is not None)
+    folder = repository_folder(project)
+    if folder:
+        return folder_files(repository_root(project), folder, script, data_folder)
     return project_files(project, script, data_folder)
+
+
+def check_repository_fits(repository: Path, folder: str, answers: Answers, texts: Mapping[str, str]) -> None:
+    """ConfigMapTooLarge, before anything is written, when the repository's code and the project's files about to
+    be written into its `folder` (`texts`) are over what one ConfigMap carries to the pods."""
+    script = answers["training.script"]
+    data_folder = pods_data_folder(script, answers.get("training.data_dir"), _data_volume(answers) is not None)
+    names = [
+        name for name in folder_files(repository, folder, script, data_folder) if not name.startswith(folder + "/")
+    ]
+    carried = {name for name in texts if name.endswith((".py", ".sh")) or name in ("answers.yaml", "requirements.txt")}
+    check_fits(repository, names, {f"{folder}/{name}": texts[name] for name in sorted(carried)})
 
 
 def listed_files(manifest: Mapping[str, Any]) -> list[str]:
@@ -303,23 +339,25 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _represent_str)
 
 
-def write_manifests(project: Path, answers: Answers) -> list[str]:
-    """Write the job manifest and the project ConfigMap into `project/k8s`; return their paths."""
+def write_manifests(project: Path, answers: Answers, folder: str = "") -> list[str]:
+    """Write the job manifest and the project ConfigMap into `project/k8s`; return their paths. `folder`: the
+    project's folder inside its repository (the ConfigMap then carries the project's own files under it, until
+    `npu-wizard run` writes it again with the repository's code)."""
     engine = answers["cluster.engine"]
     (project / "k8s").mkdir(exist_ok=True)
-    job = job_manifest(answers)
+    job = job_manifest(answers, folder)
     job_file = manifest_file(engine)
     (project / job_file).write_text(
         dump(job, _HEADER.format(what=job["kind"], how="Apply with the ConfigMap: kubectl apply --server-side -f k8s/"))
     )
-    refresh_configmap(project, answers)
+    refresh_configmap(project, answers, folder)
     return [job_file, CONFIGMAP_FILE]
 
 
-def refresh_configmap(project: Path, answers: Answers) -> str:
+def refresh_configmap(project: Path, answers: Answers, folder: str = "") -> str:
     """Write k8s/project.yaml from the project's files as they are now; return its text."""
     text = dump(
-        configmap(answers, project),
+        configmap(answers, project, folder),
         _HEADER.format(what="ConfigMap", how="npu-wizard run writes it again from the project's current files."),
     )
     (project / CONFIGMAP_FILE).write_text(text)

@@ -79,6 +79,38 @@ def project_files(project: Path, script: str | None = None, data_dir: str | None
     return list(dict.fromkeys(names))  # in this order, each once (runtime/ is a top-level package too)
 
 
+def folder_files(repository: Path, folder: str, script: str | None, data_dir: str | None = None) -> list[str]:
+    """The files a pod needs of a project that is the folder `folder` of `repository`, relative to the repository:
+    the repository's code as its ranks import it from the repository's root (the script's folder tree, the
+    top-level modules and packages: `code_files`), the user's script, and the project's own files in `folder`
+    (its runtime, launch scripts and answers). `data_dir`, the data folder of the pods relative to the
+    repository's root, is never carried."""
+    if is_foreign(script):
+        _refuse_linked_script(repository, str(script))
+    names = [
+        name
+        for name in code_files(repository, script, _inside(data_dir))
+        if not name.startswith(folder + "/")  # the project's folder: its own files below, never its runs
+    ]
+    if is_foreign(script):
+        names.append(str(script))
+    names += [f"{folder}/{name}" for name in project_files(repository / folder)]
+    return list(dict.fromkeys(names))
+
+
+def check_fits(repository: Path, names: list[str], more: dict[str, str]) -> None:
+    """ConfigMapTooLarge when the files `names` of `repository` and the texts `more` (path: text, files not
+    written yet) are over what one ConfigMap carries."""
+    data = configmap_data(repository, names)
+    size = sum(_applied_size(key, text) for key, text in data.items())
+    size += sum(_applied_size(configmap_keys([name])[name], text) for name, text in more.items())
+    if size > CONFIGMAP_LIMIT:
+        sizes = {name: len(text.encode()) for name, text in more.items()}
+        layout = dict(line.split(" ", 1) for line in data[LAYOUT_KEY].splitlines())
+        sizes.update({layout[key]: len(text.encode()) for key, text in data.items() if key != LAYOUT_KEY})
+        raise _too_large(str(size), sorted(sizes.items(), key=lambda item: -item[1]))
+
+
 def pods_data_folder(script: str | None, data_dir: str | None, data_volume: bool) -> str | None:
     """The project's data folder in the pods: train.py's training.data_dir (data/ by default); for a user's
     script, which has none, data/ only where the pods mount a data volume there (`data_volume`)."""
@@ -170,8 +202,9 @@ def _inside(data_dir: str | None) -> str:
     return "" if folder.startswith(("/", "..")) else folder
 
 
-def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
-    """The ConfigMap's data: each existing file under its key, and LAYOUT_KEY naming each key's path."""
+def configmap_data(project: Path, names: list[str], prefix: str = "") -> dict[str, str]:
+    """The ConfigMap's data: each existing file under its key, and LAYOUT_KEY naming each key's path (with
+    `prefix` before it: the project's folder in the repository, where its files go back to in a pod)."""
     present = [name for name in names if _own(project, project / name)]
     keys = configmap_keys(present)
     data: dict[str, str] = {}
@@ -200,7 +233,7 @@ def configmap_data(project: Path, names: list[str]) -> dict[str, str]:
             raise ConfigMapError(
                 f"{shown(name)} is not UTF-8 text, and a ConfigMap carries text: save it as UTF-8 (iconv -t UTF-8)"
             ) from None
-    data[LAYOUT_KEY] = "".join(f"{keys[name]} {name}\n" for name in present)
+    data[LAYOUT_KEY] = "".join(f"{keys[name]} {prefix}{name}\n" for name in present)
     _check_size(data, {keys[name]: name for name in present})
     return data
 
@@ -264,7 +297,8 @@ def _too_large(size: str, biggest: list[tuple[str, int]]) -> ConfigMapTooLarge:
         f"the project's code comes to {size} bytes as kubectl sends it, over the {CONFIGMAP_LIMIT} a "
         f"ConfigMap can carry (1 MiB, less room for its name and labels); the biggest: {listed}. "
         "The pods get code only (data comes from the data volume): move data out of the script's folder, or build "
-        "the code into the image and drop the project volume from the manifest"
+        "the code (the repository, for a project in a folder of one) into the image, or put it on a volume, and "
+        "drop the project volume from the manifest"
     )
 
 

@@ -26,6 +26,7 @@ STATE_DIR = ".npu-wizard"
 PRISTINE = f"{STATE_DIR}/pristine.json.gz"
 INTO_MARKER = f"{STATE_DIR}/into"  # a folder of the user's that npu-wizard rendered into (wizard.render.into)
 # The project's folder inside its repository (`--into REPO --folder NAME`): the ranks start from the repository root.
+# "." names the older layout chosen with `--folder .` (the files straight in the repository's root).
 REPOSITORY_MARKER = f"{STATE_DIR}/repository"
 # The most a pristine copy may unpack to: a 4096-node project's unpacks to about 2 MiB, a gzip bomb to gigabytes.
 MAX_UNPACKED = 64 * 1024 * 1024
@@ -50,9 +51,10 @@ def repository_folder(project: Path) -> str:
     """The project's folder relative to its repository's root ("" when the project is not one folder of a
     repository: rendered -o, or --into straight into the user's folder)."""
     try:
-        return (project / REPOSITORY_MARKER).read_text(encoding="utf-8").strip()
+        folder = (project / REPOSITORY_MARKER).read_text(encoding="utf-8").strip()
     except (FileNotFoundError, NotADirectoryError):
         return ""
+    return "" if folder == "." else folder
 
 
 def repository_root(project: Path) -> Path:

@@ -77,7 +77,7 @@ def finish(project: Path, context: Mapping[str, str], answers: Answers) -> None:
     (project / "answers.yaml").write_text(dump(answers))
     if answers.get("cluster.engine") in KUBERNETES_ENGINES:
         # After the files above, which the ConfigMap carries
-        write_manifests(project, answers)
+        write_manifests(project, answers, context.get("repository_folder", ""))
     pristine.record(project, walk_files(project), written)  # the base of a later `npu-wizard update`
 
 

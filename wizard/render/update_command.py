@@ -12,6 +12,7 @@ from wizard.answers.source import answers_base, print_warnings, read_answers_tex
 from wizard.errors import ConflictError, TargetError, shown
 from wizard.render import journal
 from wizard.render.conflict_markers import record_conflicts, refuse_unresolved
+from wizard.render.older_layout import move_note
 from wizard.render.project_locks import refuse_live_run, update_lock
 from wizard.render.update import ANSWERS_FILE, UpdatePlan, plan_update
 
@@ -24,7 +25,11 @@ def update(args: argparse.Namespace) -> int:
     with update_lock(project, _command_line(args), optional=args.dry_run) as unlocked:
         if unlocked:
             print(f"warning: {unlocked}", file=sys.stderr, flush=True)
-        return _update_locked(project, args)
+        code = _update_locked(project, args)
+    note = move_note(project, args.project)  # a repository of the older layout: how to move it into npu/
+    if note:
+        print(f"\n{note}")
+    return code
 
 
 def _command_line(args: argparse.Namespace) -> str:

@@ -33,9 +33,11 @@ def create_app(
     """
     from wizard.render.pristine import is_into
     from wizard.tui.app import WizardApp
+    from wizard.tui.into_folder import where_rendered
     from wizard.tui.state import WizardState
 
-    if answers_path is not None and is_into(Path(answers_path).parent):
-        output_dir, into = Path(answers_path).parent, True
     state = WizardState(raw, file_problems)
+    if answers_path is not None and is_into(Path(answers_path).parent):  # the repository around it, and its folder
+        output_dir, state.folder = where_rendered(Path(answers_path).parent)
+        into = True
     return WizardApp(state, Path(output_dir), answers_path=answers_path, blink=blink, into=into, repository=repository)

@@ -14,14 +14,19 @@ from textual.screen import Screen
 from textual.widgets import Checkbox, Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
 from wizard.answers.questions import QUESTIONS, STEP_TITLES, STEPS
-from wizard.errors import Problem, WizardError
+from wizard.errors import Problem, TargetError, WizardError
 from wizard.tui.host import WizardHost
+from wizard.tui.into_folder import into_target, problem_of
 from wizard.tui.preview import RENDER_LOCK, Preview, build_preview, file_tree
 from wizard.tui.screens import ConfirmScreen
 from wizard.tui.state import as_text
 
 if TYPE_CHECKING:
+    from textual.timer import Timer
+
     from wizard.render.render import RenderResult
+
+PAUSE_S = 0.4  # the folder's preview waits for a pause in typing (a dry-run render per key would lag)
 
 
 def answers_text(values: dict[str, object], problems: list[Problem]) -> Text:
@@ -93,6 +98,9 @@ class ReviewScreen(Screen[None]):
             yield Label("Output folder", classes="prompt")
             yield Input(str(self.app.output_dir), id="output")
         yield Checkbox("Into this folder itself (your repository, as --into)", self.app.into, id="into")
+        with Horizontal(id="folder-row"):
+            yield Label("Folder in the repository", classes="prompt")
+            yield Input(self.app.state.folder, id="folder")
         yield Static("", id="target")
         with TabbedContent(id="tabs"):
             with TabPane("Answers", id="tab-answers"), VerticalScroll():
@@ -112,6 +120,9 @@ class ReviewScreen(Screen[None]):
         """Show the answers and start working out the previews."""
         self.sub_title = "Review: nothing is written before ^r"
         self.query_one("#output", Input).cursor_blink = self.app.blink
+        self.query_one("#folder", Input).cursor_blink = self.app.blink
+        self.query_one("#folder-row").display = self.app.into
+        self.folder_timer: Timer | None = None
         state = self.app.state
         self.query_one("#answers", Static).update(answers_text(state.values, [*state.file_problems, *state.problems]))
         self.show_target()
@@ -127,12 +138,25 @@ class ReviewScreen(Screen[None]):
     def into_changed(self, event: Checkbox.Changed) -> None:
         """Into the folder itself, or a new project folder in it: say again what rendering would do."""
         self.app.into = event.value
+        self.query_one("#folder-row").display = event.value
         self.show_target()
         self.preview()
 
+    @on(Input.Changed, "#folder")
+    def folder_changed(self, event: Input.Changed) -> None:
+        """Another folder of the repository: say so now, preview it once typing pauses."""
+        self.app.state.folder = event.value.strip()
+        self.show_target()
+        if self.folder_timer is not None:
+            self.folder_timer.stop()
+        self.folder_timer = self.set_timer(PAUSE_S, self.preview)
+
     def target(self) -> Path:
-        """The folder the render writes: the output folder itself (into), else its <project_name> folder."""
-        return self.app.output_dir if self.app.into else self.app.output_dir / self.app.state.values["project_name"]
+        """The folder the render writes: the project's folder of the output folder (into), else its <project_name>
+        folder."""
+        if self.app.into:
+            return into_target(self.app.output_dir, self.app.state.folder)
+        return self.app.output_dir / self.app.state.values["project_name"]
 
     def show_target(self) -> None:
         """Whether rendering creates the project folder or replaces one (after asking)."""
@@ -140,6 +164,9 @@ class ReviewScreen(Screen[None]):
         if state.errors():
             step = STEP_TITLES[state.first_step_with_errors() or "project"]
             self.show_blocked(f"fix the errors first (step {step}); esc goes back")
+            return
+        if self.app.into and problem_of(self.app.state.folder):
+            self.show_blocked(problem_of(self.app.state.folder))
             return
         target = self.target()
         exists = target.exists() and not self.app.into
@@ -177,8 +204,11 @@ class ReviewScreen(Screen[None]):
 
         from wizard.render.into import render_into
 
-        result = render_into(self.app.state.answers(), self.app.output_dir, dry_run=True)
-        return replace(preview, target=self.app.output_dir, files=result.files)
+        folder = self.app.state.folder
+        if problem_of(folder):
+            raise TargetError(problem_of(folder))
+        result = render_into(self.app.state.answers(), self.app.output_dir, dry_run=True, subfolder=folder)
+        return replace(preview, target=result.project_dir, files=result.files)
 
     def show_blocked(self, message: str) -> None:
         """Say why nothing can be previewed or rendered."""
@@ -190,7 +220,9 @@ class ReviewScreen(Screen[None]):
 
     def show_preview(self, preview: Preview) -> None:
         """Show the file tree and the previews."""
-        self.query_one("#files", Static).update(Text(file_tree(preview.target.name, preview.files)))
+        folder = self.app.state.folder.strip().rstrip("/")
+        root = folder if self.app.into and folder != "." and preview.target != self.app.output_dir else None
+        self.query_one("#files", Static).update(Text(file_tree(root or preview.target.name, preview.files)))
         self.query_one("#launch", Static).update(Text(preview.launch_script))
         self.query_one("#sysctl", Static).update(Text(preview.sysctl_snippet))
         for sbatch in self.query("#sbatch").results(Static):
@@ -235,7 +267,10 @@ class ReviewScreen(Screen[None]):
         try:
             with RENDER_LOCK:
                 if self.app.into:  # the same checks and refusals as --into
-                    result = render_into(self.app.state.answers(), self.app.output_dir)
+                    folder = self.app.state.folder
+                    if problem_of(folder):
+                        raise TargetError(problem_of(folder))
+                    result = render_into(self.app.state.answers(), self.app.output_dir, subfolder=folder)
                 else:
                     result = render(self.app.state.answers(), self.app.output_dir, force=force)
         except WizardError as error:

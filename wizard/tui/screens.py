@@ -190,8 +190,9 @@ class WhereScreen(Screen[bool]):
                 Option(
                     Text.assemble(
                         ("Into this repository", "bold"),
-                        "\nnpu-wizard adds its files here and runs your own script from here; project name "
-                        f"{self.project_name} (from the folder {self.repository.name})",
+                        "\nnpu-wizard puts its files into one folder here (npu/; the review page changes it) and "
+                        f"runs your own script from here; project name {self.project_name} (from the folder "
+                        f"{self.repository.name})",
                     ),
                     id="into",
                 ),

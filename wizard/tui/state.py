@@ -79,6 +79,8 @@ class WizardState:
         self.output_dir: Path | None = None  # where the project goes: the user's own script must be in it
         self.into = False
         """Render into output_dir itself (the user's repository, as --into) instead of output_dir/<project_name>."""
+        self.folder = "npu"
+        """Into: the project's folder inside the repository (--folder; '.': the older layout at its root)."""
         self.own_script: bool | None = None
         """The person's pick of "your own" script (True) or the generated one (False); None: as the answers say."""
         self.refresh()

@@ -27,6 +27,7 @@ from typing import Any
 from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
 from wizard.render import k8s
+from wizard.render.pristine import repository_root
 from wizard.run.engines.base import ENDED, PENDING, RUNNING, Description, Engine, EngineError, Launch, StatusPlan
 from wizard.run.engines.common import run_command
 from wizard.run.engines.k8s_pods import failed_codes, job_condition, node_of, pod_phase, pod_restarts
@@ -181,8 +182,9 @@ class KubernetesEngine(Engine):
                 "add arguments to launch/entry.sh's command in the manifest, or run without them"
             )
         script = launch.answers["training.script"]
-        if is_foreign(script) and not (launch.project / script).is_file():
-            raise EngineError(f"{launch.project / script} is missing: put your script there (training.script)")
+        where = repository_root(launch.project)  # the project, or the repository it is a folder of
+        if is_foreign(script) and not (where / script).is_file():
+            raise EngineError(f"{where / script} is missing: put your script there (training.script)")
         # A manifest of an earlier npu-wizard mounts only the files its items list; today's, the whole ConfigMap.
         listed = k8s.listed_files(k8s.load_manifest(manifest))
         current = k8s.carried_files(launch.project, launch.answers)
