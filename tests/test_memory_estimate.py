@@ -162,3 +162,24 @@ def test_an_npu_or_cuda_out_of_memory_names_the_ranks_peak_and_the_modes_that_wo
     assert "rank 1's last logged peak: 59 GiB at step 8 (max_memory_allocated, this window)" in report
     assert "= 75 GiB per rank (GPT gpt2-124m, ddp on 4 ranks), of 61 GiB" in report
     assert "would fit: " in report and "training.batch_size: 64 with training.grad_accum: 2" in report
+
+
+def test_an_hf_models_parameter_count_is_read_from_its_folder_and_a_folder_not_here_is_no_estimate(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("transformers")
+    from transformers import AutoModelForCausalLM
+
+    from tests.hf_models import save_tiny_model
+    from wizard.memory.estimate import ModelUnknown, with_model_folder
+
+    folder = save_tiny_model(tmp_path / "hf-model")
+    real = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).parameters())
+    values = {"training.model": "hf", "training.hf_model_path": "hf-model", "training.block_size": 32}
+    with pytest.raises(ModelUnknown, match="relative to the project"):
+        model_size(values)
+    sized = model_size(with_model_folder(values, tmp_path))
+    assert sized.parameters == real, (sized.parameters, real)  # the config's widths give GPT-2's exact count
+    assert sized.optimizer == "AdamW" and sized.activations_per_sample > 0
+    with pytest.raises(ModelUnknown, match="holds no config.json"):
+        model_size(with_model_folder(values, tmp_path / "elsewhere"))

@@ -104,7 +104,7 @@ def examine(
         network.check_master(answers, this, system.connect_timeout_s, system.nonlocal_bind),
         network.check_timeouts(answers, script),
         network.check_rank_table(answers, system.env),
-        check_memory(answers, device_capacity(answers, found, this, system.meminfo)),
+        check_memory(answers, device_capacity(answers, found, this, system.meminfo), project_dir),
         *((project_files.check_conflict_markers(project_dir),) if project_dir else ()),
         *((project_files.check_user_script(project_dir, answers, root),) if root and own_script else ()),
         *((check_shadowing(root, answers["training.script"]),) if root and own_script else ()),

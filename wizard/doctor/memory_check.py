@@ -9,7 +9,7 @@ from wizard.answers.model import Answers
 from wizard.answers.script import is_foreign
 from wizard.doctor.network import Node
 from wizard.doctor.probe import Software
-from wizard.memory.estimate import gib
+from wizard.memory.estimate import ModelUnknown, gib, with_model_folder
 from wizard.memory.fit import (
     MEMINFO,
     Capacity,
@@ -33,11 +33,14 @@ def device_capacity(answers: Answers, found: Software, node: Node, meminfo: Path
     return host_capacity(ranks, meminfo)
 
 
-def check_memory(answers: Answers, capacity: Capacity | None) -> Result:
+def check_memory(answers: Answers, capacity: Capacity | None, project: Path | None = None) -> Result:
     """The estimate per rank fits the device (a warning, with the modes and settings that fit, where not)."""
     if is_foreign(answers["training.script"]):
         return Result("memory", SKIP, "your own script: its model is not known before it runs")
-    advice = advise(answers.values, capacity)
+    try:
+        advice = advise(with_model_folder(answers.values, project) if project else answers.values, capacity)
+    except ModelUnknown as error:
+        return Result("memory", SKIP, f"the model's size is not known here: {error}")
     words = breakdown(advice.chosen)
     if capacity is None:
         return Result("memory", SKIP, f"{words}; this host's memory is unknown (no /proc/meminfo)")

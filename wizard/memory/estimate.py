@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from wizard.answers.language_model import shape_from_answers
@@ -105,10 +106,13 @@ def checkpointing(values: Mapping[str, Any]) -> bool:
 
 
 def model_size(values: Mapping[str, Any], *, checkpointed: bool = False) -> ModelSize:
-    """The generated model the answers ask for, as the estimate sees it."""
+    """The generated model the answers ask for, as the estimate sees it; ModelUnknown for an hf model whose
+    folder is not readable here (or named relative to a project not given: see with_model_folder)."""
     model, dataset = values.get("training.model", "mlp"), values.get("training.dataset", "synthetic")
     if model == "gpt":
         return _gpt(values, checkpointed)
+    if model == "hf":
+        return _hf(values, checkpointed)
     classes = IMAGE_FOLDER_CLASSES if dataset == "imagefolder" else 10
     channels, side = _image_input(model, dataset)
     pixels = side * side
@@ -153,6 +157,68 @@ def _gpt(values: Mapping[str, Any], checkpointed: bool) -> ModelSize:
         root_parameters=root,
         block_parameters=block,
     )
+
+
+class ModelUnknown(ValueError):
+    """The model's size cannot be known here (an hf model whose folder is not on this machine)."""
+
+
+def with_model_folder(values: Mapping[str, Any], project: Path) -> dict[str, Any]:
+    """The answers with an hf model folder named relative to the project made absolute, as the ranks find it."""
+    folder = values.get("training.hf_model_path")
+    if values.get("training.model") != "hf" or not folder or Path(str(folder)).is_absolute():
+        return dict(values)
+    return {**values, "training.hf_model_path": str(project / str(folder))}
+
+
+def _hf(values: Mapping[str, Any], checkpointed: bool) -> ModelSize:
+    """A Hugging Face causal LM, sized from its config.json: a decoder of the GPT shape (embeddings, blocks of
+    attention and MLP, a head tied or not); a model of another make is sized as such a decoder of its widths."""
+    from runtime.errors import SetupError
+    from runtime.hf_folder import read_config
+    from wizard.answers.language_model import hf_block_size
+
+    path = Path(str(values.get("training.hf_model_path") or ""))
+    if not path.is_absolute():
+        raise ModelUnknown(f"the hf model folder {path} is relative to the project: its size is read there")
+    try:
+        config = read_config(path)
+    except SetupError as error:
+        raise ModelUnknown(str(error)) from None
+    h = _first(config, "hidden_size", "n_embd", "d_model")
+    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _first(config, "num_attention_heads", "n_head") or 1
+    vocab = _first(config, "vocab_size")
+    if not (h and layers and vocab):
+        raise ModelUnknown(f"{path}/config.json gives no hidden size, layer count or vocabulary size")
+    inner = _first(config, "intermediate_size", "n_inner", "ffn_dim") or 4 * h
+    gated = 3 if config.get("hidden_act") in ("silu", "swiglu") or "llama" in str(config.get("model_type")) else 2
+    block = 4 * h * h + gated * h * inner + inner + 9 * h  # with GPT-2's biases and two norms
+    positions = _first(config, "n_positions") if "n_positions" in config else 0
+    root = vocab * h + (positions or 0) * h + 2 * h
+    if not config.get("tie_word_embeddings", True):
+        root += vocab * h
+    length = hf_block_size(values)
+    per_layer = 64 * h + 4 * heads + 4 * inner
+    per_token = (layers * 4 * h + per_layer if checkpointed else layers * per_layer) + 16 * h + 4 * vocab
+    return ModelSize(
+        f"HF {config.get('model_type', 'model')}",
+        root + layers * block,
+        "AdamW",
+        8,
+        per_token * length,
+        root_parameters=root,
+        block_parameters=block,
+    )
+
+
+def _first(config: Mapping[str, Any], *keys: str) -> int | None:
+    """The first of `keys` that config.json sets to a count."""
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def estimate(

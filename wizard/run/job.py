@@ -28,6 +28,7 @@ from runtime.status import ENV_STATUS_ADDR, ENV_STATUS_TOKEN
 from wizard.answers.script import is_foreign
 from wizard.atomic_files import write_json
 from wizard.errors import TargetError, cannot_write
+from wizard.memory.estimate import ModelUnknown, with_model_folder
 from wizard.memory.fit import advise, run_capacity, to_record
 from wizard.monitor.attach import RUN_FILE
 from wizard.monitor.hang_verdict import HangVerdict, hang_summary
@@ -167,7 +168,11 @@ class Job(JobStacks, JobRestarts):
         if is_foreign(self.answers["training.script"]):
             return None
         ranks_here = len(self.nodes) * self.answers["devices_per_node"]
-        return to_record(advise(self.answers.values, run_capacity(self.answers.values, ranks_here)))
+        values = with_model_folder(self.answers.values, self.project)
+        try:
+            return to_record(advise(values, run_capacity(values, ranks_here)))
+        except ModelUnknown:  # an hf model folder not on this machine: the ranks check it at start-up
+            return None
 
     def start(self) -> None:
         """Check the engine can start the job, open the status stream, and have the engine start every node."""

@@ -65,13 +65,16 @@ def memory_text(values: dict[str, object]) -> Text | None:
     npu-wizard doctor on the node weighs it against that host or its GPU.
     """
     from wizard.answers.script import is_foreign
-    from wizard.memory.estimate import gib
+    from wizard.memory.estimate import ModelUnknown, gib
     from wizard.memory.fit import advise, breakdown, fits_words, npu_capacity
 
     if is_foreign(values.get("training.script")) or "training.batch_size" not in values:
         return None
     capacity = npu_capacity(str(values.get("hardware"))) if values.get("device") == "npu" else None
-    advice = advise(values, capacity)
+    try:
+        advice = advise(values, capacity)
+    except ModelUnknown as error:
+        return Text(f"Memory per rank: not estimated here ({error}); npu-wizard doctor estimates it on the node")
     said = f"Memory per rank (estimate): {breakdown(advice.chosen)}"
     if capacity is None:
         return Text(said + "; npu-wizard doctor weighs it against the node's memory")
