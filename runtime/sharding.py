@@ -17,6 +17,7 @@ inside the functions that use them.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,10 @@ def zero_redundancy(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     groups = [dict(group) for group in optimizer.param_groups]
-    return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), **optimizer.defaults)
+    # the class's own settings only: a subclass's defaults may hold more (AdamW's decoupled_weight_decay)
+    accepted = inspect.signature(type(optimizer)).parameters
+    settings = {key: value for key, value in optimizer.defaults.items() if key in accepted}
+    return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), **settings)
 
 
 def is_sharded(model: nn.Module) -> bool:
