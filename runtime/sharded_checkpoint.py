@@ -156,7 +156,7 @@ def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
     problems = checkpoint._gather(problem)
     if not any(problems):
         return state
-    if problem is not None and dist.get_rank() == 0:
+    if problem is not None and checkpoint._is_first_rank():
         aside = checkpoint.set_aside(folder)
         checkpoint._warn(f"warning: checkpoint {folder} cannot be loaded; kept aside as {aside}")
     return None
