@@ -401,7 +401,8 @@ def parameters_digest(model: nn.Module) -> str:
     digest = hashlib.sha256()
     for name, parameter in unwrap(model).named_parameters():
         digest.update(name.encode())
-        if hasattr(parameter, "full_tensor"):  # a shard of fully_shard: every rank gathers it whole
+        # a shard of fully_shard: every rank gathers it whole
+        if hasattr(parameter, "full_tensor"):
             parameter = parameter.full_tensor()
         data = parameter.detach().reshape(-1).cpu().contiguous()
         digest.update(data.view(torch.uint8).numpy().tobytes())

@@ -86,7 +86,9 @@ def save_sharded(
         partial.mkdir()
     dist.barrier()
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial))
+    dcp.save(
+        {"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial)
+    )
     if first:
         torch.save({**training, PROJECT_KEY: project}, partial / TRAINING_STATE)
         marker = {"step": step, "world_size": dist.get_world_size(), "project": project}
@@ -103,7 +105,9 @@ def save_sharded(
 def prune_folders(directory: Path, keep: int, project: str | None) -> list[Path]:
     """Delete all but the newest `keep` complete step folders of `project` (another project's stay)."""
     found = [
-        path for path in complete_folders(directory) if project is None or marker_project(path) in (None, project)
+        path
+        for path in complete_folders(directory)
+        if project is None or marker_project(path) in (None, project)
     ]
     doomed = found[:-keep] if keep > 0 else found
     for path in doomed:
@@ -111,15 +115,21 @@ def prune_folders(directory: Path, keep: int, project: str | None) -> list[Path]
     return doomed
 
 
-def resume_point(directory: Path, project: str | None = None) -> tuple[Path, dict[str, Any]] | None:
+def resume_point(
+    directory: Path, project: str | None = None
+) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint every rank sees: a complete step folder or a step-N.pt file, and its state.
 
     A step folder's state is its training state alone: load_sharded_state reads the shards.
     """
     directory = Path(directory)
-    every_rank = checkpoint._gather([_step_of(path) for path in complete_folders(directory)])
+    every_rank = checkpoint._gather(
+        [_step_of(path) for path in complete_folders(directory)]
+    )
     common = set.intersection(*(set(steps) for steps in every_rank))
-    files = [checkpoint._step_of(path) for path in checkpoint.list_checkpoints(directory)]
+    files = [
+        checkpoint._step_of(path) for path in checkpoint.list_checkpoints(directory)
+    ]
     newest_file = max(checkpoint._gather(max(files, default=-1)))
     for step in sorted(common, reverse=True):
         if step < newest_file:
@@ -148,7 +158,9 @@ def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
             "give each project its own folder (NPU_WIZARD_CHECKPOINT_DIR, or train.py's --checkpoint-dir)"
         )
     try:
-        state = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=True)
+        state = torch.load(
+            folder / TRAINING_STATE, map_location="cpu", weights_only=True
+        )
     except checkpoint.UNREADABLE as error:
         problem: str | None = f"{folder} ({type(error).__name__}: {error})"[:500]
     else:
@@ -158,7 +170,9 @@ def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
         return state
     if problem is not None and checkpoint._is_first_rank():
         aside = checkpoint.set_aside(folder)
-        checkpoint._warn(f"warning: checkpoint {folder} cannot be loaded; kept aside as {aside}")
+        checkpoint._warn(
+            f"warning: checkpoint {folder} cannot be loaded; kept aside as {aside}"
+        )
     return None
 
 
@@ -173,4 +187,3 @@ def _write_synced(path: Path, text: str) -> None:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())
-

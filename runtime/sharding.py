@@ -40,7 +40,9 @@ def model_blocks(model: nn.Module) -> list[nn.Module]:
     stages = [getattr(model, f"layer{index}", None) for index in range(1, 5)]
     if all(isinstance(stage, nn.Sequential) for stage in stages):
         return [block for stage in stages for block in stage]  # type: ignore[union-attr]
-    return [child for child in model.children() if any(True for _ in child.parameters())]
+    return [
+        child for child in model.children() if any(True for _ in child.parameters())
+    ]
 
 
 def checkpoint_activations(blocks: list[nn.Module]) -> None:
@@ -49,10 +51,14 @@ def checkpoint_activations(blocks: list[nn.Module]) -> None:
 
     for block in blocks:
         # non-reentrant: works under DDP and fully_shard, and with inputs that need no gradient
-        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+        block.forward = functools.partial(
+            checkpoint, block.forward, use_reentrant=False
+        )
 
 
-def shard_model(model: nn.Module, blocks: list[nn.Module], amp: str, device_type: str) -> nn.Module:
+def shard_model(
+    model: nn.Module, blocks: list[nn.Module], amp: str, device_type: str
+) -> nn.Module:
     """FSDP2: fully_shard each block, then the root; bf16 parameters with fp32 reductions under amp bf16.
 
     Any cast of the model's dtype must come before this (torch_npu has no DTensor rule for
@@ -64,7 +70,9 @@ def shard_model(model: nn.Module, blocks: list[nn.Module], amp: str, device_type
     mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     policy = MixedPrecisionPolicy()
     if amp == "bf16":
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        policy = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+        )
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -78,7 +86,9 @@ def zero_redundancy(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     groups = [dict(group) for group in optimizer.param_groups]
     # the class's own settings only: a subclass's defaults may hold more (AdamW's decoupled_weight_decay)
     accepted = inspect.signature(type(optimizer)).parameters
-    settings = {key: value for key, value in optimizer.defaults.items() if key in accepted}
+    settings = {
+        key: value for key, value in optimizer.defaults.items() if key in accepted
+    }
     return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), **settings)
 
 
@@ -119,7 +129,10 @@ def whole_state(
         if not keep:
             return None
         names = parameter_names(model, optimizer)
-        return {"model": whole_model, "optimizer": optimizer_state_by_index(whole_optimizer, names)}
+        return {
+            "model": whole_model,
+            "optimizer": optimizer_state_by_index(whole_optimizer, names),
+        }
     if rank not in writing and dist.is_initialized():
         return None
     return {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict()}
@@ -142,26 +155,36 @@ def _gathered(value: Any, keep: bool) -> Any:
 def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
     """Each parameter's name in the order the optimizer holds them (torch's state dict keys them by place)."""
     names = {parameter: name for name, parameter in unwrap(model).named_parameters()}
-    return [names[parameter] for group in optimizer.param_groups for parameter in group["params"]]
+    return [
+        names[parameter]
+        for group in optimizer.param_groups
+        for parameter in group["params"]
+    ]
 
 
-def optimizer_state_by_name(state: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+def optimizer_state_by_name(
+    state: Mapping[str, Any], names: list[str]
+) -> dict[str, Any]:
     """torch's optimizer state dict (keyed by place) keyed by parameter name, as get_state_dict keys it."""
     return {
         "state": {names[index]: value for index, value in state["state"].items()},
         "param_groups": [
-            {**group, "params": [names[index] for index in group["params"]]} for group in state["param_groups"]
+            {**group, "params": [names[index] for index in group["params"]]}
+            for group in state["param_groups"]
         ],
     }
 
 
-def optimizer_state_by_index(state: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+def optimizer_state_by_index(
+    state: Mapping[str, Any], names: list[str]
+) -> dict[str, Any]:
     """An optimizer state dict keyed by parameter name back in torch's own form (keyed by place)."""
     place = {name: index for index, name in enumerate(names)}
     return {
         "state": {place[name]: value for name, value in state["state"].items()},
         "param_groups": [
-            {**group, "params": [place[name] for name in group["params"]]} for group in state["param_groups"]
+            {**group, "params": [place[name] for name in group["params"]]}
+            for group in state["param_groups"]
         ],
     }
 
@@ -176,7 +199,9 @@ def load_whole_state(
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-    named = optimizer_state_by_name(state["optimizer"], parameter_names(model, optimizer))
+    named = optimizer_state_by_name(
+        state["optimizer"], parameter_names(model, optimizer)
+    )
     set_state_dict(
         model,
         optimizer,
@@ -203,4 +228,9 @@ def load_sharded_state(
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=str(folder))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+    )

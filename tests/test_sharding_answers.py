@@ -44,8 +44,14 @@ def test_the_defaults_are_ddp_without_activation_checkpointing() -> None:
 
 def test_fsdp2_on_the_atlas_training_series_with_fp16_is_refused_with_both_reasons_at_once() -> None:
     found = problems_of(
-        {**NPU_A2, "hardware": "atlas-training", "amp": "fp16", "training.parallelism": "fsdp2",
-         "environment.torch_npu_version": "2.1.0.post17", "environment.torch_version": "2.1.0"}
+        {
+            **NPU_A2,
+            "hardware": "atlas-training",
+            "amp": "fp16",
+            "training.parallelism": "fsdp2",
+            "environment.torch_npu_version": "2.1.0.post17",
+            "environment.torch_version": "2.1.0",
+        }
     )
     fields = [field for field, _message in found]
     assert fields.count("training.parallelism") == 2  # the series and torch (2.1 has no fully_shard)
@@ -54,8 +60,12 @@ def test_fsdp2_on_the_atlas_training_series_with_fp16_is_refused_with_both_reaso
 
 
 def test_fsdp2_needs_torch_npu_2_6_and_is_warned_below_2_7_1() -> None:
-    old = {**NPU_A2, "training.parallelism": "fsdp2", "environment.torch_npu_version": "2.5.1",
-           "environment.torch_version": "2.5.1"}
+    old = {
+        **NPU_A2,
+        "training.parallelism": "fsdp2",
+        "environment.torch_npu_version": "2.5.1",
+        "environment.torch_version": "2.5.1",
+    }
     assert any("needs torch_npu 2.6 or later" in message for _field, message in problems_of(old))
     warned = {**old, "environment.torch_npu_version": "2.6.0", "environment.torch_version": "2.6.0"}
     assert any("list fully_shard from 2.7.1" in message for _field, message in warnings_of(warned))
@@ -63,19 +73,40 @@ def test_fsdp2_needs_torch_npu_2_6_and_is_warned_below_2_7_1() -> None:
 
 
 def test_fsdp2_on_a_cpu_project_needs_only_torch_2_6() -> None:
-    cpu = {**NPU_A2, "device": "cpu", "hardware": "atlas-training", "amp": "off", "training.parallelism": "fsdp2",
-           "environment.torch_npu_version": "2.6.0", "environment.torch_version": "2.6.0"}
+    cpu = {
+        **NPU_A2,
+        "device": "cpu",
+        "hardware": "atlas-training",
+        "amp": "off",
+        "training.parallelism": "fsdp2",
+        "environment.torch_npu_version": "2.6.0",
+        "environment.torch_version": "2.6.0",
+    }
     assert resolve(cpu)["training.parallelism"] == "fsdp2"
 
 
 def test_zero1_runs_on_every_series() -> None:
-    assert resolve({**NPU_A2, "hardware": "atlas-training", "amp": "fp16", "training.parallelism": "zero1",
-                    "environment.torch_npu_version": "2.1.0.post17", "environment.torch_version": "2.1.0"})
+    assert resolve(
+        {
+            **NPU_A2,
+            "hardware": "atlas-training",
+            "amp": "fp16",
+            "training.parallelism": "zero1",
+            "environment.torch_npu_version": "2.1.0.post17",
+            "environment.torch_version": "2.1.0",
+        }
+    )
 
 
 def test_a_script_of_your_own_gets_no_parallelism_question() -> None:
-    found = problems_of({**NPU_A2, "training.script": "my_train.py", "training.parallelism": "fsdp2",
-                         "training.activation_checkpointing": True})
+    found = problems_of(
+        {
+            **NPU_A2,
+            "training.script": "my_train.py",
+            "training.parallelism": "fsdp2",
+            "training.activation_checkpointing": True,
+        }
+    )
     assert [field for field, _message in found] == ["training.parallelism", "training.activation_checkpointing"]
     assert all("shards itself" in message for _field, message in found)
 

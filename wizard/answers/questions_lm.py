@@ -224,7 +224,11 @@ SHARDING_QUESTIONS: tuple[Question, ...] = (
         default=False,
         choices=(
             Choice("false", "Off", "Each block's activations are kept for the backward pass."),
-            Choice("true", "On", "Each block's activations are recomputed in the backward pass: less memory, ~30% more compute."),
+            Choice(
+                "true",
+                "On",
+                "Each block recomputes its activations in the backward pass: less memory, about a third more compute.",
+            ),
         ),
         when=_generated,
         refused=_parallelism_refused,

@@ -1,8 +1,8 @@
-{%- if cookiecutter.parallelism == "fsdp2" %}
+{% if cookiecutter.parallelism == "fsdp2" -%}
 """Train {{ cookiecutter.project_name }} with FSDP2 (fully_shard), one process per device.
-{%- elif cookiecutter.parallelism == "zero1" %}
+{%- elif cookiecutter.parallelism == "zero1" -%}
 """Train {{ cookiecutter.project_name }} with DistributedDataParallel and ZeRO-1, one process per device.
-{%- else %}
+{%- else -%}
 """Train {{ cookiecutter.project_name }} with DistributedDataParallel, one process per device.
 {%- endif %}
 
@@ -353,14 +353,15 @@ class Trainer:
         self._optimizer_step()
         return torch.stack(losses).mean()
 {%- endif %}
-
 {%- if cookiecutter.parallelism == "fsdp2" %}
+
     def _sync_gradients(self, sync: bool) -> contextlib.AbstractContextManager[None]:
         # FSDP2 reduce-scatters the gradients in every backward: the inner micro-batches
         # keep this rank's own, the last one reduces the sum once
         self.model.set_requires_gradient_sync(sync)
         return contextlib.nullcontext()
 {%- else %}
+
     def _sync_gradients(self, sync: bool) -> contextlib.AbstractContextManager[None]:
         # DDP averages the gradients across ranks in every backward: the inner micro-batches
         # only add to this rank's own (no_sync), the last one averages the sum once
