@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 from torch import nn
+{%- if cookiecutter.parallelism != "fsdp2" %}
 from torch.nn.parallel import DistributedDataParallel as DDP
+{%- endif %}
 {%- if cookiecutter.tensorboard == "true" %}
 from torch.utils.tensorboard import SummaryWriter
 {%- endif %}
@@ -68,19 +70,23 @@ PROJECT = {{ cookiecutter.project_name|tojson }}  # kept in each checkpoint: a s
 # training.parallelism: parameters, gradients and optimizer state split across the ranks
 PARALLELISM = "fsdp2"
 {%- if cookiecutter|shared_checkpoints %}
-SHARDED_CHECKPOINTS = True  # every rank reaches the checkpoint folder: one shard per rank
+# every rank reaches the checkpoint folder: one shard per rank
+SHARDED_CHECKPOINTS = True
 {%- else %}
 # no checkpoint folder every rank reaches (each host keeps its own): each node's local rank 0
 # gathers the whole state at every save and writes it as one file
 SHARDED_CHECKPOINTS = False
 {%- endif %}
 {%- elif cookiecutter.parallelism == "zero1" %}
-# training.parallelism: DDP, the optimizer state split across the ranks (ZeroRedundancyOptimizer)
+# training.parallelism: DDP, the optimizer state split across the ranks
+# (ZeroRedundancyOptimizer)
 PARALLELISM = "zero1"
 {%- if cookiecutter|shared_checkpoints %}
-SHARED_CHECKPOINTS = True  # rank 0 gathers the optimizer state and writes the one checkpoint
+# rank 0 gathers the optimizer state and writes the one checkpoint
+SHARED_CHECKPOINTS = True
 {%- else %}
-SHARED_CHECKPOINTS = False  # each node's local rank 0 gathers the optimizer state and writes a copy
+# each node's local rank 0 gathers the optimizer state and writes a copy
+SHARED_CHECKPOINTS = False
 {%- endif %}
 {%- else %}
 PARALLELISM = "ddp"  # training.parallelism: the whole model on every rank
@@ -274,7 +280,9 @@ class Trainer:
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         try:
             if path.is_dir():  # one shard per rank, from fsdp2 on any world size
-                sharding.load_sharded_state(self.model, self.optimizer, path, PARALLELISM)
+                sharding.load_sharded_state(
+                    self.model, self.optimizer, path, PARALLELISM
+                )
             else:  # whole, from any mode: each rank takes its part
                 sharding.load_whole_state(self.model, self.optimizer, state)
         except (KeyError, RuntimeError, ValueError) as error:
@@ -838,7 +846,8 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
 {%- if cookiecutter.dataset == "tokens" %}
             val_data = load_val_data(rank)
 {%- endif %}
-            model = build_model(spec).to(target)  # its dtype is set here, before any sharding
+            # the model's dtype is set here, before any sharding
+            model = build_model(spec).to(target)
 {%- if cookiecutter.activation_checkpointing == "true" %}
             # training.activation_checkpointing: each block recomputes its activations in
             # the backward pass instead of keeping them; wrapped before any sharding

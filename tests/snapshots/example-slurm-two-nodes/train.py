@@ -136,7 +136,9 @@ class Trainer:
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         try:
             if path.is_dir():  # one shard per rank, from fsdp2 on any world size
-                sharding.load_sharded_state(self.model, self.optimizer, path, PARALLELISM)
+                sharding.load_sharded_state(
+                    self.model, self.optimizer, path, PARALLELISM
+                )
             else:  # whole, from any mode: each rank takes its part
                 sharding.load_whole_state(self.model, self.optimizer, state)
         except (KeyError, RuntimeError, ValueError) as error:
@@ -385,7 +387,8 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 return
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
-            model = build_model(spec).to(target)  # its dtype is set here, before any sharding
+            # the model's dtype is set here, before any sharding
+            model = build_model(spec).to(target)
             steps_per_epoch = len(train_data) // GRAD_ACCUM
             if steps_per_epoch == 0:
                 raise SetupError(
