@@ -24,6 +24,7 @@ from runtime import (
     device,
     distributed,
     events,
+    memory,
     preemption,
     profile_window,
     schedule,
@@ -247,6 +248,9 @@ class Trainer:
             samples_per_s=samples_per_s,
             lr=lr,
             **self.timer.window(),  # data_s and forward_s, read after the loss read synchronised
+            **memory.window(  # this window's peak memory and the training state's bytes
+                self.device, self.model, self.optimizer, self.rank.rank, self.step
+            ),
             **throughput,
         )
         if self.rank.is_main:
