@@ -397,10 +397,13 @@ def _no_space(error: BaseException, writer: _RecordingWriter | None) -> bool:
 
 
 def parameters_digest(model: nn.Module) -> str:
-    """sha256 of every parameter's bytes, to compare ranks' weights bit for bit."""
+    """sha256 of every parameter's bytes, to compare ranks' weights bit for bit (a collective under fsdp2)."""
     digest = hashlib.sha256()
     for name, parameter in unwrap(model).named_parameters():
         digest.update(name.encode())
+        # a shard of fully_shard: every rank gathers it whole
+        if hasattr(parameter, "full_tensor"):
+            parameter = parameter.full_tensor()
         data = parameter.detach().reshape(-1).cpu().contiguous()
         digest.update(data.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()

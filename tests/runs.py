@@ -289,11 +289,11 @@ class RunEnded:
     alive_before: list[int] = field(default_factory=list)  # the job's processes when it was interrupted
 
 
-def run_to_its_end(project: Path, *args: str, timeout: float = 300) -> RunEnded:
-    """`npu-wizard run PROJECT --plain ARGS` to its end, its output and errors read apart."""
+def run_to_its_end(project: Path, *args: str, timeout: float = 300, **extra: str) -> RunEnded:
+    """`npu-wizard run PROJECT --plain ARGS` to its end, its output and errors read apart; `extra`: environment."""
     runner = subprocess.Popen(
         [sys.executable, "-m", "wizard", "run", str(project), "--plain", *args],
-        env=node_env(project / "runs" / "unused"),
+        env=node_env(project / "runs" / "unused", **extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -205,6 +205,18 @@ def has_profiler_async_parse(torch_npu_version: str) -> bool:
     return _from_release(torch_npu_version, {(2, 1, 0): 12, (2, 3, 1): 6, (2, 4, 0): 4}, (2, 5, 1))
 
 
+def has_fully_shard(torch_npu_version: str) -> bool:
+    """Whether torch_npu supports FSDP2's fully_shard: 2.6.0 and later (ASCEND.md, "Sharded training on NPU")."""
+    parsed = parse_version(torch_npu_version)
+    return parsed is not None and parsed[:3] >= (2, 6, 0)
+
+
+def fully_shard_field_tested(torch_npu_version: str) -> bool:
+    """Whether torch_npu is at least 2.7.1, the first release whose API docs list fully_shard (warn below)."""
+    parsed = parse_version(torch_npu_version)
+    return parsed is not None and parsed[:3] >= (2, 7, 1)
+
+
 def cann_for(torch_npu_version: str) -> str | None:
     """The CANN release a known torch_npu release pairs with, if known."""
     return TORCH_NPU_CANN.get(torch_npu_version)

@@ -211,3 +211,61 @@ LOOP_QUESTIONS: tuple[Question, ...] = (
         "(with 0 they train on all of them).",
     ),
 )
+
+
+def _parallelism_refused(values: Values) -> str:
+    return (
+        f"a script of your own ({values.get('training.script')}) shards itself: npu-wizard only starts it; "
+        "leave this out"
+    )
+
+
+SHARDING_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        name="training.parallelism",
+        prompt="Data parallelism",
+        kind="choice",
+        default="ddp",
+        choices=(
+            Choice("ddp", "DDP", "Every rank holds the whole model, its gradients and its optimizer state."),
+            Choice(
+                "zero1",
+                "ZeRO-1",
+                "DDP, with the optimizer state split across the ranks (ZeroRedundancyOptimizer); any series.",
+            ),
+            Choice(
+                "fsdp2",
+                "FSDP2",
+                "fully_shard: parameters, gradients and optimizer state split across the ranks; Atlas A2/A3, "
+                "torch_npu 2.6 and later; sharded checkpoints.",
+            ),
+        ),
+        when=_generated,
+        refused=_parallelism_refused,
+        step="training",
+        help="How the ranks share the model. DDP keeps about 16 bytes per parameter on every card (fp32 weights, "
+        "gradients, two Adam moments); ZeRO-1 splits the optimizer's 8 across the N ranks; FSDP2 splits all 16 "
+        "and gathers one block at a time. A checkpoint of one mode resumes under the others (FSDP2's sharded "
+        "folders under ZeRO-1 excepted).",
+    ),
+    Question(
+        name="training.activation_checkpointing",
+        prompt="Activation checkpointing",
+        kind="bool",
+        default=False,
+        choices=(
+            Choice("false", "Off", "Each block's activations are kept for the backward pass."),
+            Choice(
+                "true",
+                "On",
+                "Each block recomputes its activations in the backward pass: less memory, about a third more compute.",
+            ),
+        ),
+        when=_generated,
+        refused=_parallelism_refused,
+        step="training",
+        help="Whether each block of the model (the gpt's transformer blocks, ResNet's residual blocks, the "
+        "layers of the small models) recomputes its activations in the backward pass instead of keeping "
+        "them (torch.utils.checkpoint), under any parallelism.",
+    ),
+)

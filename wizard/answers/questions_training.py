@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from wizard.answers.language_model import LANGUAGE_MODELS
-from wizard.answers.questions_lm import GPT_QUESTIONS, LOOP_QUESTIONS, SCHEDULE_QUESTIONS
+from wizard.answers.questions_lm import GPT_QUESTIONS, LOOP_QUESTIONS, SCHEDULE_QUESTIONS, SHARDING_QUESTIONS
 from wizard.answers.script import is_foreign
 from wizard.answers.spec import Choice, Question, Values
 
@@ -189,6 +189,7 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         help="Passes over the dataset.",
     ),
     *LOOP_QUESTIONS,
+    *SHARDING_QUESTIONS,
     Question(
         name="training.samples",
         prompt="Synthetic samples",

@@ -18,6 +18,7 @@ from jinja2.ext import Extension
 from wizard.answers import hardware
 from wizard.answers.language_model import gpt_config
 from wizard.answers.questions_cluster import HCCL_SLOTS, MASTER_PORT_SPAN, OPERATOR_MASTER_PORTS
+from wizard.answers.storage import shared_checkpoints
 
 EXTENSION = f"{__name__}.ReleaseFacts"
 FEATURES: dict[str, Callable[[str], bool]] = {
@@ -78,10 +79,11 @@ def _port_range(first: int, last: int) -> str:
 
 
 class ReleaseFacts(Extension):
-    """Jinja extension that adds the `torch_npu_has`, `port_plan` and `gpt_config` filters."""
+    """Jinja extension that adds the `torch_npu_has`, `port_plan`, `gpt_config` and `shared_checkpoints` filters."""
 
     def __init__(self, environment: jinja2.Environment) -> None:
         super().__init__(environment)
         environment.filters["torch_npu_has"] = torch_npu_has
         environment.filters["port_plan"] = port_plan
         environment.filters["gpt_config"] = gpt_config
+        environment.filters["shared_checkpoints"] = shared_checkpoints

@@ -18,6 +18,7 @@ from wizard.answers.addresses import is_ip, is_loopback
 from wizard.answers.questions_cluster import HCCL_SLOTS, MASTER_PORT_SPAN
 from wizard.answers.questions_k8s import mount_point_problem
 from wizard.answers.rules_lm import LM_RULES
+from wizard.answers.rules_sharding import SHARDING_RULES
 from wizard.answers.script import is_foreign
 from wizard.errors import Problem
 
@@ -397,6 +398,7 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[Values], Iterator[Problem]]], ...]
     (("cluster.engine",), kubernetes_settings),
     (("cluster.engine", "run.restarts"), operator_retries),
     *LM_RULES,
+    *SHARDING_RULES,
 )
 
 

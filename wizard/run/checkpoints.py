@@ -8,6 +8,7 @@ whether the checkpoint already completes the epochs (or the max steps).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -20,6 +21,9 @@ from wizard.monitor.state import JobState
 
 ENV_CHECKPOINT_DIR = "NPU_WIZARD_CHECKPOINT_DIR"  # the same variable runtime/checkpoint.py reads
 CHECKPOINT_FILE = re.compile(r"step-\d+\.pt(\.unreadable(\.\d+)?)?|\.step-\d+\.pt\..+\.tmp")
+# a sharded checkpoint (training.parallelism fsdp2): a folder per step, its set-aside copies, a torn save's folder
+CHECKPOINT_FOLDER = re.compile(r"step-\d+(\.unreadable(\.\d+)?)?|\.step-\d+\.partial")
+SHARDED_MARKER = "complete.json"  # runtime/sharded_checkpoint.py's MARKER: it names the project
 ASIDE_PREFIX = "set-aside-"
 
 
@@ -32,8 +36,9 @@ def checkpoint_dir(project: Path, env: Mapping[str, str] = os.environ) -> Path:
 def set_aside(folder: Path, project: str) -> Path | None:
     """Move this project's checkpoint files into `<folder>/set-aside-<stamp>/`; nothing is deleted.
 
-    Only checkpoint files move (`step-N.pt`, its set-aside copies, a torn
-    save's temporary file), never the folder or anything else in it. A
+    Only checkpoints move (`step-N.pt` files and sharded `step-N` folders, their
+    set-aside copies, a torn save's temporary file or folder), never the folder
+    or anything else in it. A
     folder that holds another project's checkpoint is refused before anything
     moves: the run would refuse it next. Returns the new subfolder (None when
     there was nothing to move).
@@ -42,9 +47,9 @@ def set_aside(folder: Path, project: str) -> Path | None:
         return None
     ours = []
     for path in sorted(folder.iterdir()):
-        if not CHECKPOINT_FILE.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+        if path.is_symlink() or not _is_checkpoint(path):
             continue
-        owner = written_by(path)
+        owner = written_by(path) if path.is_file() else _folder_owner(path)
         if owner is not None and owner != project:
             raise TargetError(
                 f"--fresh: {path} was written by project {owner!r}, not {project!r}: give this project its own "
@@ -69,6 +74,21 @@ def set_aside(folder: Path, project: str) -> Path | None:
             raise TargetError(f"--fresh: cannot move {path} into {aside}: {error.strerror}") from None
         return aside
     raise TargetError(f"--fresh: cannot find a free name in {folder}")
+
+
+def _is_checkpoint(path: Path) -> bool:
+    if path.is_file():
+        return CHECKPOINT_FILE.fullmatch(path.name) is not None
+    return path.is_dir() and CHECKPOINT_FOLDER.fullmatch(path.name) is not None
+
+
+def _folder_owner(path: Path) -> str | None:
+    """The project a sharded checkpoint folder's marker names (None where it names none or cannot be read)."""
+    try:
+        owner = json.loads((path / SHARDED_MARKER).read_text()).get("project")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
 
 
 def nothing_to_train(state: JobState, epochs: int, folder: Path, max_steps: int = 0) -> str | None:

@@ -1,4 +1,10 @@
+{% if cookiecutter.parallelism == "fsdp2" -%}
+"""Train {{ cookiecutter.project_name }} with FSDP2 (fully_shard), one process per device.
+{%- elif cookiecutter.parallelism == "zero1" -%}
+"""Train {{ cookiecutter.project_name }} with DistributedDataParallel and ZeRO-1, one process per device.
+{%- else -%}
 """Train {{ cookiecutter.project_name }} with DistributedDataParallel, one process per device.
+{%- endif %}
 
 Rendered by npu-wizard; start it with launch/node<N>.sh on each node. The
 device, the process group, events and checkpoints come from runtime/.
@@ -15,7 +21,9 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 from torch import nn
+{%- if cookiecutter.parallelism != "fsdp2" %}
 from torch.nn.parallel import DistributedDataParallel as DDP
+{%- endif %}
 {%- if cookiecutter.tensorboard == "true" %}
 from torch.utils.tensorboard import SummaryWriter
 {%- endif %}
@@ -39,6 +47,8 @@ from runtime import (
     preemption,
     profile_window,
     schedule,
+    sharded_checkpoint,
+    sharding,
     smoke,
     stacks,
     timing,
@@ -58,6 +68,31 @@ AMP = {{ cookiecutter.amp|tojson }}
 COMPILE = {{ cookiecutter.compile|tojson }}  # the forward and loss, with torch.compile or TorchAir
 {%- endif %}
 PROJECT = {{ cookiecutter.project_name|tojson }}  # kept in each checkpoint: a shared folder is refused
+{%- if cookiecutter.parallelism == "fsdp2" %}
+# training.parallelism: parameters, gradients and optimizer state split across the ranks
+PARALLELISM = "fsdp2"
+{%- if cookiecutter|shared_checkpoints %}
+# every rank reaches the checkpoint folder: one shard per rank
+SHARDED_CHECKPOINTS = True
+{%- else %}
+# no checkpoint folder every rank reaches (each host keeps its own): each node's local rank 0
+# gathers the whole state at every save and writes it as one file
+SHARDED_CHECKPOINTS = False
+{%- endif %}
+{%- elif cookiecutter.parallelism == "zero1" %}
+# training.parallelism: DDP, the optimizer state split across the ranks
+# (ZeroRedundancyOptimizer)
+PARALLELISM = "zero1"
+{%- if cookiecutter|shared_checkpoints %}
+# rank 0 gathers the optimizer state and writes the one checkpoint
+SHARED_CHECKPOINTS = True
+{%- else %}
+# each node's local rank 0 gathers the optimizer state and writes a copy
+SHARED_CHECKPOINTS = False
+{%- endif %}
+{%- else %}
+PARALLELISM = "ddp"  # training.parallelism: the whole model on every rank
+{%- endif %}
 BATCH_SIZE = {{ cookiecutter.batch_size|int }}  # per device; the global batch is this x world size
 {%- if cookiecutter.lr %}
 LR = {{ cookiecutter.lr|float }}
@@ -158,7 +193,11 @@ def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
 
 
 class Trainer:
+{%- if cookiecutter.parallelism == "fsdp2" %}
+    """Trains on this rank's batches and shards; every rank saves its shard of each checkpoint."""
+{%- else %}
     """Trains on this rank's batches; local rank 0 of each node saves checkpoints."""
+{%- endif %}
 
     def __init__(
         self,
@@ -208,8 +247,19 @@ class Trainer:
         self.batches_done = 0
         self.max_steps = 0
         self.saved_step = -1
-        # the newest checkpoint every rank can load (a damaged one is set aside)
-        resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
+{%- if cookiecutter.parallelism == "zero1" %}
+        self.writers = sharding.writers(
+            rank.world_size, rank.local_world_size, shared=SHARED_CHECKPOINTS
+        )
+{%- else %}
+        # local rank 0 of each node writes the whole checkpoint: no shared storage needed
+        self.writers = sharding.writers(
+            rank.world_size, rank.local_world_size, shared=False
+        )
+{%- endif %}
+        # the newest checkpoint every rank can load (a damaged one is set aside): a
+        # sharded step folder or a whole step-N.pt, whichever mode wrote it
+        resumed = sharded_checkpoint.resume_point(checkpoint_dir, project=PROJECT)
         if resumed is not None:
             self._load_checkpoint(*resumed)
 {%- if cookiecutter.tensorboard == "true" %}
@@ -219,6 +269,7 @@ class Trainer:
             purge_step = self.step + 1 if resumed is not None else None
             self.board = SummaryWriter(tensorboard_dir, purge_step=purge_step)
 {%- endif %}
+{%- if cookiecutter.parallelism != "fsdp2" %}
         # a single process has no gradients to average: DDP would only cost time
         if rank.world_size > 1:
             device_ids = None if target.type == "cpu" else [target.index]
@@ -230,6 +281,7 @@ class Trainer:
                 broadcast_buffers=False,
                 gradient_as_bucket_view=True,
             )
+{%- endif %}
 {%- if cookiecutter.compile != "off" %}
         # compiled at the first step, eager if that fails; self.model stays the module
         # itself, so checkpoints hold its own keys and load compiled or not
@@ -240,8 +292,12 @@ class Trainer:
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            if path.is_dir():  # one shard per rank, from fsdp2 on any world size
+                sharding.load_sharded_state(
+                    self.model, self.optimizer, path, PARALLELISM
+                )
+            else:  # whole, from any mode: each rank takes its part
+                sharding.load_whole_state(self.model, self.optimizer, state)
         except (KeyError, RuntimeError, ValueError) as error:
             raise SetupError(
                 f"checkpoint {path} does not fit this model ({type(error).__name__}: "
@@ -318,6 +374,14 @@ class Trainer:
         self._optimizer_step()
         return torch.stack(losses).mean()
 {%- endif %}
+{%- if cookiecutter.parallelism == "fsdp2" %}
+
+    def _sync_gradients(self, sync: bool) -> contextlib.AbstractContextManager[None]:
+        # FSDP2 reduce-scatters the gradients in every backward: the inner micro-batches
+        # keep this rank's own, the last one reduces the sum once
+        self.model.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+{%- else %}
 
     def _sync_gradients(self, sync: bool) -> contextlib.AbstractContextManager[None]:
         # DDP averages the gradients across ranks in every backward: the inner micro-batches
@@ -325,6 +389,7 @@ class Trainer:
         if sync or not isinstance(self.model, DDP):
             return contextlib.nullcontext()
         return self.model.no_sync()
+{%- endif %}
 
     def _backward(self, loss: torch.Tensor) -> None:
 {%- if cookiecutter.amp == "fp16" %}
@@ -459,23 +524,48 @@ class Trainer:
         return val_loss
 
     def _save_checkpoint(self) -> None:
-        # one copy per node (the weights are equal on every rank): no shared storage needed
-        if self.rank.local_rank != 0 or self.step == self.saved_step:
+        # every rank comes here at the same steps
+        if self.step == self.saved_step:
             return
-        state = {
-            "model": checkpoint.unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+        self.saved_step = self.step
+        training = {
             "epoch": self.epoch,
             "step": self.step,
             "batches_done": self.batches_done,
         }
 {%- if cookiecutter.amp == "fp16" %}
-        state["scaler"] = self.scaler.state_dict()
+        training["scaler"] = self.scaler.state_dict()
 {%- endif %}
-        path = checkpoint.save_checkpoint(
-            self.checkpoint_dir, self.step, state, project=PROJECT
+{%- if cookiecutter.parallelism == "fsdp2" %}
+        if SHARDED_CHECKPOINTS:
+            # a step folder with one shard per rank, complete or ignored (renamed into place)
+            path = sharded_checkpoint.save_sharded(
+                self.checkpoint_dir,
+                self.step,
+                self.model,
+                self.optimizer,
+                training,
+                project=PROJECT,
+            )
+            if self.rank.local_rank == 0:
+                self.recorder.checkpoint(step=self.step, path=path)
+                print(f"step {self.step}: checkpoint {path}", flush=True)
+            return
+        # the whole state, gathered tensor by tensor onto each node's local rank 0
+{%- elif cookiecutter.parallelism == "zero1" %}
+        # the model is whole on every rank; the optimizer state is consolidated (gathered)
+        # on the writing ranks, so the checkpoint loads under any parallelism
+{%- else %}
+        # one copy per node (the weights are equal on every rank): no shared storage needed
+{%- endif %}
+        state = sharding.whole_state(
+            self.model, self.optimizer, PARALLELISM, self.writers
         )
-        self.saved_step = self.step
+        if state is None:
+            return
+        path = checkpoint.save_checkpoint(
+            self.checkpoint_dir, self.step, {**state, **training}, project=PROJECT
+        )
         self.recorder.checkpoint(step=self.step, path=path)
         print(f"step {self.step}: checkpoint {path}", flush=True)
 
@@ -856,7 +946,17 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
 {%- endif %}
             train_data, spec = load_train_data(rank, target)
             val_data = load_val_data(rank, target)
+            # the model's dtype is set here, before any sharding
             model = build_model(spec).to(target)
+{%- if cookiecutter.activation_checkpointing == "true" %}
+            # training.activation_checkpointing: each block recomputes its activations in
+            # the backward pass instead of keeping them; wrapped before any sharding
+            sharding.checkpoint_activations(sharding.model_blocks(model))
+{%- endif %}
+{%- if cookiecutter.parallelism == "fsdp2" %}
+            # fully_shard each block, then the root{% if cookiecutter.amp == "bf16" %}: bf16 parameters in compute, fp32 reductions{% endif %}
+            sharding.shard_model(model, sharding.model_blocks(model), AMP, target.type)
+{%- endif %}
             steps_per_epoch = len(train_data) // GRAD_ACCUM
             if steps_per_epoch == 0:
                 raise SetupError(
@@ -873,6 +973,10 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             optimizer = torch.optim.SGD(
                 model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9
             )
+{%- endif %}
+{%- if cookiecutter.parallelism == "zero1" %}
+            # ZeRO-1: each rank keeps and steps only its share of the optimizer state
+            optimizer = sharding.zero_redundancy(optimizer)
 {%- endif %}
             if rank.is_main:
                 print(lr_schedule.describe(), flush=True)

@@ -28,6 +28,8 @@ from runtime import (
     preemption,
     profile_window,
     schedule,
+    sharded_checkpoint,
+    sharding,
     smoke,
     stacks,
     timing,
@@ -41,6 +43,7 @@ NODES = 2
 DEVICES_PER_NODE = 8
 AMP = "bf16"
 PROJECT = "a2-slurm"  # kept in each checkpoint: a shared folder is refused
+PARALLELISM = "ddp"  # training.parallelism: the whole model on every rank
 BATCH_SIZE = 32  # per device; the global batch is this x world size
 BASE_BATCH_SIZE = 32  # the single-card batch ...
 BASE_LR = 0.05  # ... and learning rate to scale from
@@ -54,9 +57,6 @@ CHECKPOINT_EVERY = 100  # steps; 0: at epoch ends only
 LOG_EVERY = 10  # steps; the loss is read only this often
 SAMPLES = 8192
 INPUT_SHAPE = (64,)
-EVAL_EVERY = 0  # optimizer steps between validation losses (0: never)
-EVAL_BATCHES = 8  # batches of the held-out samples per rank at each validation, at most
-VAL_FRACTION = 0.1  # of the samples, held out with EVAL_EVERY, never trained on
 # HCCL_EXEC_TIMEOUT (the launch scripts export it): how long a collective waits for
 # a slow rank; the process group's own timeout is set beyond it
 HCCL_EXEC_TIMEOUT_S = 1836
@@ -86,7 +86,6 @@ class Trainer:
         self,
         model: nn.Module,
         train_data: data.TensorBatches | data.LoaderBatches,
-        val_data: data.TensorBatches | data.LoaderBatches | None,
         optimizer: torch.optim.Optimizer,
         lr_schedule: schedule.LinearWarmup,
         rank: distributed.RankInfo,
@@ -98,7 +97,6 @@ class Trainer:
         self.device = target
         self.model = model
         self.train_data = train_data
-        self.val_data = val_data
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
         self.loss_fn = nn.CrossEntropyLoss()
@@ -114,8 +112,13 @@ class Trainer:
         self.batches_done = 0
         self.max_steps = 0
         self.saved_step = -1
-        # the newest checkpoint every rank can load (a damaged one is set aside)
-        resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
+        # local rank 0 of each node writes the whole checkpoint: no shared storage needed
+        self.writers = sharding.writers(
+            rank.world_size, rank.local_world_size, shared=False
+        )
+        # the newest checkpoint every rank can load (a damaged one is set aside): a
+        # sharded step folder or a whole step-N.pt, whichever mode wrote it
+        resumed = sharded_checkpoint.resume_point(checkpoint_dir, project=PROJECT)
         if resumed is not None:
             self._load_checkpoint(*resumed)
         # a single process has no gradients to average: DDP would only cost time
@@ -132,8 +135,12 @@ class Trainer:
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            if path.is_dir():  # one shard per rank, from fsdp2 on any world size
+                sharding.load_sharded_state(
+                    self.model, self.optimizer, path, PARALLELISM
+                )
+            else:  # whole, from any mode: each rank takes its part
+                sharding.load_whole_state(self.model, self.optimizer, state)
         except (KeyError, RuntimeError, ValueError) as error:
             raise SetupError(
                 f"checkpoint {path} does not fit this model ({type(error).__name__}: "
@@ -196,8 +203,6 @@ class Trainer:
             if self.step % LOG_EVERY == 0:
                 self._log(loss, window_steps, time.perf_counter() - window_start)
                 window_start, window_steps = time.perf_counter(), 0
-            if EVAL_EVERY and self.step % EVAL_EVERY == 0:
-                self._evaluate()
             if CHECKPOINT_EVERY and self.step % CHECKPOINT_EVERY == 0:
                 self._save_checkpoint()
             if self.step % LOG_EVERY == 0 and self._stop_agreed():
@@ -242,40 +247,25 @@ class Trainer:
                 flush=True,
             )
 
-    def _evaluate(self) -> float:
-        """The validation loss: the same held-out batches (EVAL_BATCHES at most) on every rank, averaged over all."""
-        self.model.eval()
-        total = torch.zeros((), device=self.device)
-        batches = list(itertools.islice(self.val_data.batches(), EVAL_BATCHES))
-        with torch.no_grad():
-            for inputs, targets in batches:
-                inputs = inputs.to(self.device, non_blocking=True)
-                targets = targets.to(self.device, non_blocking=True)
-                with amp.autocast(self.device.type, AMP):
-                    total += self.loss_fn(self.model(inputs), targets).float()
-        self.model.train()
-        torch.distributed.all_reduce(total)  # every rank reads as many batches
-        val_loss = total.item() / (len(batches) * self.rank.world_size)
-        self.recorder.evaluated(step=self.step, val_loss=val_loss)
-        if self.rank.is_main:
-            print(f"step {self.step}: validation loss {val_loss:.4f}", flush=True)
-        return val_loss
-
     def _save_checkpoint(self) -> None:
-        # one copy per node (the weights are equal on every rank): no shared storage needed
-        if self.rank.local_rank != 0 or self.step == self.saved_step:
+        # every rank comes here at the same steps
+        if self.step == self.saved_step:
             return
-        state = {
-            "model": checkpoint.unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+        self.saved_step = self.step
+        training = {
             "epoch": self.epoch,
             "step": self.step,
             "batches_done": self.batches_done,
         }
-        path = checkpoint.save_checkpoint(
-            self.checkpoint_dir, self.step, state, project=PROJECT
+        # one copy per node (the weights are equal on every rank): no shared storage needed
+        state = sharding.whole_state(
+            self.model, self.optimizer, PARALLELISM, self.writers
         )
-        self.saved_step = self.step
+        if state is None:
+            return
+        path = checkpoint.save_checkpoint(
+            self.checkpoint_dir, self.step, {**state, **training}, project=PROJECT
+        )
         self.recorder.checkpoint(step=self.step, path=path)
         print(f"step {self.step}: checkpoint {path}", flush=True)
 
@@ -330,28 +320,12 @@ def learning_rate(
 # other change of the answers: nodes, launcher, precision, versions.
 
 
-def held_out_split(
-    samples: int, rank: distributed.RankInfo
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(kept, held out) sample indices: VAL_FRACTION of them drawn with SEED, the same on every rank."""
-    return data.held_out_split(
-        samples,
-        VAL_FRACTION,
-        SEED,
-        batch_size=BATCH_SIZE,
-        world_size=rank.world_size,
-    )
-
-
 def load_train_data(
     rank: distributed.RankInfo, target: torch.device
 ) -> tuple[data.TensorBatches, data.DataSpec]:
-    """The synthetic dataset: learnable, seeded, the same tensors made on every rank (less the held-out part)."""
+    """The synthetic dataset: learnable, seeded, the same tensors made on every rank."""
     spec = data.DataSpec(input_shape=INPUT_SHAPE, num_classes=10)
     features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
-    if EVAL_EVERY:
-        kept, _ = held_out_split(len(labels), rank)
-        features, labels = features[kept], labels[kept]
     train_data = data.TensorBatches(
         features,
         labels,
@@ -361,25 +335,6 @@ def load_train_data(
         seed=SEED,
     )
     return train_data.to(target), spec
-
-
-def load_val_data(
-    rank: distributed.RankInfo, target: torch.device
-) -> data.TensorBatches | None:
-    """The held-out synthetic samples, this rank's part of them (None with EVAL_EVERY 0: nothing is held out)."""
-    if not EVAL_EVERY:
-        return None
-    features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
-    _, held = held_out_split(len(labels), rank)
-    val_data = data.TensorBatches(
-        features[held],
-        labels[held],
-        BATCH_SIZE,
-        rank=rank.rank,
-        world_size=rank.world_size,
-        seed=SEED,
-    )
-    return val_data.to(target)
 
 
 def build_model(spec: data.DataSpec) -> nn.Module:
@@ -432,7 +387,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 return
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
-            val_data = load_val_data(rank, target)
+            # the model's dtype is set here, before any sharding
             model = build_model(spec).to(target)
             steps_per_epoch = len(train_data) // GRAD_ACCUM
             if steps_per_epoch == 0:
@@ -453,7 +408,6 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             trainer = Trainer(
                 model,
                 train_data,
-                val_data,
                 optimizer,
                 lr_schedule,
                 rank,

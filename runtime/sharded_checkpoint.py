@@ -1,0 +1,189 @@
+"""Sharded checkpoints: one folder per step, one shard per rank (torch.distributed.checkpoint).
+
+Every rank writes its shard into a hidden `.step-N.partial` folder; rank 0
+then adds the training state (epoch, step, the project) and the completion
+marker, and renames the folder to `step-N`. A step folder without its marker
+(copied in part, or left by another tool) is ignored, so a crash mid-save
+leaves the previous step whole. Such a folder loads on any world size. The
+resume point is the newest of the complete step folders and the whole
+checkpoints (step-N.pt) of runtime/checkpoint.py, so a job can move from ddp to
+fsdp2 and back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import checkpoint
+from .checkpoint_owner import PROJECT_KEY
+from .folders import keep_out_of_git
+
+FOLDER = re.compile(r"step-(\d+)")
+MARKER = "complete.json"  # written last, before the rename: the folder is whole
+TRAINING_STATE = "training.pt"  # epoch, step, batches done and the project, from rank 0
+PARTIAL = ".partial"
+
+
+def folder_name(step: int) -> str:
+    """The folder of the sharded checkpoint taken after `step` steps."""
+    return f"step-{step:09d}"
+
+
+def complete_folders(directory: Path) -> list[Path]:
+    """The step folders in `directory` that hold their completion marker, oldest step first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [
+        (int(match.group(1)), path)
+        for path in directory.iterdir()
+        if (match := FOLDER.fullmatch(path.name)) and (path / MARKER).is_file()
+    ]
+    return [path for _step, path in sorted(found)]
+
+
+def marker_project(folder: Path) -> str | None:
+    """The project a step folder's marker names (None where it names none or cannot be read)."""
+    try:
+        owner = json.loads((Path(folder) / MARKER).read_text()).get("project")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
+
+
+def save_sharded(
+    directory: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    training: Mapping[str, Any],
+    project: str | None = None,
+    keep: int = checkpoint.KEEP,
+) -> Path:
+    """Write this rank's shard of step `step`; rank 0 completes the folder. Every rank calls it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    directory = Path(directory)
+    final = directory / folder_name(step)
+    partial = directory / f".{final.name}{PARTIAL}"
+    first = dist.get_rank() == 0
+    if first:
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            keep_out_of_git(directory)
+        shutil.rmtree(partial, ignore_errors=True)  # a save that died before its rename
+        partial.mkdir()
+    dist.barrier()
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save(
+        {"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial)
+    )
+    if first:
+        torch.save({**training, PROJECT_KEY: project}, partial / TRAINING_STATE)
+        marker = {"step": step, "world_size": dist.get_world_size(), "project": project}
+        _write_synced(partial / MARKER, json.dumps(marker) + "\n")
+        if final.exists():
+            shutil.rmtree(final)  # the same step saved again: the newer save wins
+        os.rename(partial, final)
+        checkpoint._fsync_folder(directory)
+        prune_folders(directory, keep, project)
+    dist.barrier()  # no rank goes on (or exits) before the folder is complete
+    return final
+
+
+def prune_folders(directory: Path, keep: int, project: str | None) -> list[Path]:
+    """Delete all but the newest `keep` complete step folders of `project` (another project's stay)."""
+    found = [
+        path
+        for path in complete_folders(directory)
+        if project is None or marker_project(path) in (None, project)
+    ]
+    doomed = found[:-keep] if keep > 0 else found
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
+def resume_point(
+    directory: Path, project: str | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint every rank sees: a complete step folder or a step-N.pt file, and its state.
+
+    A step folder's state is its training state alone: load_sharded_state reads the shards.
+    """
+    directory = Path(directory)
+    every_rank = checkpoint._gather(
+        [_step_of(path) for path in complete_folders(directory)]
+    )
+    common = set.intersection(*(set(steps) for steps in every_rank))
+    files = [
+        checkpoint._step_of(path) for path in checkpoint.list_checkpoints(directory)
+    ]
+    newest_file = max(checkpoint._gather(max(files, default=-1)))
+    for step in sorted(common, reverse=True):
+        if step < newest_file:
+            break  # a whole checkpoint is newer
+        folder = directory / folder_name(step)
+        state = _training_state(folder, project)
+        if state is not None:
+            return folder, state
+    resumed = checkpoint.resume_point(directory, project=project)
+    if resumed is not None or not common:
+        return resumed
+    for step in sorted((s for s in common if s < newest_file), reverse=True):
+        folder = directory / folder_name(step)
+        state = _training_state(folder, project)
+        if state is not None:
+            return folder, state
+    return None
+
+
+def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
+    """A step folder's training state; None (the folder set aside, said) where it does not load."""
+    owner = marker_project(folder)
+    if project is not None and owner is not None and owner != project:
+        raise checkpoint.ForeignCheckpointError(
+            f"the checkpoint folder is shared with another project ({folder} was written by project {owner!r}): "
+            "give each project its own folder (NPU_WIZARD_CHECKPOINT_DIR, or train.py's --checkpoint-dir)"
+        )
+    try:
+        state = torch.load(
+            folder / TRAINING_STATE, map_location="cpu", weights_only=True
+        )
+    except checkpoint.UNREADABLE as error:
+        problem: str | None = f"{folder} ({type(error).__name__}: {error})"[:500]
+    else:
+        problem = None
+    problems = checkpoint._gather(problem)
+    if not any(problems):
+        return state
+    if problem is not None and checkpoint._is_first_rank():
+        aside = checkpoint.set_aside(folder)
+        checkpoint._warn(
+            f"warning: checkpoint {folder} cannot be loaded; kept aside as {aside}"
+        )
+    return None
+
+
+def _step_of(path: Path) -> int:
+    match = FOLDER.fullmatch(path.name)
+    assert match is not None  # complete_folders only returns step folder names
+    return int(match.group(1))
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())

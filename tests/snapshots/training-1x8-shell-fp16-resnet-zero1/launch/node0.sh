@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# t910-zero1: launch script for node 0 of 1 (host IP 10.0.0.10), ranks 0-7 of 8.
+# Start every node's script at about the same time (README.md says which runs where).
+# Arguments go to train.py (e.g. --epochs 1); launch/run-node.sh does the rest and lists
+# the environment overrides.
+export NODE_RANK=0
+export NODE_ADDR=10.0.0.10
+exec bash "$(dirname "${BASH_SOURCE[0]}")/run-node.sh" "$@"

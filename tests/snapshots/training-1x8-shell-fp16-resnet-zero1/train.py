@@ -1,0 +1,528 @@
+"""Train t910-zero1 with DistributedDataParallel and ZeRO-1, one process per device.
+
+Rendered by npu-wizard; start it with launch/node<N>.sh on each node. The
+device, the process group, events and checkpoints come from runtime/.
+"""
+
+import argparse
+import contextlib
+import itertools
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from runtime import (
+    amp,
+    checkpoint,
+    data,
+    device,
+    distributed,
+    events,
+    memory,
+    preemption,
+    profile_window,
+    schedule,
+    sharded_checkpoint,
+    sharding,
+    smoke,
+    stacks,
+    timing,
+)
+from runtime.errors import SetupError
+
+PROJECT_DIR = Path(__file__).resolve().parent
+DEVICE = "npu"
+LAUNCHER = "shell"
+NODES = 1
+DEVICES_PER_NODE = 8
+AMP = "fp16"
+PROJECT = "t910-zero1"  # kept in each checkpoint: a shared folder is refused
+# training.parallelism: DDP, the optimizer state split across the ranks
+# (ZeroRedundancyOptimizer)
+PARALLELISM = "zero1"
+# rank 0 gathers the optimizer state and writes the one checkpoint
+SHARED_CHECKPOINTS = True
+BATCH_SIZE = 32  # per device; the global batch is this x world size
+BASE_BATCH_SIZE = 32  # the single-card batch ...
+BASE_LR = 0.05  # ... and learning rate to scale from
+WARMUP_EPOCHS = 5  # from BASE_LR up to the scaled rate
+EPOCHS = 3
+MAX_STEPS = 0  # optimizer steps, or the epochs: whichever ends first
+GRAD_ACCUM = 1  # micro-batches per optimizer step
+GRAD_CLIP = 0.0  # the gradients' largest global norm (0.0: no clipping)
+SEED = 1234
+CHECKPOINT_EVERY = 100  # steps; 0: at epoch ends only
+LOG_EVERY = 10  # steps; the loss is read only this often
+SAMPLES = 8192
+INPUT_SHAPE = (3, 32, 32)
+# HCCL_EXEC_TIMEOUT (the launch scripts export it): how long a collective waits for
+# a slow rank; the process group's own timeout is set beyond it
+HCCL_EXEC_TIMEOUT_S = 1836
+
+
+def ddp_setup(rank: distributed.RankInfo, requested: str) -> torch.device:
+    """Bind this rank to its device and join the process group."""
+    choice = device.select_device(requested)
+    target = device.bind_device(choice, rank.local_rank, rank.local_world_size)
+    # Ascend 910 otherwise compiles each operator online
+    device.use_binary_kernels(choice)
+    exec_timeout_s = distributed.env_int("HCCL_EXEC_TIMEOUT", HCCL_EXEC_TIMEOUT_S)
+    timeout_s = distributed.process_group_timeout_s(exec_timeout_s)
+    distributed.init_process_group(rank, choice.backend, timeout_s)
+    where = f"rank {rank.rank}/{rank.world_size}: {target} with {choice.backend}"
+    print(f"{where} ({choice.reason})", flush=True)
+    if rank.is_main:
+        print(f"collectives time out after {timeout_s} s", flush=True)
+        note = amp.simulation_note(target.type, AMP)
+        if note:
+            events.warn(note, "amp")
+    return target
+
+
+class Trainer:
+    """Trains on this rank's batches; local rank 0 of each node saves checkpoints."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_data: data.TensorBatches | data.LoaderBatches,
+        optimizer: torch.optim.Optimizer,
+        lr_schedule: schedule.LinearWarmup,
+        rank: distributed.RankInfo,
+        target: torch.device,
+        recorder: events.EventWriter,
+        checkpoint_dir: Path,
+    ) -> None:
+        self.rank = rank
+        self.device = target
+        self.model = model
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.lr_schedule = lr_schedule
+        self.scaler = amp.grad_scaler(target.type, AMP)  # dynamic loss scaling for fp16
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.recorder = recorder
+        # waiting for data and the forward pass, per logged window: the monitor names stragglers from them
+        self.timer = timing.StepTimer(
+            target.type, enabled=timing.timing_enabled(), micro_batches=GRAD_ACCUM
+        )
+        self.checkpoint_dir = checkpoint_dir
+        self.epoch = 0
+        self.step = 0  # optimizer steps
+        # micro-batches done in this epoch: where a resumed epoch starts
+        self.batches_done = 0
+        self.max_steps = 0
+        self.saved_step = -1
+        self.writers = sharding.writers(
+            rank.world_size, rank.local_world_size, shared=SHARED_CHECKPOINTS
+        )
+        # the newest checkpoint every rank can load (a damaged one is set aside): a
+        # sharded step folder or a whole step-N.pt, whichever mode wrote it
+        resumed = sharded_checkpoint.resume_point(checkpoint_dir, project=PROJECT)
+        if resumed is not None:
+            self._load_checkpoint(*resumed)
+        # a single process has no gradients to average: DDP would only cost time
+        if rank.world_size > 1:
+            device_ids = None if target.type == "cpu" else [target.index]
+            # Huawei's DDP settings: no buffer broadcast each step, gradients kept in the buckets;
+            # without the broadcast no collective runs in forward, so its time is this rank's own
+            self.model = DDP(
+                self.model,
+                device_ids=device_ids,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=True,
+            )
+
+    def _load_checkpoint(self, path: Path, state: dict) -> None:
+        try:
+            if path.is_dir():  # one shard per rank, from fsdp2 on any world size
+                sharding.load_sharded_state(
+                    self.model, self.optimizer, path, PARALLELISM
+                )
+            else:  # whole, from any mode: each rank takes its part
+                sharding.load_whole_state(self.model, self.optimizer, state)
+        except (KeyError, RuntimeError, ValueError) as error:
+            raise SetupError(
+                f"checkpoint {path} does not fit this model ({type(error).__name__}: "
+                f"{str(error)[:300]}): was it written by another project? give each "
+                "project its own checkpoint folder, or run with --fresh"
+            ) from error
+        amp.restore_scaler(self.scaler, state["scaler"])
+        self.epoch = state["epoch"]
+        self.step = self.saved_step = state["step"]
+        self.batches_done = state["batches_done"]
+        if self.rank.is_main:
+            events.warn(
+                f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}",
+                "resume",
+            )
+
+    def _run_step(self, micro_batches: list[data.Batch]) -> torch.Tensor:
+        """One optimizer step over `micro_batches`; their mean loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = []
+        for index, (inputs, targets) in enumerate(micro_batches):
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            with self._sync_gradients(index == len(micro_batches) - 1):
+                with self.timer.forward(), amp.autocast(self.device.type, AMP):
+                    loss = self.loss_fn(self.model(inputs), targets)
+                self._backward(loss / len(micro_batches))
+            losses.append(loss.detach())
+        self._optimizer_step()
+        return torch.stack(losses).mean()
+
+    def _sync_gradients(self, sync: bool) -> contextlib.AbstractContextManager[None]:
+        # DDP averages the gradients across ranks in every backward: the inner micro-batches
+        # only add to this rank's own (no_sync), the last one averages the sum once
+        if sync or not isinstance(self.model, DDP):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def _optimizer_step(self) -> None:
+        if GRAD_CLIP:
+            # clip the true gradients, not the scaled ones
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def _run_epoch(self, epoch: int) -> bool:
+        """Train one epoch from where it stands, or up to max_steps; False when a stop signal ended it early (saved)."""
+        self.epoch = epoch
+        self.train_data.set_epoch(epoch)
+        window_start, window_steps = time.perf_counter(), 0
+        batches = self.timer.batches(self.train_data.batches(start=self.batches_done))
+        for micro_batches in optimizer_steps(batches, GRAD_ACCUM):
+            self.lr_schedule.apply(self.optimizer, self.step)
+            loss = self._run_step(micro_batches)
+            self.step += 1
+            self.batches_done += len(micro_batches)
+            window_steps += 1
+            self.recorder.progress(self.step, epoch)
+            profile_window.step(self.step)  # a window of npu-wizard run --profile
+            if self.step % LOG_EVERY == 0:
+                self._log(loss, window_steps, time.perf_counter() - window_start)
+                window_start, window_steps = time.perf_counter(), 0
+            if CHECKPOINT_EVERY and self.step % CHECKPOINT_EVERY == 0:
+                self._save_checkpoint()
+            if self.step % LOG_EVERY == 0 and self._stop_agreed():
+                return False
+            if self.step == self.max_steps:
+                self._save_checkpoint()  # mid-epoch: a run with more steps resumes here
+                return True
+        self.epoch, self.batches_done = epoch + 1, 0
+        self._save_checkpoint()
+        return not self._stop_agreed()
+
+    def _stop_agreed(self) -> bool:
+        # SIGUSR1 or SIGTERM reached some rank: one small all_reduce per logged window tells
+        # every rank, so all stop at this step; the checkpoint is written before any exits
+        if preemption.agree(self.device) is None:
+            return False
+        self._save_checkpoint()
+        preemption.barrier()
+        return True
+
+    def _log(self, loss: torch.Tensor, steps: int, seconds: float) -> None:
+        # the one host-device synchronisation, every LOG_EVERY steps
+        value = loss.item()
+        samples = steps * BATCH_SIZE * GRAD_ACCUM * self.rank.world_size
+        samples_per_s = samples / max(seconds, 1e-9)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.recorder.step_done(
+            step=self.step,
+            epoch=self.epoch,
+            loss=value,
+            samples_per_s=samples_per_s,
+            lr=lr,
+            **self.timer.window(),  # data_s and forward_s, read after the loss read synchronised
+            **memory.window(  # this window's peak memory and the training state's bytes
+                self.device, self.model, self.optimizer, self.rank.rank, self.step
+            ),
+        )
+        if self.rank.is_main:
+            print(
+                f"epoch {self.epoch + 1} step {self.step}: loss {value:.4f}, "
+                f"{samples_per_s:,.0f} samples/s, lr {lr:.4g}",
+                flush=True,
+            )
+
+    def _save_checkpoint(self) -> None:
+        # every rank comes here at the same steps
+        if self.step == self.saved_step:
+            return
+        self.saved_step = self.step
+        training = {
+            "epoch": self.epoch,
+            "step": self.step,
+            "batches_done": self.batches_done,
+        }
+        training["scaler"] = self.scaler.state_dict()
+        # the model is whole on every rank; the optimizer state is consolidated (gathered)
+        # on the writing ranks, so the checkpoint loads under any parallelism
+        state = sharding.whole_state(
+            self.model, self.optimizer, PARALLELISM, self.writers
+        )
+        if state is None:
+            return
+        path = checkpoint.save_checkpoint(
+            self.checkpoint_dir, self.step, {**state, **training}, project=PROJECT
+        )
+        self.recorder.checkpoint(step=self.step, path=path)
+        print(f"step {self.step}: checkpoint {path}", flush=True)
+
+    def train(self, max_epochs: int, max_steps: int) -> bool:
+        """Run the epochs left, up to max_steps optimizer steps (0: no limit); False when a stop signal ended them."""
+        self.max_steps = max_steps
+        return self._run_epochs(max_epochs)
+
+    def _run_epochs(self, max_epochs: int) -> bool:
+        for epoch in range(self.epoch, max_epochs):
+            if self.finished_steps():
+                break
+            if not self._run_epoch(epoch):
+                return False
+        return True
+
+    def finished_steps(self) -> bool:
+        """Whether max_steps optimizer steps are done (never, without a limit)."""
+        return bool(self.max_steps) and self.step >= self.max_steps
+
+
+def optimizer_steps(
+    batches: Iterator[data.Batch], micro_batches: int
+) -> Iterator[list[data.Batch]]:
+    """The batches in groups of `micro_batches`, one group per optimizer step; a short last group is left out."""
+    while group := list(itertools.islice(batches, micro_batches)):
+        if len(group) < micro_batches:
+            return
+        yield group
+
+
+def learning_rate(
+    world_size: int, steps_per_epoch: int, total_steps: int
+) -> schedule.LinearWarmup:
+    """The job's learning rate per step: scaled linearly with the global batch.
+
+    When that raises it above BASE_LR, it climbs there from BASE_LR over
+    WARMUP_EPOCHS epochs (Goyal et al. 2017).
+    """
+    global_batch = BATCH_SIZE * GRAD_ACCUM * world_size
+    scaled_lr = BASE_LR * global_batch / BASE_BATCH_SIZE
+    warmup = schedule.LinearWarmup.scaled(
+        BASE_LR, scaled_lr, WARMUP_EPOCHS, steps_per_epoch
+    )
+    return warmup
+
+
+# ---- yours: the data and the model ------------------------------------------------
+# Replace load_train_data and build_model (and anything between these two markers)
+# with your own. npu-wizard renders this part from training.dataset and
+# training.model only, so `npu-wizard update` keeps your version through every
+# other change of the answers: nodes, launcher, precision, versions.
+
+
+def load_train_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> tuple[data.TensorBatches, data.DataSpec]:
+    """The synthetic dataset: learnable, seeded, the same tensors made on every rank."""
+    spec = data.DataSpec(input_shape=INPUT_SHAPE, num_classes=10)
+    features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
+    train_data = data.TensorBatches(
+        features,
+        labels,
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+    )
+    return train_data.to(target), spec
+
+
+def build_model(spec: data.DataSpec) -> nn.Module:
+    """torchvision's ResNet-18, with as many input channels as the data has."""
+    from torchvision.models import resnet18
+
+    model = resnet18(num_classes=spec.num_classes)
+    channels = spec.input_shape[0]
+    if channels != 3:
+        model.conv1 = nn.Conv2d(
+            channels, 64, kernel_size=7, stride=2, padding=3, bias=False
+        )
+    return model
+
+
+# ---- end of yours -------------------------------------------------------------------
+
+
+def main(local_rank: int | None, args: argparse.Namespace) -> None:
+    """One rank from start to end; a failure is recorded as an error event, then raised.
+
+    SIGUSR1 or SIGTERM (a scheduler's preemption, npu-wizard run's stop) makes every
+    rank save at the same step and exit with preemption.PREEMPTED_EXIT.
+    """
+    preemption.install()
+    rank = distributed.rank_info(
+        args.launcher,
+        local_rank=local_rank,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        nproc_per_node=args.nproc_per_node,
+    )
+    run_dir = events.resolve_run_dir(args.run_dir, PROJECT_DIR)
+    events.tee_output(run_dir, rank.rank)
+    recorder = events.EventWriter(run_dir, rank.rank)
+    completed = True
+    stacks.install(run_dir, rank.rank)  # at a hang the runner asks where this rank is
+    with recorder.recording():
+        target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
+        try:
+            if args.smoke:
+                # one all_reduce, one barrier; with --bandwidth, the network check
+                smoke.run_smoke(
+                    rank,
+                    target,
+                    recorder,
+                    bandwidth=args.bandwidth,
+                    max_bytes=args.bandwidth_max_bytes,
+                )
+                return
+            torch.manual_seed(SEED)
+            train_data, spec = load_train_data(rank, target)
+            # the model's dtype is set here, before any sharding
+            model = build_model(spec).to(target)
+            # training.activation_checkpointing: each block recomputes its activations in
+            # the backward pass instead of keeping them; wrapped before any sharding
+            sharding.checkpoint_activations(sharding.model_blocks(model))
+            steps_per_epoch = len(train_data) // GRAD_ACCUM
+            if steps_per_epoch == 0:
+                raise SetupError(
+                    f"an epoch of {len(train_data)} batches per rank makes no optimizer step of "
+                    f"{GRAD_ACCUM} micro-batches: lower training.grad_accum or the batch size"
+                )
+            total_steps = steps_per_epoch * args.epochs
+            if args.max_steps:
+                total_steps = min(total_steps, args.max_steps)
+            lr_schedule = learning_rate(rank.world_size, steps_per_epoch, total_steps)
+            optimizer = torch.optim.SGD(
+                model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9
+            )
+            # ZeRO-1: each rank keeps and steps only its share of the optimizer state
+            optimizer = sharding.zero_redundancy(optimizer)
+            if rank.is_main:
+                print(lr_schedule.describe(), flush=True)
+            folder = checkpoint.resolve_checkpoint_dir(args.checkpoint_dir, PROJECT_DIR)
+            trainer = Trainer(
+                model,
+                train_data,
+                optimizer,
+                lr_schedule,
+                rank,
+                target,
+                recorder,
+                folder,
+            )
+            recorder.started(
+                local_rank=rank.local_rank,
+                node=rank.node_rank,
+                device=str(target),
+                world_size=rank.world_size,
+                launcher=rank.launcher,
+                resumed_step=trainer.step,
+                total_steps=total_steps,
+            )
+            recorder.start_heartbeat(events.heartbeat_interval())
+            if trainer.epoch >= args.epochs and rank.is_main:
+                print(
+                    f"nothing to train: the checkpoint at step {trainer.step} already completes "
+                    f"{args.epochs} epoch(s); pass --epochs N for more, or start afresh with npu-wizard run --fresh"
+                )
+            elif args.max_steps and trainer.step >= args.max_steps and rank.is_main:
+                print(
+                    f"nothing to train: the checkpoint is at step {trainer.step}, max steps {args.max_steps}; "
+                    "pass --max-steps N for more, or start afresh with npu-wizard run --fresh"
+                )
+            completed = trainer.train(args.epochs, args.max_steps)
+            profile_window.close()  # a window still recording is written
+            if completed:
+                recorder.finished(weights_sha256=checkpoint.parameters_digest(model))
+                if rank.is_main:
+                    if trainer.finished_steps():
+                        print(f"finished {trainer.step} steps (max steps)")
+                    else:
+                        print(f"finished {args.epochs} epoch(s), {trainer.step} steps")
+            else:
+                recorder.preempted(step=trainer.step, signal=preemption.requested())
+                if rank.is_main:
+                    print(
+                        f"preempted at step {trainer.step}, checkpoint saved in {folder}: "
+                        "run again to resume from it",
+                        flush=True,
+                    )
+        finally:
+            distributed.destroy_process_group()
+    if not completed:
+        sys.exit(preemption.PREEMPTED_EXIT)
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line; its defaults are the answers this project was rendered from."""
+    nnodes = distributed.env_int("NNODES", NODES)
+    nproc_per_node = distributed.env_int("NPROC_PER_NODE", DEVICES_PER_NODE)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launcher", choices=distributed.LAUNCHERS, default=LAUNCHER)
+    parser.add_argument("--device", choices=device.REQUESTS, help="npu, auto or cpu")
+    parser.add_argument("--nnodes", type=int, default=nnodes)
+    parser.add_argument("--node-rank", type=int, help="default: $NODE_RANK, else 0")
+    parser.add_argument("--nproc-per-node", type=int, default=nproc_per_node)
+    parser.add_argument("--local-rank", "--local_rank", type=int)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=MAX_STEPS,
+        help="optimizer steps at most (0: the epochs decide)",
+    )
+    parser.add_argument("--run-dir", help="default: $NPU_WIZARD_RUN_DIR")
+    parser.add_argument("--checkpoint-dir", help="default: $NPU_WIZARD_CHECKPOINT_DIR")
+    parser.add_argument("--smoke", action="store_true", help="test the topology only")
+    parser.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help="with --smoke: measure all_reduce, all_gather and the links between nodes",
+    )
+    parser.add_argument(
+        "--bandwidth-max-bytes",
+        type=int,
+        help="largest message of --bandwidth (default 256 MiB, 16 MiB on the CPU)",
+    )
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    args = parse_args()
+    if args.launcher == "mp-spawn":
+        # train.py is its own launcher here: each worker gets its local rank first; a stop
+        # signal reaching this process is passed on to them
+        workers = mp.spawn(main, args=(args,), nprocs=args.nproc_per_node, join=False)
+        pids = [process.pid for process in workers.processes]
+        preemption.install(forward_to=lambda: pids)
+        try:
+            while not workers.join():
+                pass
+        except mp.ProcessExitedException as ended:
+            if ended.exit_code != preemption.PREEMPTED_EXIT:
+                raise
+            sys.exit(preemption.PREEMPTED_EXIT)
+    else:
+        main(args.local_rank, args)

@@ -1,0 +1,137 @@
+"""training.parallelism and training.activation_checkpointing in the answers (issue 39): questions, rules, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wizard.answers.model import resolve
+from wizard.errors import AnswersError
+from wizard.render.render import render
+
+NPU_A2 = {
+    "project_name": "shards",
+    "hardware": "atlas-a2",
+    "device": "npu",
+    "nodes": 2,
+    "devices_per_node": 8,
+    "network.host_ips": ["10.0.0.1", "10.0.0.2"],
+    "amp": "bf16",
+    "environment.torch_npu_version": "2.7.1",
+    "environment.torch_version": "2.7.1",
+}
+
+
+def problems_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, message) of every error the answers raise."""
+    with pytest.raises(AnswersError) as raised:
+        resolve(raw)
+    return [(problem.field, problem.message) for problem in raised.value.problems]
+
+
+def warnings_of(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, message) of every warning of answers that resolve."""
+    return [(problem.field, problem.message) for problem in resolve(raw).warnings]
+
+
+def test_the_defaults_are_ddp_without_activation_checkpointing() -> None:
+    answers = resolve(NPU_A2)
+    assert answers["training.parallelism"] == "ddp"
+    assert answers["training.activation_checkpointing"] is False
+
+
+def test_fsdp2_on_the_atlas_training_series_with_fp16_is_refused_with_both_reasons_at_once() -> None:
+    found = problems_of(
+        {
+            **NPU_A2,
+            "hardware": "atlas-training",
+            "amp": "fp16",
+            "training.parallelism": "fsdp2",
+            "environment.torch_npu_version": "2.1.0.post17",
+            "environment.torch_version": "2.1.0",
+        }
+    )
+    fields = [field for field, _message in found]
+    assert fields.count("training.parallelism") == 2  # the series and torch (2.1 has no fully_shard)
+    assert any("not on the Atlas training series" in message for _field, message in found)
+    assert any(field == "amp" and "refused with training.parallelism fsdp2" in message for field, message in found)
+
+
+def test_fsdp2_needs_torch_npu_2_6_and_is_warned_below_2_7_1() -> None:
+    old = {
+        **NPU_A2,
+        "training.parallelism": "fsdp2",
+        "environment.torch_npu_version": "2.5.1",
+        "environment.torch_version": "2.5.1",
+    }
+    assert any("needs torch_npu 2.6 or later" in message for _field, message in problems_of(old))
+    warned = {**old, "environment.torch_npu_version": "2.6.0", "environment.torch_version": "2.6.0"}
+    assert any("list fully_shard from 2.7.1" in message for _field, message in warnings_of(warned))
+    assert not any("2.7.1" in message for _field, message in warnings_of({**NPU_A2, "training.parallelism": "fsdp2"}))
+
+
+def test_fsdp2_on_a_cpu_project_needs_only_torch_2_6() -> None:
+    cpu = {
+        **NPU_A2,
+        "device": "cpu",
+        "hardware": "atlas-training",
+        "amp": "off",
+        "training.parallelism": "fsdp2",
+        "environment.torch_npu_version": "2.6.0",
+        "environment.torch_version": "2.6.0",
+    }
+    assert resolve(cpu)["training.parallelism"] == "fsdp2"
+
+
+def test_zero1_runs_on_every_series() -> None:
+    assert resolve(
+        {
+            **NPU_A2,
+            "hardware": "atlas-training",
+            "amp": "fp16",
+            "training.parallelism": "zero1",
+            "environment.torch_npu_version": "2.1.0.post17",
+            "environment.torch_version": "2.1.0",
+        }
+    )
+
+
+def test_a_script_of_your_own_gets_no_parallelism_question() -> None:
+    found = problems_of(
+        {
+            **NPU_A2,
+            "training.script": "my_train.py",
+            "training.parallelism": "fsdp2",
+            "training.activation_checkpointing": True,
+        }
+    )
+    assert [field for field, _message in found] == ["training.parallelism", "training.activation_checkpointing"]
+    assert all("shards itself" in message for _field, message in found)
+
+
+def test_fsdp2_without_a_shared_checkpoint_folder_warns_of_the_whole_state_save_and_renders_it(tmp_path: Path) -> None:
+    raw = {**NPU_A2, "training.parallelism": "fsdp2", "cluster.engine": "ssh"}
+    (warning,) = [message for field, message in warnings_of(raw) if "common checkpoint folder" in message]
+    assert "each node's local rank 0 at every save" in warning and "12 bytes per parameter" in warning
+    train = (render(resolve(raw), tmp_path).project_dir / "train.py").read_text()
+    assert "SHARDED_CHECKPOINTS = False" in train
+
+
+@pytest.mark.parametrize(
+    ("changes", "shared"),
+    [
+        ({"network.host_ips": ["127.0.0.1", "127.0.0.1"]}, True),  # nodes simulated on this host
+        ({"cluster.engine": "slurm"}, True),  # every node runs in the submit folder
+        ({"nodes": 1, "network.host_ips": ["10.0.0.1"]}, True),
+        ({"cluster.engine": "manual"}, False),  # each host its own project
+    ],
+)
+def test_sharded_checkpoints_where_every_rank_reaches_the_folder(
+    tmp_path: Path, changes: dict[str, Any], shared: bool
+) -> None:
+    raw = {**NPU_A2, "training.parallelism": "fsdp2", **changes}
+    train = (render(resolve(raw), tmp_path).project_dir / "train.py").read_text()
+    assert f"SHARDED_CHECKPOINTS = {shared}" in train
+    assert "fully_shard each block, then the root: bf16 parameters in compute, fp32 reductions" in train
