@@ -101,7 +101,7 @@ def _status_bytes(field: str) -> int | None:
         text = STATUS.read_text()
     except OSError:
         return None
-    found = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+    found = re.search(rf"^{field}:\s+(\d+) kB", text, re.MULTILINE)
     return int(found.group(1)) * 1024 if found else None
 
 

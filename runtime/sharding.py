@@ -33,13 +33,19 @@ MODES = ("ddp", "zero1", "fsdp2")
 
 
 def model_blocks(model: nn.Module) -> list[nn.Module]:
-    """The model's repeated blocks: its `blocks`, ResNet's residual blocks, else its layers with parameters."""
+    """The model's repeated blocks: its `blocks`, ResNet's residual blocks, a Hugging Face model's decoder
+    layers, else its layers with parameters."""
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, nn.ModuleList | nn.Sequential):
         return list(blocks)
     stages = [getattr(model, f"layer{index}", None) for index in range(1, 5)]
     if all(isinstance(stage, nn.Sequential) for stage in stages):
         return [block for stage in stages for block in stage]  # type: ignore[union-attr]
+    # a Hugging Face model (model: hf): its decoder layers, the longest list of modules of one kind
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    layers = max(lists, key=len, default=None)
+    if layers is not None and len({type(block) for block in layers}) == 1:
+        return list(layers)
     return [
         child for child in model.children() if any(True for _ in child.parameters())
     ]

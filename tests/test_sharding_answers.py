@@ -135,3 +135,21 @@ def test_sharded_checkpoints_where_every_rank_reaches_the_folder(
     train = (render(resolve(raw), tmp_path).project_dir / "train.py").read_text()
     assert f"SHARDED_CHECKPOINTS = {shared}" in train
     assert "fully_shard each block, then the root: bf16 parameters in compute, fp32 reductions" in train
+
+
+def test_an_hf_models_blocks_are_its_decoder_layers_so_fsdp2_shards_each() -> None:
+    pytest.importorskip("transformers")
+    from torch import nn
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from runtime.sharding import model_blocks
+
+    class Wrapped(nn.Module):  # as the generated hf_model.py holds the loaded model
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=16, n_head=2, vocab_size=64, n_positions=32))
+
+    wrapped = Wrapped()
+    blocks = model_blocks(wrapped)
+    assert [type(block).__name__ for block in blocks] == ["GPT2Block"] * 3
+    assert blocks[0] is wrapped.model.transformer.h[0]

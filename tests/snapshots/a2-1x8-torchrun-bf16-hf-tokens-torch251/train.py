@@ -29,6 +29,8 @@ from runtime import (
     preemption,
     profile_window,
     schedule,
+    sharded_checkpoint,
+    sharding,
     smoke,
     stacks,
     timing,
@@ -43,6 +45,7 @@ NODES = 1
 DEVICES_PER_NODE = 8
 AMP = "bf16"
 PROJECT = "a2-hf"  # kept in each checkpoint: a shared folder is refused
+PARALLELISM = "ddp"  # training.parallelism: the whole model on every rank
 BATCH_SIZE = 32  # per device; the global batch is this x world size
 LR = 5e-05
 WARMUP_STEPS = 100  # optimizer steps from 0 up to the peak rate
@@ -119,8 +122,13 @@ class Trainer:
         self.batches_done = 0
         self.max_steps = 0
         self.saved_step = -1
-        # the newest checkpoint every rank can load (a damaged one is set aside)
-        resumed = checkpoint.resume_point(checkpoint_dir, project=PROJECT)
+        # local rank 0 of each node writes the whole checkpoint: no shared storage needed
+        self.writers = sharding.writers(
+            rank.world_size, rank.local_world_size, shared=False
+        )
+        # the newest checkpoint every rank can load (a damaged one is set aside): a
+        # sharded step folder or a whole step-N.pt, whichever mode wrote it
+        resumed = sharded_checkpoint.resume_point(checkpoint_dir, project=PROJECT)
         if resumed is not None:
             self._load_checkpoint(*resumed)
         # a single process has no gradients to average: DDP would only cost time
@@ -137,8 +145,12 @@ class Trainer:
 
     def _load_checkpoint(self, path: Path, state: dict) -> None:
         try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            if path.is_dir():  # one shard per rank, from fsdp2 on any world size
+                sharding.load_sharded_state(
+                    self.model, self.optimizer, path, PARALLELISM
+                )
+            else:  # whole, from any mode: each rank takes its part
+                sharding.load_whole_state(self.model, self.optimizer, state)
         except (KeyError, RuntimeError, ValueError) as error:
             raise SetupError(
                 f"checkpoint {path} does not fit this model ({type(error).__name__}: "
@@ -274,20 +286,24 @@ class Trainer:
         return val_loss
 
     def _save_checkpoint(self) -> None:
-        # one copy per node (the weights are equal on every rank): no shared storage needed
-        if self.rank.local_rank != 0 or self.step == self.saved_step:
+        # every rank comes here at the same steps
+        if self.step == self.saved_step:
             return
-        state = {
-            "model": checkpoint.unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+        self.saved_step = self.step
+        training = {
             "epoch": self.epoch,
             "step": self.step,
             "batches_done": self.batches_done,
         }
-        path = checkpoint.save_checkpoint(
-            self.checkpoint_dir, self.step, state, project=PROJECT
+        # one copy per node (the weights are equal on every rank): no shared storage needed
+        state = sharding.whole_state(
+            self.model, self.optimizer, PARALLELISM, self.writers
         )
-        self.saved_step = self.step
+        if state is None:
+            return
+        path = checkpoint.save_checkpoint(
+            self.checkpoint_dir, self.step, {**state, **training}, project=PROJECT
+        )
         self.recorder.checkpoint(step=self.step, path=path)
         print(f"step {self.step}: checkpoint {path}", flush=True)
 
@@ -417,6 +433,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
             val_data = load_val_data(rank, target)
+            # the model's dtype is set here, before any sharding
             model = build_model(spec).to(target)
             steps_per_epoch = len(train_data) // GRAD_ACCUM
             if steps_per_epoch == 0:

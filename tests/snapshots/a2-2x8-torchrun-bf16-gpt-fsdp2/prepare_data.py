@@ -53,20 +53,28 @@ def documents(source: Path) -> Iterator[tuple[str, str]]:
         sys.exit(f"{source} is neither a folder of .txt files nor a .jsonl file")
 
 
-def tokenize(text: str) -> np.ndarray:
-    """The byte-level tokens of `text`, ending with END_OF_TEXT."""
-    data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(DTYPE)
-    return np.append(data, DTYPE(END_OF_TEXT))
+class Tokenizer:
+    """The byte-level tokenizer: a document's UTF-8 bytes, END_OF_TEXT after them."""
+
+    name = "bytes"
+    vocab_size = VOCAB_SIZE
+    end_of_text = END_OF_TEXT
+    dtype = DTYPE
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """The byte-level tokens of `text`, ending with END_OF_TEXT."""
+        data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(DTYPE)
+        return np.append(data, DTYPE(END_OF_TEXT))
 
 
-def prepare(source: Path, data_dir: Path) -> dict[str, int]:
+def prepare(source: Path, data_dir: Path, tokenizer: Tokenizer) -> dict[str, int]:
     """Write train.bin, val.bin and meta.json of SOURCE's documents into `data_dir`; the tokens of each."""
     data_dir.mkdir(parents=True, exist_ok=True)
     counts = {"train": 0, "val": 0}
     partial = {split: data_dir / f"{split}.bin.partial" for split in counts}
     with partial["train"].open("wb") as train, partial["val"].open("wb") as val:
         for number, (name, text) in enumerate(documents(source), 1):
-            tokens = tokenize(text)
+            tokens = tokenizer.tokenize(text)
             cut = len(tokens) - max(1, int(len(tokens) * VAL_FRACTION))
             train.write(tokens[:cut].tobytes())
             val.write(tokens[cut:].tobytes())
@@ -77,10 +85,10 @@ def prepare(source: Path, data_dir: Path) -> dict[str, int]:
                 flush=True,
             )
     meta = {
-        "dtype": np.dtype(DTYPE).name,
-        "vocab_size": VOCAB_SIZE,
-        "tokenizer": "bytes",
-        "end_of_text": END_OF_TEXT,
+        "dtype": np.dtype(tokenizer.dtype).name,
+        "vocab_size": tokenizer.vocab_size,
+        "tokenizer": tokenizer.name,
+        "end_of_text": tokenizer.end_of_text,
         "tokens": counts,
         "source": str(source.resolve()),
     }
@@ -108,7 +116,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.source.exists():
         sys.exit(f"{args.source} does not exist")
-    counts = prepare(args.source, args.data_dir)
+    tokenizer = Tokenizer()
+    counts = prepare(args.source, args.data_dir, tokenizer)
     print(
         f"wrote {counts['train']:,} training and {counts['val']:,} validation tokens to {args.data_dir}"
     )

@@ -377,7 +377,9 @@ def load_train_data(
     return train_data, spec
 
 
-def load_val_data(rank: distributed.RankInfo) -> tokens.TokenBatches | None:
+def load_val_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> tokens.TokenBatches | None:
     """The windows of DATA_DIR/val.bin from this rank's part, in file order: the same at every validation.
 
     None with EVAL_EVERY 0: nothing validates, so val.bin need not hold a batch for every rank.
@@ -447,7 +449,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 return
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
-            val_data = load_val_data(rank)
+            val_data = load_val_data(rank, target)
             # the model's dtype is set here, before any sharding
             model = build_model(spec).to(target)
             steps_per_epoch = len(train_data) // GRAD_ACCUM

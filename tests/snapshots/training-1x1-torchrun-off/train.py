@@ -57,6 +57,9 @@ CHECKPOINT_EVERY = 100  # steps; 0: at epoch ends only
 LOG_EVERY = 10  # steps; the loss is read only this often
 SAMPLES = 8192
 INPUT_SHAPE = (64,)
+EVAL_EVERY = 0  # optimizer steps between validation losses (0: never)
+EVAL_BATCHES = 8  # batches of the held-out samples per rank at each validation, at most
+VAL_FRACTION = 0.1  # of the samples, held out with EVAL_EVERY, never trained on
 # HCCL_EXEC_TIMEOUT (the launch scripts export it): how long a collective waits for
 # a slow rank; the process group's own timeout is set beyond it
 HCCL_EXEC_TIMEOUT_S = 1836
@@ -88,6 +91,7 @@ class Trainer:
         self,
         model: nn.Module,
         train_data: data.TensorBatches | data.LoaderBatches,
+        val_data: data.TensorBatches | data.LoaderBatches | None,
         optimizer: torch.optim.Optimizer,
         lr_schedule: schedule.LinearWarmup,
         rank: distributed.RankInfo,
@@ -99,6 +103,7 @@ class Trainer:
         self.device = target
         self.model = model
         self.train_data = train_data
+        self.val_data = val_data
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
         self.loss_fn = nn.CrossEntropyLoss()
@@ -205,6 +210,8 @@ class Trainer:
             if self.step % LOG_EVERY == 0:
                 self._log(loss, window_steps, time.perf_counter() - window_start)
                 window_start, window_steps = time.perf_counter(), 0
+            if EVAL_EVERY and self.step % EVAL_EVERY == 0:
+                self._evaluate()
             if CHECKPOINT_EVERY and self.step % CHECKPOINT_EVERY == 0:
                 self._save_checkpoint()
             if self.step % LOG_EVERY == 0 and self._stop_agreed():
@@ -248,6 +255,25 @@ class Trainer:
                 f"{samples_per_s:,.0f} samples/s, lr {lr:.4g}",
                 flush=True,
             )
+
+    def _evaluate(self) -> float:
+        """The validation loss: the same held-out batches (EVAL_BATCHES at most) on every rank, averaged over all."""
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        batches = list(itertools.islice(self.val_data.batches(), EVAL_BATCHES))
+        with torch.no_grad():
+            for inputs, targets in batches:
+                inputs = inputs.to(self.device, non_blocking=True)
+                targets = targets.to(self.device, non_blocking=True)
+                with amp.autocast(self.device.type, AMP):
+                    total += self.loss_fn(self.model(inputs), targets).float()
+        self.model.train()
+        torch.distributed.all_reduce(total)  # every rank reads as many batches
+        val_loss = total.item() / (len(batches) * self.rank.world_size)
+        self.recorder.evaluated(step=self.step, val_loss=val_loss)
+        if self.rank.is_main:
+            print(f"step {self.step}: validation loss {val_loss:.4f}", flush=True)
+        return val_loss
 
     def _save_checkpoint(self) -> None:
         # every rank comes here at the same steps
@@ -322,12 +348,28 @@ def learning_rate(
 # other change of the answers: nodes, launcher, precision, versions.
 
 
+def held_out_split(
+    samples: int, rank: distributed.RankInfo
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kept, held out) sample indices: VAL_FRACTION of them drawn with SEED, the same on every rank."""
+    return data.held_out_split(
+        samples,
+        VAL_FRACTION,
+        SEED,
+        batch_size=BATCH_SIZE,
+        world_size=rank.world_size,
+    )
+
+
 def load_train_data(
     rank: distributed.RankInfo, target: torch.device
 ) -> tuple[data.TensorBatches, data.DataSpec]:
-    """The synthetic dataset: learnable, seeded, the same tensors made on every rank."""
+    """The synthetic dataset: learnable, seeded, the same tensors made on every rank (less the held-out part)."""
     spec = data.DataSpec(input_shape=INPUT_SHAPE, num_classes=10)
     features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
+    if EVAL_EVERY:
+        kept, _ = held_out_split(len(labels), rank)
+        features, labels = features[kept], labels[kept]
     train_data = data.TensorBatches(
         features,
         labels,
@@ -337,6 +379,25 @@ def load_train_data(
         seed=SEED,
     )
     return train_data.to(target), spec
+
+
+def load_val_data(
+    rank: distributed.RankInfo, target: torch.device
+) -> data.TensorBatches | None:
+    """The held-out synthetic samples, this rank's part of them (None with EVAL_EVERY 0: nothing is held out)."""
+    if not EVAL_EVERY:
+        return None
+    features, labels = data.synthetic_tensors(SAMPLES, INPUT_SHAPE, 10, SEED)
+    _, held = held_out_split(len(labels), rank)
+    val_data = data.TensorBatches(
+        features[held],
+        labels[held],
+        BATCH_SIZE,
+        rank=rank.rank,
+        world_size=rank.world_size,
+        seed=SEED,
+    )
+    return val_data.to(target)
 
 
 def build_model(spec: data.DataSpec) -> nn.Module:
@@ -389,6 +450,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 return
             torch.manual_seed(SEED)
             train_data, spec = load_train_data(rank, target)
+            val_data = load_val_data(rank, target)
             # the model's dtype is set here, before any sharding
             model = build_model(spec).to(target)
             steps_per_epoch = len(train_data) // GRAD_ACCUM
@@ -410,6 +472,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
             trainer = Trainer(
                 model,
                 train_data,
+                val_data,
                 optimizer,
                 lr_schedule,
                 rank,
