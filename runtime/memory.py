@@ -81,7 +81,8 @@ def _rss_peak() -> tuple[int, str]:
             resource.RUSAGE_SELF
         ).ru_maxrss * 1024, RSS_SINCE_START
     if "rss" not in _resets:
-        _resets["rss"] = _reset_rss_peak()  # the first window: is a reset allowed here at all?
+        # the first window: is a reset allowed here at all?
+        _resets["rss"] = _reset_rss_peak()
     elif _resets["rss"]:
         _reset_rss_peak()
     return found, RSS_WINDOW if _resets["rss"] else RSS_SINCE_START

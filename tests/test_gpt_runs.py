@@ -78,9 +78,9 @@ def unigram_entropy_nats(folder: Path) -> float:
     return -sum(n / total * math.log(n / total) for n in counts.values())
 
 
-def gpt_project(root: Path, text: Path, **answers: object) -> Path:
-    """A 2 x 2 torchrun CPU project of the tiny gpt, its tokens prepared from `text`; `answers` change training.*."""
-    project = render_cpu(root, "torchrun", nodes=2, **{**GPT_ANSWERS, **answers})
+def gpt_project(root: Path, text: Path, launcher: str = "torchrun", **answers: object) -> Path:
+    """A 2 x 2 CPU project of the tiny gpt, its tokens prepared from `text`; `answers` change training.*."""
+    project = render_cpu(root, launcher, nodes=2, **{**GPT_ANSWERS, **answers})
     prepared = subprocess.run(
         [sys.executable, "prepare_data.py", str(text)], cwd=project, capture_output=True, text=True, timeout=60
     )

@@ -61,5 +61,5 @@ def test_resume_arguments_that_do_not_split_are_named_on_the_ranks_log_not_dropp
     env = {"TORCHELASTIC_RESTART_COUNT": "1", "NPU_WIZARD_RESUMING": "0", "NPU_WIZARD_RESUME_ARGS": "--note 'open"}
     assert launcher_restart_args(env) == []
     said = capsys.readouterr().err
-    assert "NPU_WIZARD_RESUME_ARGS=\"--note 'open\" does not split into arguments" in said
+    assert 'NPU_WIZARD_RESUME_ARGS="--note \'open" does not split into arguments' in said
     assert "runs without training.resume_args" in said

@@ -1,6 +1,6 @@
 """Memory per rank, for real (issue 39): the estimate against what real CPU runs measure, and a rank out of memory.
 
-Two runs of the gpt model through `npu-wizard run` (1 node x 2 ranks, torchrun, gloo), the tiny and the small
+Two runs of the gpt model through `npu-wizard run` (1 node x 2 ranks, the shell launcher, gloo), the tiny and the small
 preset, a few steps each, and one MLP run whose rank 1 runs out of memory for real (runtime/memory.py's test-only
 NPU_WIZARD_TEST_OOM_AT_STEP caps its address space and allocates past it). On the CPU there is no allocator to
 ask for a peak of tensors, so the measured peak is what the ranks hold, counted exactly: the parameters,
@@ -35,9 +35,9 @@ TOLERANCE = 0.25
 
 
 def gpt_project(root: Path, text: Path, size: str) -> Path:
-    """A 1 x 2 torchrun CPU project of the gpt `size` preset, its tokens prepared from `text`."""
+    """A 1 x 2 CPU project (the shell launcher) of the gpt `size` preset, its tokens prepared from `text`."""
     answers = {"model": "gpt", "dataset": "tokens", "gpt_size": size, "epochs": 1, "lr": 0.001, **PRESETS[size]}
-    project = render_cpu(root, "torchrun", checkpoint_every=0, **answers)
+    project = render_cpu(root, "shell", checkpoint_every=0, **answers)
     prepared = subprocess.run(
         [sys.executable, "prepare_data.py", str(text)], cwd=project, capture_output=True, text=True, timeout=60
     )
@@ -123,7 +123,7 @@ def test_the_estimate_is_within_a_quarter_of_the_measured_peak(gpt_runs: dict[st
 @pytest.fixture(scope="module")
 def out_of_memory(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
     """An MLP run (1 x 2) whose rank 1 runs out of memory for real at its second logged step."""
-    project = render_cpu(tmp_path_factory.mktemp("oom"), "torchrun", log_every=4)
+    project = render_cpu(tmp_path_factory.mktemp("oom"), "shell", log_every=4)
     env = node_env(
         project / "runs" / "unused",
         NPU_WIZARD_TEST_OOM_AT_STEP="8",

@@ -62,8 +62,9 @@ class ShardedRuns:
 
 
 def project_of(root: Path, text: Path, parallelism: str, **answers: object) -> Path:
-    """A 2 x 2 torchrun CPU project of the tiny gpt under `parallelism`, its tokens prepared."""
-    return gpt_project(root, text, **{**ANSWERS, "parallelism": parallelism, **answers})
+    """A 2 x 2 CPU project of the tiny gpt under `parallelism`, its tokens prepared."""
+    # the shell launcher: the runs are about the modes, and torchrun's agent would import torch on each node
+    return gpt_project(root, text, "shell", **{**ANSWERS, "parallelism": parallelism, **answers})
 
 
 def killed_after_first_checkpoint(project: Path) -> RunEnded:
@@ -188,3 +189,18 @@ def test_a_step_folder_without_its_completion_marker_is_never_resumed(tmp_path: 
     assert complete_folders(tmp_path) == [whole]
     resumed = resume_point(tmp_path, project="p")
     assert resumed is not None and resumed[0] == whole and resumed[1]["step"] == 20
+
+
+def state_bytes(run: RunEnded, rank: int) -> int:
+    """The parameter, gradient and optimizer bytes a rank held at its last logged step (runtime/memory.py)."""
+    return kinds(events_of(run.run_dir)[rank], "step")[-1]["memory_state_bytes"]
+
+
+def test_fsdp2_holds_about_a_quarter_of_ddps_state_per_rank_on_four_ranks_and_zero1_shards_the_optimizer(
+    sharded_runs: ShardedRuns,
+) -> None:
+    ddp, zero1, fsdp2 = (state_bytes(run, 0) for run in (sharded_runs.ddp, sharded_runs.zero1, sharded_runs.to_fsdp2))
+    print(f"state bytes per rank, rank 0: ddp {ddp:,}, zero1 {zero1:,}, fsdp2 {fsdp2:,}")
+    assert 0.22 <= fsdp2 / ddp <= 0.30  # (4 + 4 + 8) / 4 of ddp's 16 per parameter, shards padded to 4 ranks
+    assert 0.55 <= zero1 / ddp <= 0.70  # 4 + 4 + 8 / 4 = 10 of 16: only AdamW's two moments are sharded
+    assert [state_bytes(sharded_runs.ddp, rank) for rank in range(4)] == [ddp] * 4  # a whole copy on each

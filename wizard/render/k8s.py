@@ -29,7 +29,7 @@ from wizard.render.k8s_code import (
     project_files,
     restore_command,
 )
-from wizard.render.pristine import repository_folder, repository_root
+from wizard.render.repository import repository_folder, repository_root
 
 ENGINES = ("ascendjob", "pytorchjob")
 NPU_RESOURCE = "huawei.com/Ascend910"

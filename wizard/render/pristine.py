@@ -22,12 +22,14 @@ from pathlib import Path
 from wizard import __version__
 from wizard.render.generated import RENAMED, name_problem
 
-STATE_DIR = ".npu-wizard"
+# the repository's folder facts live in wizard.render.repository (k8s reads them too); named here as before
+from wizard.render.repository import REPOSITORY_MARKER as REPOSITORY_MARKER
+from wizard.render.repository import STATE_DIR as STATE_DIR
+from wizard.render.repository import repository_folder as repository_folder
+from wizard.render.repository import repository_root as repository_root
+
 PRISTINE = f"{STATE_DIR}/pristine.json.gz"
 INTO_MARKER = f"{STATE_DIR}/into"  # a folder of the user's that npu-wizard rendered into (wizard.render.into)
-# The project's folder inside its repository (`--into REPO --folder NAME`): the ranks start from the repository root.
-# "." names the older layout chosen with `--folder .` (the files straight in the repository's root).
-REPOSITORY_MARKER = f"{STATE_DIR}/repository"
 # The most a pristine copy may unpack to: a 4096-node project's unpacks to about 2 MiB, a gzip bomb to gigabytes.
 MAX_UNPACKED = 64 * 1024 * 1024
 UNPACK_STEP = 1024 * 1024  # unpacked a MiB at a time: never a second copy of the whole
@@ -45,23 +47,6 @@ class Pristine:
 def is_into(folder: Path) -> bool:
     """Whether `folder` was rendered --into: its marker, or (the state lost) NPU-WIZARD.md in place of README.md."""
     return os.path.lexists(folder / INTO_MARKER) or (folder / RENAMED["README.md"]).is_file()
-
-
-def repository_folder(project: Path) -> str:
-    """The project's folder relative to its repository's root ("" when the project is not one folder of a
-    repository: rendered -o, or --into straight into the user's folder)."""
-    try:
-        folder = (project / REPOSITORY_MARKER).read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return ""
-    return "" if folder == "." else folder
-
-
-def repository_root(project: Path) -> Path:
-    """The folder the ranks of `project` start in, where training.script is found: its repository's root when
-    the project is one folder of a repository, else the project itself."""
-    folder = repository_folder(project)
-    return Path(os.path.normpath(project.joinpath(*[".."] * len(folder.split("/"))))) if folder else project
 
 
 def is_generated(name: str) -> bool:

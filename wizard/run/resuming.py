@@ -82,7 +82,9 @@ def resuming_note(previous: Unfinished, resume_args: tuple[str, ...], manifest: 
             f"note: the last run ({previous.run_dir.name}) {ended}; the pods start as {manifest} says, so "
             "they resume only where your script finds its checkpoint by itself"
         )
-    added = f" and training.resume_args ({' '.join(resume_args)}) after your script's arguments (and those after --)" if resume_args else ""
+    added = ""
+    if resume_args:
+        added = f" and training.resume_args ({' '.join(resume_args)}) after your script's arguments and those after --"
     return (
         f"resuming: the last run ({previous.run_dir.name}) {ended}, so every rank gets {ENV_RESUMING}=1{added} "
         "(with --fresh it does not)"
