@@ -8,6 +8,7 @@ abandoned.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,19 +29,37 @@ def test_monitor_follows_the_ranks_of_a_killed_runner_to_their_end_and_says_the_
 ) -> None:
     project = render_cpu(tmp_path, "shell", samples=16384, epochs=1)  # 512 steps a rank: still training when killed
     runner = start_runner(project, "--interval", "1")
+    stopped: list[int] = []
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        wait_for(lambda: started_pid(run_dir, 1), START_S, "rank 1 to train")
+        stopped = [
+            wait_for(lambda r=rank: started_pid(run_dir, r), START_S, f"rank {rank} to train") for rank in (0, 1)
+        ]
+        # the ranks wait (SIGSTOP) until the monitor has looked: on a loaded machine they could otherwise finish
+        # between the kill and the monitor's start, and there would be no ranks left to follow
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(timeout=60)
-        watched = subprocess.run(
-            [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--plain", "--interval", "1"],
-            env=node_env(run_dir),
-            capture_output=True,
-            text=True,
-            timeout=2 * START_S,
-        )
+        said_file = tmp_path / "monitor-output.txt"
+        with said_file.open("w") as said_to:
+            monitor = subprocess.Popen(
+                [sys.executable, "-m", "wizard", "monitor", str(run_dir), "--plain", "--interval", "1"],
+                env=node_env(run_dir),
+                stdout=said_to,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        # its first line is out: it has opened the run folder and is about to look at the runner and the ranks
+        wait_for(lambda: "\n" in said_file.read_text(), START_S, "the monitor's first line")
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        monitor.wait(timeout=2 * START_S)
+        watched = subprocess.CompletedProcess(monitor.args, monitor.returncode, said_file.read_text(), "")
     finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         clean_up(project, runner)
     output = watched.stdout
     assert watched.returncode == 0, output + watched.stderr

@@ -104,7 +104,7 @@ class RunFolder:
             outcome, ended_at = self.summary.get("outcome"), self.summary.get("ended_at")
             self.outcome = outcome if isinstance(outcome, str) and outcome else "unknown"
             self.ended_at = ended_at if is_time(ended_at) else _last_time(self.state) or self.clock()
-        elif self.runner_pid is not None and not procs.is_alive(self.runner_pid) and not self._ranks_said_last():
+        elif self.runner_pid is not None and not self._runner_alive() and not self._ranks_said_last():
             if self._ranks_going():  # the runner was killed, its job was not: the ranks' own files tell on
                 return None
             self.outcome, self.ended_at = "abandoned", _last_time(self.state) or self.clock()
@@ -115,7 +115,7 @@ class RunFolder:
                 outcome=self.outcome,
                 run_dir=self.run_dir,
             )
-        elif (self.runner_pid is None or not procs.is_alive(self.runner_pid)) and self._ranks_said_last():
+        elif not self._runner_alive() and self._ranks_said_last():
             # launch scripts run by hand, or a runner gone before them: the ranks' own last words say how it ended
             self.outcome = "finished" if self.state.finished() else "preempted" if self.state.preempted() else "failed"
             self.ended_at = _last_time(self.state) or self.clock()
@@ -128,6 +128,12 @@ class RunFolder:
                 run_dir=self.run_dir,
             )
         return self.outcome
+
+    def _runner_alive(self) -> bool:
+        """Whether the run's `npu-wizard run` still runs: its pid alive and still a runner (a pid is reused once
+        the runner is gone, on a busy host within minutes)."""
+        pid = self.runner_pid
+        return pid is not None and procs.is_alive(pid) and procs.is_runner(pid)
 
     def _ranks_said_last(self) -> bool:
         """True once the ranks' own events say the run ended: every rank finished or saved, or one failed."""
