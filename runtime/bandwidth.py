@@ -35,6 +35,8 @@ import torch.distributed as dist
 
 from . import device
 from .bandwidth_report import (
+    PLAIN_OPS,
+    SHARDED_OPS,
     collective_row,
     link_row,
     named_link,
@@ -94,9 +96,17 @@ class Transfer:
 
 
 def run_bandwidth(
-    rank: RankInfo, target: torch.device, recorder: EventWriter, max_bytes: int | None
+    rank: RankInfo,
+    target: torch.device,
+    recorder: EventWriter,
+    max_bytes: int | None,
+    sharded: bool = False,
 ) -> Event | None:
-    """Measure the collectives and the links between nodes; rank 0 records and prints the result."""
+    """Measure the collectives and the links between nodes; rank 0 records and prints the result.
+
+    `sharded` (training.parallelism zero1 or fsdp2): also reduce_scatter, and all_gather into one
+    tensor (all_gather_into_tensor, reduce_scatter_tensor: what fully_shard and ZeRO run).
+    """
     # the check takes a while: heartbeats keep the monitor from calling it hung
     recorder.start_heartbeat(heartbeat_interval())
     backend = dist.get_backend()
@@ -104,9 +114,11 @@ def run_bandwidth(
     cap = _memory_cap(target, rank.local_world_size)
     sizes = _agreed_sizes(target, min(limit, cap))
     collectives = []
-    for op in ("all_reduce", "all_gather"):
+    for op in SHARDED_OPS if sharded else PLAIN_OPS:
         for size in sizes:
-            collective = _collective(op, size, rank.world_size, target, backend)
+            collective = _collective(
+                op, size, rank.world_size, target, backend, sharded
+            )
             seconds = _timed(collective.run, target)
             collectives.append(
                 collective_row(op, collective.nbytes, seconds, rank.world_size)
@@ -167,7 +179,12 @@ def _available_host_memory() -> int:
 
 
 def _collective(
-    op: str, size: int, world: int, target: torch.device, backend: str
+    op: str,
+    size: int,
+    world: int,
+    target: torch.device,
+    backend: str,
+    into_one_tensor: bool = False,
 ) -> Collective:
     """The operation on float32 zeros of about `size` bytes, and the bytes it really moves.
 
@@ -181,10 +198,18 @@ def _collective(
     given = torch.zeros(part, dtype=torch.float32, device=target)
     gathered = torch.zeros(part * world, dtype=torch.float32, device=target)
     views = list(gathered.chunk(world))
+    if op == "reduce_scatter":
+        # the whole input reduced, each rank keeping its part: a sharded gradient step
+        return Collective(
+            lambda: dist.reduce_scatter_tensor(given, gathered),
+            gathered,
+            gathered.numel() * 4,
+        )
 
     def run() -> None:
-        # gloo has no all_gather_into_tensor on older torch: views of one buffer
-        if backend == "gloo":
+        # gloo has no all_gather_into_tensor on older torch: views of one buffer,
+        # unless the project shards (then its torch runs the into-one-tensor form)
+        if backend == "gloo" and not into_one_tensor:
             dist.all_gather(views, given)
         else:
             dist.all_gather_into_tensor(gathered, given)

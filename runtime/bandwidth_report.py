@@ -5,10 +5,12 @@ node 0 reads the result from rank 0's `bandwidth` event.
 
 Definitions (nccl-tests' doc/PERFORMANCE.md):
 - size: the bytes of the whole message: all_reduce's buffer, all_gather's
-  output (each of the n ranks gives size / n);
+  output (each of the n ranks gives size / n), reduce_scatter's input (each
+  rank keeps size / n of the sum);
 - time: the mean time of one operation, the slowest rank's;
 - algbw = size / time;
-- busbw = algbw x 2(n-1)/n for all_reduce and algbw x (n-1)/n for all_gather:
+- busbw = algbw x 2(n-1)/n for all_reduce and algbw x (n-1)/n for all_gather
+  and reduce_scatter:
   the bytes each rank's link carries per second, which can be held against
   the hardware's link speed whatever n is.
 
@@ -40,7 +42,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 GB = 1e9
-OPS = ("all_reduce", "all_gather")
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+# a project that shards (training.parallelism zero1 or fsdp2) gathers parameters and scatters
+# gradients: its check measures those two as the training loop runs them (into one tensor)
+SHARDED_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+PLAIN_OPS = ("all_reduce", "all_gather")
 SLOW_LINK_BELOW = 0.5  # named when below the median by more than this fraction of it
 
 Result = dict[str, Any]
@@ -51,7 +57,7 @@ def bus_factor(op: str, world_size: int) -> float:
     n = world_size
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op == "all_gather":
+    if op in ("all_gather", "reduce_scatter"):
         return (n - 1) / n
     raise ValueError(f"unknown collective {op!r}: use {', '.join(OPS)}")
 
@@ -186,15 +192,16 @@ def table_lines(result: Mapping[str, Any]) -> list[str]:
     world, nodes = result["world_size"], result["nodes"]
     head = (
         f"bandwidth: {result['backend']}, {world} ranks on {nodes} node(s); GB/s = 1e9 bytes/s; "
-        "busbw = algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather), as nccl-tests"
+        "busbw = algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, reduce_scatter), as nccl-tests"
     )
+    width = max([11, *(len(str(row["op"])) for row in result["collectives"])])
     lines = [
         head,
-        f"  {'op':<11} {'size':>8} {'time':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}",
+        f"  {'op':<{width}} {'size':>8} {'time':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}",
     ]
     for row in result["collectives"]:
         lines.append(
-            f"  {row['op']:<11} {size_text(row['bytes']):>8} {time_text(row['time_s']):>10} "
+            f"  {row['op']:<{width}} {size_text(row['bytes']):>8} {time_text(row['time_s']):>10} "
             f"{rate_text(row['algbw_GBps']):>11} {rate_text(row['busbw_GBps']):>11}"
         )
     smallest = min(

@@ -46,10 +46,12 @@ def run_smoke(
     *,
     bandwidth: bool = False,
     max_bytes: int | None = None,
+    sharded: bool = False,
 ) -> Event:
     """One all_reduce and one barrier, recorded and printed; a wrong sum raises.
 
-    With `bandwidth`, then the network check, its messages up to `max_bytes`.
+    With `bandwidth`, then the network check, its messages up to `max_bytes` (with
+    `sharded`, the collectives of a project that shards too).
     """
     expected = expected_sum(rank.world_size)
     recorder.started(
@@ -94,7 +96,7 @@ def run_smoke(
             "(world size, ranks per node); check every node's launch script"
         )
     if bandwidth:
-        run_bandwidth(rank, target, recorder, max_bytes)
+        run_bandwidth(rank, target, recorder, max_bytes, sharded)
     recorder.finished(smoke=True)  # so that monitors count the rank as done
     return event
 

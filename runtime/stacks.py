@@ -87,6 +87,10 @@ ENV_HCCL_RECORDER = "TORCH_HCCL_TRACE_BUFFER_SIZE"
 UNKNOWN_OP = "unknown"
 # collectives kept by torch's ring buffer, a few hundred bytes each
 RECORDER_ENTRIES = 2000
+# a project that shards runs about three collectives per block and step (fully_shard's
+# all_gather in the forward and again in the backward, its reduce_scatter of the
+# gradients): 8000 keep the last 40 or so steps of a 64-block model (about 3 MB)
+RECORDER_ENTRIES_SHARDED = 8000
 MAX_THREADS = 32
 MAX_FRAMES = 48
 MAX_COLLECTIVES = 32
@@ -110,10 +114,13 @@ def fault_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / "logs" / f"rank-{rank}.stacks.txt"
 
 
-def install(run_dir: Path, rank: int) -> None:
-    """Make this rank able to say where it is: recorder on, the "stacks" ask answered, faulthandler on SIGUSR2."""
+def install(run_dir: Path, rank: int, sharded: bool = False) -> None:
+    """Make this rank able to say where it is: recorder on, the "stacks" ask answered, faulthandler on SIGUSR2.
+
+    `sharded` (training.parallelism zero1 or fsdp2): a recorder sized for their collectives.
+    """
     global _fault_file
-    enable_recorder()
+    enable_recorder(entries=RECORDER_ENTRIES_SHARDED if sharded else RECORDER_ENTRIES)
     status.on_ask(ASK, lambda ask: snapshot(rank))
     path = fault_path(run_dir, rank)
     try:
@@ -130,9 +137,11 @@ def install(run_dir: Path, rank: int) -> None:
     faulthandler.register(FAULT_SIGNAL, file=handle, all_threads=True, chain=False)
 
 
-def enable_recorder(env: MutableMapping[str, str] = os.environ) -> None:
+def enable_recorder(
+    env: MutableMapping[str, str] = os.environ, entries: int = RECORDER_ENTRIES
+) -> None:
     """Size torch's flight recorder buffer, unless the user chose a size (0 turns it off)."""
-    env.setdefault(ENV_RECORDER, str(RECORDER_ENTRIES))
+    env.setdefault(ENV_RECORDER, str(entries))
 
 
 def snapshot(rank: int) -> dict[str, Any]:

@@ -46,7 +46,13 @@ CONTRACT_KEYS = {
 
 @pytest.mark.parametrize(
     ("op", "ranks", "factor"),
-    [("all_reduce", 2, 1.0), ("all_reduce", 8, 1.75), ("all_reduce", 1, 0.0), ("all_gather", 8, 0.875)],
+    [
+        ("all_reduce", 2, 1.0),
+        ("all_reduce", 8, 1.75),
+        ("all_reduce", 1, 0.0),
+        ("all_gather", 8, 0.875),
+        ("reduce_scatter", 8, 0.875),
+    ],
 )
 def test_bus_bandwidth_follows_nccl_tests(op: str, ranks: int, factor: float) -> None:
     assert bus_factor(op, ranks) == factor
@@ -108,7 +114,7 @@ def test_the_table_has_a_row_per_size_the_latency_and_the_verdict() -> None:
     }
     assert table_lines(result) == [
         "bandwidth: gloo, 4 ranks on 2 node(s); GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n (all_reduce), "
-        "x (n-1)/n (all_gather), as nccl-tests",
+        "x (n-1)/n (all_gather, reduce_scatter), as nccl-tests",
         "  op              size       time  algbw GB/s  busbw GB/s",
         "  all_reduce     4 KiB   100.0 us       0.041      0.0614",
         "  all_gather     1 MiB   10.00 ms       0.105      0.0786",
@@ -183,11 +189,18 @@ def test_two_simulated_nodes_on_this_host_write_the_table_and_bandwidth_json(tmp
 
 
 @pytest.mark.slow
-def test_one_node_measures_the_collectives_and_says_there_is_no_link_between_nodes(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "shell", nodes=1)
+def test_one_node_of_a_sharded_project_measures_its_collectives_and_says_there_is_no_link_between_nodes(
+    tmp_path: Path,
+) -> None:
+    # fsdp2 (training.parallelism): reduce_scatter too, and all_gather into one tensor, as fully_shard runs them
+    project = render_cpu(tmp_path, "shell", nodes=1, parallelism="fsdp2")
     output, result = run_check(project)
     assert (result["world_size"], result["nodes"], result["links"], result["slowest_link"]) == (2, 1, [], None)
-    assert len(result["collectives"]) == 20
+    ops = [row["op"] for row in result["collectives"]]
+    assert ops == ["all_reduce"] * 10 + ["all_gather"] * 10 + ["reduce_scatter"] * 10
+    scatter = [row for row in result["collectives"] if row["op"] == "reduce_scatter"]
+    assert all(row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] / 2) for row in scatter)  # (n-1)/n, n = 2
+    assert "  reduce_scatter    4 KiB" in output
     assert "  links: none measured (1 node: no link between nodes)" in output
 
 

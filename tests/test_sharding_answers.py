@@ -153,3 +153,28 @@ def test_an_hf_models_blocks_are_its_decoder_layers_so_fsdp2_shards_each() -> No
     blocks = model_blocks(wrapped)
     assert [type(block).__name__ for block in blocks] == ["GPT2Block"] * 3
     assert blocks[0] is wrapped.model.transformer.h[0]
+
+
+@pytest.mark.parametrize(("parallelism", "entries"), [("ddp", "2000"), ("fsdp2", "8000"), ("zero1", "8000")])
+def test_a_project_that_shards_keeps_more_collectives_in_its_flight_recorders(
+    tmp_path: Path, parallelism: str, entries: str
+) -> None:
+    import subprocess
+
+    from runtime import stacks
+
+    project = render(resolve({**NPU_A2, "training.parallelism": parallelism}), tmp_path).project_dir
+    script = (project / "launch" / "run-node.sh").read_text()
+    (line,) = [line for line in script.splitlines() if line.startswith("hccl_trace_size=")]
+    said = subprocess.run(
+        ["bash", "-c", f'{line}; printf %s "$hccl_trace_size"'], capture_output=True, text=True, check=True
+    )
+    assert said.stdout == entries  # HCCL's recorder, unless the user set TORCH_HCCL_TRACE_BUFFER_SIZE
+    sharded = parallelism != "ddp"
+    assert 'stacks.install(run_dir, rank.rank, sharded=PARALLELISM != "ddp")' in (project / "train.py").read_text()
+    env: dict[str, str] = {}
+    stacks.enable_recorder(env, stacks.RECORDER_ENTRIES_SHARDED if sharded else stacks.RECORDER_ENTRIES)
+    assert env == {"TORCH_FR_BUFFER_SIZE": entries}  # gloo's and NCCL's
+    chosen = {"TORCH_FR_BUFFER_SIZE": "64"}
+    stacks.enable_recorder(chosen, stacks.RECORDER_ENTRIES_SHARDED)
+    assert chosen == {"TORCH_FR_BUFFER_SIZE": "64"}  # the user's own size stays

@@ -163,7 +163,8 @@ def build_run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bandwidth",
         action="store_true",
-        help="with --smoke (implied): then measure all_reduce and all_gather with the job's backend over 4 KiB to "
+        help="with --smoke (implied): then measure all_reduce and all_gather (and, where training.parallelism shards, "
+        "reduce_scatter, both into one tensor as fully_shard runs them) with the job's backend over 4 KiB to "
         "256 MiB messages (16 MiB on the CPU; at most a quarter of a rank's free memory), algorithm and bus "
         "bandwidth per size as nccl-tests define them, and each local rank's link to the same local rank of the "
         "neighbouring nodes; prints a table, names a link slow in every round (its best more than 50%% below the "
