@@ -91,12 +91,17 @@ def save_sharded(
     )
     if first:
         torch.save({**training, PROJECT_KEY: project}, partial / TRAINING_STATE)
+        _fsync_file(partial / TRAINING_STATE)
         marker = {"step": step, "world_size": dist.get_world_size(), "project": project}
         _write_synced(partial / MARKER, json.dumps(marker) + "\n")
-        if final.exists():
-            shutil.rmtree(final)  # the same step saved again: the newer save wins
+        older = directory / f".{final.name}.older"
+        if final.exists():  # the same step saved again: the newer save wins, and the
+            # older is renamed out of the way first, never half deleted under its name
+            shutil.rmtree(older, ignore_errors=True)
+            os.rename(final, older)
         os.rename(partial, final)
         checkpoint._fsync_folder(directory)
+        shutil.rmtree(older, ignore_errors=True)
         prune_folders(directory, keep, project)
     dist.barrier()  # no rank goes on (or exits) before the folder is complete
     return final
@@ -186,4 +191,9 @@ def _write_synced(path: Path, text: str) -> None:
     with open(path, "w") as file:
         file.write(text)
         file.flush()
+        os.fsync(file.fileno())
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as file:
         os.fsync(file.fileno())

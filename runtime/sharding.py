@@ -32,6 +32,16 @@ from .errors import SetupError
 MODES = ("ddp", "zero1", "fsdp2")
 
 
+def load_errors() -> tuple[type[BaseException], ...]:
+    """What loading a checkpoint that does not fit raises: torch's usual errors, and DCP's
+    CheckpointException (a BaseException, which `except Exception` lets through)."""
+    try:
+        from torch.distributed.checkpoint.api import CheckpointException
+    except ImportError:  # a torch without distributed checkpointing
+        return (KeyError, RuntimeError, ValueError)
+    return (KeyError, RuntimeError, ValueError, CheckpointException)
+
+
 def model_blocks(model: nn.Module) -> list[nn.Module]:
     """The model's repeated blocks: its `blocks`, ResNet's residual blocks, a Hugging Face model's decoder
     layers, else its layers with parameters."""

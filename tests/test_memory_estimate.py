@@ -183,3 +183,28 @@ def test_an_hf_models_parameter_count_is_read_from_its_folder_and_a_folder_not_h
     assert sized.optimizer == "AdamW" and sized.activations_per_sample > 0
     with pytest.raises(ModelUnknown, match="holds no config.json"):
         model_size(with_model_folder(values, tmp_path / "elsewhere"))
+
+
+def test_the_advice_never_suggests_what_the_rules_refuse_and_offers_activation_checkpointing_in_any_mode() -> None:
+    from wizard.memory.fit import alternatives
+
+    on_910 = {"device": "auto", "hardware": "atlas-training", "amp": "fp16", "training.model": "gpt",
+              "training.gpt_size": "small", "training.batch_size": 8, "nodes": 1, "devices_per_node": 8}  # fmt: skip
+    old_torch_npu = {**on_910, "hardware": "atlas-a2", "amp": "bf16", "device": "npu",
+                     "environment.torch_version": "2.5.1", "environment.torch_npu_version": "2.5.1"}  # fmt: skip
+    for values in (on_910, old_torch_npu):
+        settings = [setting for setting, _ in alternatives(values)]
+        assert not any("fsdp2" in setting for setting in settings), settings
+        assert "training.activation_checkpointing: true" in settings
+    newer = {**old_torch_npu, "environment.torch_version": "2.7.1", "environment.torch_npu_version": "2.7.1"}
+    assert "training.parallelism: fsdp2" in [setting for setting, _ in alternatives(newer)]
+
+
+def test_fsdp2_with_grad_accum_counts_whole_gradients_the_inner_micro_batches_keep() -> None:
+    values = {"training.model": "gpt", "training.gpt_size": "small", "training.batch_size": 2,
+              "nodes": 1, "devices_per_node": 4, "training.parallelism": "fsdp2"}  # fmt: skip
+    one = estimate(values)
+    accumulating = estimate({**values, "training.grad_accum": 4})
+    assert one.gradients * 4 == pytest.approx(accumulating.gradients, rel=0.01)
+    # whole, unsharded, against a quarter of the weights
+    assert accumulating.gradients == pytest.approx(accumulating.parameters * 4, abs=4)

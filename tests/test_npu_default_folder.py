@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.test_one_folder import answers_file, foreign_repository, git, npu_wizard
 
 
@@ -54,3 +56,19 @@ def test_into_a_project_made_with_o_is_refused_with_the_default_folder_too(tmp_p
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{project} is a project npu-wizard rendered with -o, not a folder of yours" in result.stderr
     assert sorted(path.name for path in project.iterdir()) == before
+
+
+@pytest.mark.parametrize("marker", ["a/b/c", "../outside", "/etc", "npu/../..", ""])
+def test_a_repository_marker_that_does_not_name_the_projects_own_folder_is_not_followed(
+    tmp_path: Path, marker: str
+) -> None:
+    from wizard.render.repository import repository_folder, repository_root
+
+    project = tmp_path / "home" / "repo" / "npu"
+    (project / ".npu-wizard").mkdir(parents=True)
+    (project / ".npu-wizard" / "repository").write_text("npu\n")
+    assert (repository_folder(project), repository_root(project)) == ("npu", tmp_path / "home" / "repo")
+    # edited by hand or cloned into another layout: the ssh copy and the k8s ConfigMap would carry the folders
+    # above the repository (home/, /) if it were followed
+    (project / ".npu-wizard" / "repository").write_text(marker + "\n")
+    assert (repository_folder(project), repository_root(project)) == ("", project)

@@ -93,6 +93,8 @@ def test_the_my_repository_quick_start_runs_as_written(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "outcome: finished" in result.stdout
     assert (repo / "ckpt.pt").exists()  # the user's own script ran, unchanged
+    # nothing of npu-wizard's outside npu/: the answers live on in npu/answers.yaml
+    assert not (repo / "npu-answers.yaml").exists() and (repo / "npu" / "answers.yaml").is_file()
 
 
 def test_every_docs_link_in_the_readme_exists_and_every_page_is_linked() -> None:

@@ -242,8 +242,12 @@ def estimate(
     if mode == "fsdp2":
         gathered = (model.root_parameters + 2 * model.block_parameters) * WEIGHT_BYTES
         shard = -(-weights // world)
+        # with grad_accum the inner micro-batches skip the reduce-scatter (train.py's _sync_gradients): their
+        # gradients are kept whole, unsharded, on every rank until the last one
+        accumulating = int(values.get("training.grad_accum") or 1) > 1
+        gradients = weights if accumulating else shard
         return Estimate(
-            model, mode, world, batch, checkpointed, shard, shard, -(-state // world), activations, gathered
+            model, mode, world, batch, checkpointed, shard, gradients, -(-state // world), activations, gathered
         )
     return Estimate(model, mode, world, batch, checkpointed, weights, weights, state, activations)
 

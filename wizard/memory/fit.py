@@ -91,11 +91,13 @@ def alternatives(values: Mapping[str, Any]) -> list[tuple[str, Estimate]]:
         for mode in ("zero1", "fsdp2")
         if mode != chosen.mode and (mode != "fsdp2" or fsdp2_allowed(values))
     ]
-    if values.get("training.model") == "gpt" and not chosen.checkpointing and fsdp2_allowed(values):
+    if not chosen.checkpointing:  # every mode, every series and every generated model take it
         setting = "training.activation_checkpointing: true"
-        if chosen.mode != "fsdp2":
-            setting = f"training.parallelism: fsdp2 with {setting}"
-        found.append((setting, estimate(values, mode="fsdp2", checkpointed=True)))
+        found.append((setting, estimate(values, checkpointed=True)))
+        if chosen.mode != "fsdp2" and fsdp2_allowed(values):
+            found.append(
+                (f"training.parallelism: fsdp2 with {setting}", estimate(values, mode="fsdp2", checkpointed=True))
+            )
     accum = int(values.get("training.grad_accum") or 1)
     batch = chosen.batch_size // 2
     while batch >= 1:
@@ -108,9 +110,20 @@ def alternatives(values: Mapping[str, Any]) -> list[tuple[str, Estimate]]:
 
 
 def fsdp2_allowed(values: Mapping[str, Any]) -> bool:
-    """fsdp2 runs here: not on the Atlas training series (no fully_shard there), not with fp16 (ASCEND.md)."""
-    on_910 = values.get("device") == "npu" and values.get("hardware") == "atlas-training"
-    return not on_910 and values.get("amp") != "fp16"
+    """fsdp2 passes the answers' rules here: never with fp16, and the series and releases that have fully_shard
+    (wizard.answers.rules_sharding, ASCEND.md): what is suggested is never what the rules refuse."""
+    from wizard.answers.rules_sharding import fsdp2_fits_release
+
+    if values.get("amp") == "fp16":
+        return False
+    asked = {
+        "training.parallelism": "fsdp2",
+        "device": values.get("device", "npu"),
+        "hardware": values.get("hardware", "atlas-a2"),
+        "environment.torch_version": values.get("environment.torch_version") or "",
+        "environment.torch_npu_version": values.get("environment.torch_npu_version") or "",
+    }
+    return not any(problem.severity == "error" for problem in fsdp2_fits_release(asked))
 
 
 def breakdown(found: Estimate) -> str:

@@ -20,9 +20,16 @@ def repository_folder(project: Path) -> str:
     repository: rendered -o, or --into straight into the user's folder)."""
     try:
         folder = (project / REPOSITORY_MARKER).read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
         return ""
-    return "" if folder == "." else folder
+    parts = folder.split("/")
+    if folder in ("", ".") or folder.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        return ""
+    # the marker is a committed file anyone may edit: it counts only where it names the folder the project
+    # really is in, so that the repository's root is never a folder above the repository
+    if Path(os.path.abspath(project)).parts[-len(parts) :] != tuple(parts):
+        return ""
+    return folder
 
 
 def repository_root(project: Path) -> Path:

@@ -26,7 +26,8 @@ def update(args: argparse.Namespace) -> int:
         if unlocked:
             print(f"warning: {unlocked}", file=sys.stderr, flush=True)
         code = _update_locked(project, args)
-    note = move_note(project, args.project)  # a repository of the older layout: how to move it into npu/
+    # a repository of the older layout: how to move it into npu/ (once the update itself went through)
+    note = move_note(project, args.project) if code == 0 else ""
     if note:
         print(f"\n{note}")
     return code

@@ -18,6 +18,7 @@ def into_target(repository: Path, folder: str) -> Path:
 def problem_of(folder: str) -> str:
     """Why `folder` (as typed on the review page) names no folder inside the repository; "" when it does."""
     folder = folder.strip()
+    folder = folder.rstrip("/") or folder  # npu/ is npu, as --folder takes it ("/" alone stays refused)
     if not folder:
         return "name the project's folder inside the repository (npu by default; '.' for the older layout)"
     return folder_problem(folder).replace("--folder ", "the folder ", 1)

@@ -148,7 +148,7 @@ class ReviewScreen(Screen[None]):
     @on(Input.Changed, "#folder")
     def folder_changed(self, event: Input.Changed) -> None:
         """Another folder of the repository: say so now, preview it once typing pauses."""
-        self.app.state.folder = event.value.strip()
+        self.app.state.folder = event.value.strip().rstrip("/") or event.value.strip()
         self.show_target()
         if self.folder_timer is not None:
             self.folder_timer.stop()

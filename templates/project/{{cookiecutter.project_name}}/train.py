@@ -298,7 +298,7 @@ class Trainer:
                 )
             else:  # whole, from any mode: each rank takes its part
                 sharding.load_whole_state(self.model, self.optimizer, state)
-        except (KeyError, RuntimeError, ValueError) as error:
+        except sharding.load_errors() as error:
             raise SetupError(
                 f"checkpoint {path} does not fit this model ({type(error).__name__}: "
                 f"{str(error)[:300]}): was it written by another project? give each "
