@@ -144,7 +144,7 @@ class Trainer:
                 )
             else:  # whole, from any mode: each rank takes its part
                 sharding.load_whole_state(self.model, self.optimizer, state)
-        except (KeyError, RuntimeError, ValueError) as error:
+        except sharding.load_errors() as error:
             raise SetupError(
                 f"checkpoint {path} does not fit this model ({type(error).__name__}: "
                 f"{str(error)[:300]}): was it written by another project? give each "
@@ -422,7 +422,8 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
     events.tee_output(run_dir, rank.rank)
     recorder = events.EventWriter(run_dir, rank.rank)
     completed = True
-    stacks.install(run_dir, rank.rank)  # at a hang the runner asks where this rank is
+    # at a hang the runner asks where this rank is (a larger recorder when sharded)
+    stacks.install(run_dir, rank.rank, sharded=PARALLELISM != "ddp")
     with recorder.recording():
         target = ddp_setup(rank, device.requested_device(args.device, DEVICE))
         try:
@@ -434,6 +435,7 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                     recorder,
                     bandwidth=args.bandwidth,
                     max_bytes=args.bandwidth_max_bytes,
+                    sharded=PARALLELISM != "ddp",
                 )
                 return
             torch.manual_seed(SEED)
@@ -535,7 +537,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--bandwidth",
         action="store_true",
-        help="with --smoke: measure all_reduce, all_gather and the links between nodes",
+        help="with --smoke: measure all_reduce, all_gather (and reduce_scatter when sharded) "
+        "and the links between nodes",
     )
     parser.add_argument(
         "--bandwidth-max-bytes",

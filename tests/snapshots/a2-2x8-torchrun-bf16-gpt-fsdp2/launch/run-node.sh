@@ -130,10 +130,12 @@ fi
 # run folder when a collective times out, when a rank's watchdog has had no collective
 # for TORCH_HCCL_HEARTBEAT_TIMEOUT_SEC, or when something is written to
 # hccl/rank-<R>.pipe; it does not stop the job for that.
-hccl_trace_size="${TORCH_HCCL_TRACE_BUFFER_SIZE:-2000}"
+# training.parallelism fsdp2: about three collectives per block and step
+# (all_gather forward and backward, reduce_scatter), so a larger buffer than DDP's
+hccl_trace_size="${TORCH_HCCL_TRACE_BUFFER_SIZE:-8000}"
 if ! [[ "$hccl_trace_size" =~ ^[0-9]{1,6}$ ]] || (( 10#$hccl_trace_size > 100000 )); then
-    echo "node $NODE_RANK: NOTE: TORCH_HCCL_TRACE_BUFFER_SIZE=$hccl_trace_size is not a whole number up to 100000: using 2000"
-    hccl_trace_size=2000
+    echo "node $NODE_RANK: NOTE: TORCH_HCCL_TRACE_BUFFER_SIZE=$hccl_trace_size is not a whole number up to 100000: using 8000"
+    hccl_trace_size=8000
 fi
 export TORCH_HCCL_TRACE_BUFFER_SIZE="$hccl_trace_size"
 export TORCH_HCCL_ENABLE_MONITORING="${TORCH_HCCL_ENABLE_MONITORING:-1}"
