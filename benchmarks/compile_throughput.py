@@ -97,7 +97,7 @@ class Generated(Contender):
         recorder = train.events.EventWriter(folder / "run", 0)
         rank = train.distributed.RankInfo(0, 0, 1, 1, 0, "torchrun")
         self.trainer = train.Trainer(
-            model, batches.to(target), optimizer, lr_schedule, rank, target, recorder, folder / "checkpoints"
+            model, batches.to(target), None, optimizer, lr_schedule, rank, target, recorder, folder / "checkpoints"
         )
         self.trainer._save_checkpoint = lambda: None  # timed epochs write no checkpoint
         self.sync = _sync(args.device)

@@ -71,7 +71,7 @@ def trainer_epoch(train: ModuleType, scratch: Path, samples: int) -> tuple[float
     optimizer = torch.optim.SGD(model.parameters(), lr=lr_schedule.lr_at(0), momentum=0.9)
     writer = train.events.EventWriter(scratch / "run", rank)
     where = train.distributed.RankInfo(rank, rank, 2, 2, 0, "torchrun")
-    trainer = train.Trainer(model, batches, optimizer, lr_schedule, where, torch.device("cpu"), writer, scratch)
+    trainer = train.Trainer(model, batches, None, optimizer, lr_schedule, where, torch.device("cpu"), writer, scratch)
     with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         wall, cpu = time.perf_counter(), time.process_time()
         trainer.train(1, 0)

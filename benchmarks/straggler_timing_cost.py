@@ -56,7 +56,7 @@ def trainer_epoch(train: ModuleType, scratch: Path, timed: bool, samples: int) -
     with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-", dir=shm) as checkpoints:
         rank = train.distributed.RankInfo(0, 0, 1, 1, 0, "torchrun")
         trainer = train.Trainer(
-            model, batches, optimizer, lr_schedule, rank, torch.device("cpu"), writer, Path(checkpoints)
+            model, batches, None, optimizer, lr_schedule, rank, torch.device("cpu"), writer, Path(checkpoints)
         )
         assert trainer.timer.enabled == timed
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):

@@ -304,7 +304,7 @@ def trainer_epoch(train: ModuleType, scratch: Path, recording: str, samples: int
     with tempfile.TemporaryDirectory(prefix="npu-wizard-bench-", dir=shm) as checkpoints:
         rank = train.distributed.RankInfo(0, 0, 1, 1, 0, "torchrun")
         trainer = train.Trainer(
-            model, batches, optimizer, lr_schedule, rank, torch.device("cpu"), recorder, Path(checkpoints)
+            model, batches, None, optimizer, lr_schedule, rank, torch.device("cpu"), recorder, Path(checkpoints)
         )
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             wall, cpu = time.perf_counter(), time.process_time()

@@ -18,29 +18,17 @@ and returns fields for the step event (runtime/events.py's `step_done`):
   synchronisation.
 
 Reading costs no host-device synchronisation beyond what the loss read did.
-
-Test only: NPU_WIZARD_TEST_OOM_AT_STEP=STEP makes the rank named by
-NPU_WIZARD_TEST_OOM_RANK (default 0) run out of memory for real at the first
-logged step from STEP on: its address space is capped at
-NPU_WIZARD_TEST_OOM_LIMIT_BYTES (default 64 MiB) above what it maps now, and it
-allocates until the allocation fails with MemoryError. The tests use it to see
-the out-of-memory root cause; nothing else sets it.
+`rank` and `step` say whose window it is (tests/doubles/out_of_memory wraps it).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import resource
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ENV_OOM_AT_STEP = "NPU_WIZARD_TEST_OOM_AT_STEP"  # test only
-ENV_OOM_RANK = "NPU_WIZARD_TEST_OOM_RANK"  # test only
-ENV_OOM_LIMIT = "NPU_WIZARD_TEST_OOM_LIMIT_BYTES"  # test only
-DEFAULT_OOM_LIMIT = 64 * 2**20
-OOM_CHUNK = 16 * 2**20
 DEVICE_PEAK = "max_memory_allocated, this window"
 RSS_WINDOW = "peak RSS, this window"
 RSS_SINCE_START = "peak RSS since start"
@@ -53,7 +41,6 @@ def window(
     device: Any, model: Any, optimizer: Any, rank: int = 0, step: int = 0
 ) -> dict[str, Any]:
     """This window's peak and the training state's bytes, for the step event; the peak is reset."""
-    run_out_if_asked(rank, step)
     peak, of = read_peak(device)
     return {
         "memory_peak_bytes": peak,
@@ -148,21 +135,3 @@ def _device_module(kind: str) -> Any:
     import torch
 
     return torch.cuda
-
-
-def run_out_if_asked(rank: int, step: int, env: Mapping[str, str] = os.environ) -> None:
-    """Test only: allocate past a byte limit for real at NPU_WIZARD_TEST_OOM_AT_STEP; see the module's doc."""
-    at_step = env.get(ENV_OOM_AT_STEP)
-    if not at_step or step < int(at_step) or rank != int(env.get(ENV_OOM_RANK, "0")):
-        return
-    limit = int(env.get(ENV_OOM_LIMIT, DEFAULT_OOM_LIMIT))
-    mapped = _status_bytes("VmSize") or 0
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + limit, hard))
-    held = []
-    try:
-        while True:
-            held.append(bytearray(OOM_CHUNK))  # MemoryError once past the limit
-    finally:
-        held.clear()
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -36,6 +36,8 @@ def for_release(case: str, release: str) -> Any:
         values.pop(derived, None)
     if values.get("training.compile") == "reduce-overhead" and not hardware.has_torchair_reduce_overhead(release):
         values["training.compile"] = "default"  # the release has no aclgraph mode: the answers would refuse it
+    if values.get("training.parallelism") == "fsdp2" and hardware.parse_version(release)[:2] < (2, 6):
+        values["training.parallelism"] = "zero1"  # no fully_shard before torch(_npu) 2.6: the answers would refuse it
     return resolve(values)
 
 

@@ -1,8 +1,8 @@
 """Memory per rank, for real (issue 39): the estimate against what real CPU runs measure, and a rank out of memory.
 
 Two runs of the gpt model through `npu-wizard run` (1 node x 2 ranks, the shell launcher, gloo), the tiny and the small
-preset, a few steps each, and one MLP run whose rank 1 runs out of memory for real (runtime/memory.py's test-only
-NPU_WIZARD_TEST_OOM_AT_STEP caps its address space and allocates past it). On the CPU there is no allocator to
+preset, a few steps each, and one MLP run whose rank 1 runs out of memory for real (a test double,
+tests/doubles/out_of_memory, caps its address space and allocates past it). On the CPU there is no allocator to
 ask for a peak of tensors, so the measured peak is what the ranks hold, counted exactly: the parameters,
 gradients and optimizer state each rank reports in its step events (runtime/memory.py counts them tensor by
 tensor), plus the activations the generated model.py saves for its backward at that batch (counted with
@@ -13,6 +13,7 @@ torch itself, so it is no measure of the tensors.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,8 @@ PRESETS = {
     "small": {"batch_size": 2, "max_steps": 4, "log_every": 2},
 }
 TOLERANCE = 0.25
+# a sitecustomize that makes one rank run out of memory for real (nothing of it ships in a project)
+OUT_OF_MEMORY = Path(__file__).resolve().parent / "doubles" / "out_of_memory"
 
 
 def gpt_project(root: Path, text: Path, size: str) -> Path:
@@ -126,6 +129,7 @@ def out_of_memory(tmp_path_factory: pytest.TempPathFactory) -> RunEnded:
     project = render_cpu(tmp_path_factory.mktemp("oom"), "shell", log_every=4)
     env = node_env(
         project / "runs" / "unused",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(OUT_OF_MEMORY), os.environ.get("PYTHONPATH")])),
         NPU_WIZARD_TEST_OOM_AT_STEP="8",
         NPU_WIZARD_TEST_OOM_RANK="1",
         NPU_WIZARD_TEST_OOM_LIMIT_BYTES=str(64 * 2**20),

@@ -66,7 +66,7 @@ def test_a_user_script_run_without_step_events_says_so_and_names_the_failing_ran
     run_dir = user_script_run(tmp_path / "run", steps=False, fail_rank=1)
     page = report_text(run_dir)
     assert f"report: {run_dir / 'report.html'}" in capsys.readouterr().out
-    assert page.count("no step events were recorded") == 4
+    assert page.count("no step events were recorded") == 5  # loss, rank and node throughput, spread, memory
     assert "<img" not in page
     assert "Failure: root cause" in page
     assert "rank 1 (node 1): ValueError: the user&#x27;s own script failed: bad batch shape (3, 7)" in page

@@ -88,7 +88,7 @@ def test_a_sigkilled_rank_comes_back_with_resume_args_and_the_attempt_number_off
     first = (run_dir / "logs" / "attempt-1" / "rank-1.log").read_text()
     assert "argv ['--steps', '64', '--tag', 'once'] attempt 1 resuming 0" in first
     second = (run_dir / "logs" / "rank-1.log").read_text()
-    assert "argv ['--steps', '64', '--init_from=resume', '--tag', 'once'] attempt 2 resuming 1" in second
+    assert "argv ['--steps', '64', '--tag', 'once', '--init_from=resume'] attempt 2 resuming 1" in second
     resumed = int(second.split("resumed at step ")[1].split()[0])
     assert resumed > 0 and f"[rank 1] finished at step {STEPS}" in second
     # a run after a finished one starts anew: no resume_args, attempt 1

@@ -93,11 +93,13 @@ def alternatives(values: Mapping[str, Any]) -> list[tuple[str, Estimate]]:
     ]
     if not chosen.checkpointing:  # every mode, every series and every generated model take it
         setting = "training.activation_checkpointing: true"
-        found.append((setting, estimate(values, checkpointed=True)))
+        checkpointed = estimate(values, checkpointed=True)
+        if checkpointed.total < chosen.total:  # a model without blocks (the MLP) keeps nothing less
+            found.append((setting, checkpointed))
         if chosen.mode != "fsdp2" and fsdp2_allowed(values):
-            found.append(
-                (f"training.parallelism: fsdp2 with {setting}", estimate(values, mode="fsdp2", checkpointed=True))
-            )
+            both = estimate(values, mode="fsdp2", checkpointed=True)
+            if both.total < estimate(values, mode="fsdp2").total:
+                found.append((f"training.parallelism: fsdp2 with {setting}", both))
     accum = int(values.get("training.grad_accum") or 1)
     batch = chosen.batch_size // 2
     while batch >= 1:
