@@ -222,9 +222,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
     Model weights saved from a compiled module lose its `_orig_mod.` prefix.
     """
-    # mapped, not read: every rank of a node loads the same file (fsdp2 without a
-    # shared folder), and the pages are shared rather than copied into each rank
-    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and isinstance(state.get("model"), Mapping):
         state["model"] = plain_keys(state["model"])
     return state

@@ -305,13 +305,13 @@ fi
 # hccl/rank-<R>.pipe; it does not stop the job for that.
 {%- set trace_entries = 2000 if cookiecutter.parallelism == "ddp" or foreign else 8000 %}
 {%- if trace_entries > 2000 %}
-# training.parallelism {{ cookiecutter.parallelism }}: about three collectives per block and step
+# training.parallelism {{ cookiecutter.parallelism|sh }}: about three collectives per block and step
 # (all_gather forward and backward, reduce_scatter), so a larger buffer than DDP's
 {%- endif %}
-hccl_trace_size="${TORCH_HCCL_TRACE_BUFFER_SIZE:-{{ trace_entries }}}"
+hccl_trace_size="${TORCH_HCCL_TRACE_BUFFER_SIZE:-{{ trace_entries|int }}}"
 if ! [[ "$hccl_trace_size" =~ ^[0-9]{1,6}$ ]] || (( 10#$hccl_trace_size > 100000 )); then
-    echo "node $NODE_RANK: NOTE: TORCH_HCCL_TRACE_BUFFER_SIZE=$hccl_trace_size is not a whole number up to 100000: using {{ trace_entries }}"
-    hccl_trace_size={{ trace_entries }}
+    echo "node $NODE_RANK: NOTE: TORCH_HCCL_TRACE_BUFFER_SIZE=$hccl_trace_size is not a whole number up to 100000: using {{ trace_entries|int }}"
+    hccl_trace_size={{ trace_entries|int }}
 fi
 export TORCH_HCCL_TRACE_BUFFER_SIZE="$hccl_trace_size"
 export TORCH_HCCL_ENABLE_MONITORING="${TORCH_HCCL_ENABLE_MONITORING:-1}"
