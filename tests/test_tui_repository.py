@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import Input, OptionList, Static
+from textual.widgets import Input, Label, OptionList, Static
 
 from tests.test_tui_user_script import choose_own, visible
 from tests.tui_driver import field, next_step, problem_text, run_wizard, type_into, until
@@ -77,6 +77,11 @@ def test_in_a_repository_the_wizard_offers_into_it_first_and_checks_my_script_th
         await type_into(pilot, path, "src/main.py")
         assert problem_text(pilot, "training.script") == ""
         assert pilot.app.state.project_dir == repo
+        # the label and the help panel say what the path is relative to here: the repository's root
+        label = str(field(pilot, "training.script").query_one(".script-path-label", Label).render())
+        assert "(relative to the repository)" in label, label
+        panel = " ".join(str(pilot.app.screen.query_one("#help", Static).render()).split())
+        assert "or to the repository's root when npu-wizard renders into a repository" in panel, panel
         generated_only = ("training.batch_size", "training.lr", "training.warmup_epochs", "training.epochs")
         assert not any(visible(pilot, name) for name in generated_only)
         assert not pilot.app.screen.query_one("#lr-hint", Static).display

@@ -47,8 +47,9 @@ TRAINING_QUESTIONS: tuple[Question, ...] = (
         default=None,
         optional=True,
         step="training",
-        help="Your own Python file every rank runs, relative to the project folder (any name, train.py "
-        "included); npu-wizard starts it with the chosen launcher and environment and writes no train.py. "
+        help="Your own Python file every rank runs (any name, train.py included), as a path relative to the "
+        "project folder, or to the repository's root when npu-wizard renders into a repository (--into, or "
+        "started inside one); npu-wizard starts it with the chosen launcher and environment and writes no train.py. "
         "Left empty, the ranks run the train.py npu-wizard generates.",
     ),
     Question(
