@@ -62,6 +62,29 @@ def test_a_resumed_epoch_starts_at_the_saved_batch() -> None:
     assert all(torch.equal(a[0], b[0]) for a, b in zip(whole[4:], rest, strict=True))
 
 
+def test_the_first_batches_of_any_number_of_ranks_are_the_same_first_samples_of_the_epoch() -> None:
+    # what train.py relies on to resume on another number of ranks: b batches done on 4 ranks and 2b on 2
+    # ranks are the same samples, so the epoch goes on after them with b * 4 // 2 batches skipped
+    features, labels = data.synthetic_tensors(480, (3,), 4, SEED)
+    features[:, 0] = torch.arange(480, dtype=features.dtype)  # each sample tells which it is
+
+    def samples(world: int, start: int = 0, stop: int | None = None) -> list[int]:
+        """The samples every rank of `world` reads in its batches start to stop of epoch 1."""
+        taken: list[int] = []
+        for rank in range(world):
+            ranks = data.TensorBatches(features, labels, 10, rank=rank, world_size=world, seed=SEED)
+            ranks.set_epoch(1)
+            for batch, _ in list(ranks.batches(start=start))[: None if stop is None else stop - start]:
+                taken += batch[:, 0].int().tolist()
+        return sorted(taken)
+
+    done = samples(4, 0, 3)
+    assert done == samples(2, 0, 6) == samples(1, 0, 12) and len(done) == 3 * 4 * 10
+    after = samples(2, start=3 * 4 // 2)  # what two ranks resumed there read
+    assert not set(done) & set(after)  # nothing read twice
+    assert sorted(done + after) == samples(2) == list(range(480))  # nothing of the epoch left out
+
+
 def test_loader_batches_follow_the_same_order_and_resume() -> None:
     features, labels = data.synthetic_tensors(120, (1, 4, 4), 3, SEED)
     dataset = TensorDataset(features, labels)

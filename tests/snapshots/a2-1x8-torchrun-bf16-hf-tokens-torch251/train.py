@@ -165,6 +165,27 @@ class Trainer:
                 f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}",
                 "resume",
             )
+        saved_world = state.get("world_size", self.rank.world_size)
+        if saved_world != self.rank.world_size:
+            self._go_on_after_the_same_samples(saved_world)
+
+    def _go_on_after_the_same_samples(self, saved_world: int) -> None:
+        """Resumed on another number of ranks: this epoch goes on after the samples done."""
+        self.batches_done = self.batches_done * saved_world // self.rank.world_size
+        # each rank reads windows of its own part of the tokens, a part that changes with
+        # the number of ranks: the same share of the epoch is done, not the same windows
+        where = (
+            f"the same share of epoch {self.epoch + 1} "
+            "(other windows: each rank reads its own part)"
+        )
+        if self.rank.is_main:
+            events.warn(
+                f"the checkpoint was written by {saved_world} ranks and resumes on "
+                f"{self.rank.world_size}: the model and optimizer state load onto them, "
+                f"training goes on after {where}, and the learning rate follows "
+                f"{self.rank.world_size} ranks",
+                "resume",
+            )
 
     def _run_step(self, micro_batches: list[data.Batch]) -> torch.Tensor:
         """One optimizer step over `micro_batches`; their mean loss."""
@@ -294,6 +315,7 @@ class Trainer:
             "epoch": self.epoch,
             "step": self.step,
             "batches_done": self.batches_done,
+            "world_size": self.rank.world_size,  # a resume on another number of ranks
         }
         # one copy per node (the weights are equal on every rank): no shared storage needed
         state = sharding.whole_state(

@@ -158,6 +158,25 @@ class Trainer:
                 f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}",
                 "resume",
             )
+        saved_world = state.get("world_size", self.rank.world_size)
+        if saved_world != self.rank.world_size:
+            self._go_on_after_the_same_samples(saved_world)
+
+    def _go_on_after_the_same_samples(self, saved_world: int) -> None:
+        """Resumed on another number of ranks: this epoch goes on after the samples done."""
+        self.batches_done = self.batches_done * saved_world // self.rank.world_size
+        # the ranks deal one shuffled order of the epoch's samples between them: b batches on
+        # W ranks are its first b * W * BATCH_SIZE samples, whatever W is
+        done = self.batches_done * self.rank.world_size * BATCH_SIZE
+        where = f"the first {done} samples of epoch {self.epoch + 1}"
+        if self.rank.is_main:
+            events.warn(
+                f"the checkpoint was written by {saved_world} ranks and resumes on "
+                f"{self.rank.world_size}: the model and optimizer state load onto them, "
+                f"training goes on after {where}, and the learning rate follows "
+                f"{self.rank.world_size} ranks",
+                "resume",
+            )
 
     def _run_step(self, micro_batches: list[data.Batch]) -> torch.Tensor:
         """One optimizer step over `micro_batches`; their mean loss."""
@@ -280,6 +299,7 @@ class Trainer:
             "epoch": self.epoch,
             "step": self.step,
             "batches_done": self.batches_done,
+            "world_size": self.rank.world_size,  # a resume on another number of ranks
         }
         # one copy per node (the weights are equal on every rank): no shared storage needed
         state = sharding.whole_state(
