@@ -16,7 +16,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ FOLDER = re.compile(r"step-(\d+)")
 MARKER = "complete.json"  # written last, before the rename: the folder is whole
 TRAINING_STATE = "training.pt"  # epoch, step, batches done and the project, from rank 0
 PARTIAL = ".partial"
+# a failed save on a disk with less than 1 MiB left ran out of space
+FULL_BELOW = 1 << 20
 
 
 def folder_name(step: int) -> str:
@@ -78,33 +81,106 @@ def save_sharded(
     final = directory / folder_name(step)
     partial = directory / f".{final.name}{PARTIAL}"
     first = dist.get_rank() == 0
-    if first:
-        if not directory.is_dir():
-            directory.mkdir(parents=True, exist_ok=True)
-            keep_out_of_git(directory)
-        shutil.rmtree(partial, ignore_errors=True)  # a save that died before its rename
-        partial.mkdir()
-    dist.barrier()
-    model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save(
-        {"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial)
-    )
-    if first:
-        torch.save({**training, PROJECT_KEY: project}, partial / TRAINING_STATE)
-        _fsync_file(partial / TRAINING_STATE)
-        marker = {"step": step, "world_size": dist.get_world_size(), "project": project}
-        _write_synced(partial / MARKER, json.dumps(marker) + "\n")
-        older = directory / f".{final.name}.older"
-        if final.exists():  # the same step saved again: the newer save wins, and the
-            # older is renamed out of the way first, never half deleted under its name
-            shutil.rmtree(older, ignore_errors=True)
-            os.rename(final, older)
-        os.rename(partial, final)
-        checkpoint._fsync_folder(directory)
-        shutil.rmtree(older, ignore_errors=True)
-        prune_folders(directory, keep, project)
+    with _space_said(directory, step, partial if first else None):
+        if first:
+            if not directory.is_dir():
+                directory.mkdir(parents=True, exist_ok=True)
+                keep_out_of_git(directory)
+            # a save that died before its rename
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+        dist.barrier()
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        dcp.save(
+            {"model": model_state, "optimizer": optimizer_state},
+            checkpoint_id=str(partial),
+        )
+        if first:
+            _complete(directory, final, partial, step, training, project, keep)
     dist.barrier()  # no rank goes on (or exits) before the folder is complete
     return final
+
+
+def _complete(
+    directory: Path,
+    final: Path,
+    partial: Path,
+    step: int,
+    training: Mapping[str, Any],
+    project: str | None,
+    keep: int,
+) -> None:
+    """Rank 0, once every shard is written: the training state, the marker, the rename."""
+    torch.save({**training, PROJECT_KEY: project}, partial / TRAINING_STATE)
+    _fsync_file(partial / TRAINING_STATE)
+    # dcp.save returned on rank 0 once every rank's shard was written: their sizes
+    # go in the marker, so that a shard cut short later (a copy, a full disk) is found
+    files = {
+        path.name: path.stat().st_size
+        for path in sorted(partial.iterdir())
+        if path.is_file()
+    }
+    marker = {
+        "step": step,
+        "world_size": dist.get_world_size(),
+        "project": project,
+        "files": files,
+    }
+    _write_synced(partial / MARKER, json.dumps(marker) + "\n")
+    older = directory / f".{final.name}.older"
+    if final.exists():  # the same step saved again: the newer save wins, and the
+        # older is renamed out of the way first, never half deleted under its name
+        shutil.rmtree(older, ignore_errors=True)
+        os.rename(final, older)
+    os.rename(partial, final)
+    checkpoint._fsync_folder(directory)
+    shutil.rmtree(older, ignore_errors=True)
+    prune_folders(directory, keep, project)
+
+
+@contextmanager
+def _space_said(directory: Path, step: int, partial: Path | None) -> Iterator[None]:
+    """A save that fails leaves no partial folder (rank 0 removes it), and one that ran
+    out of disk says so, naming the folder, on every rank that saw it."""
+    try:
+        yield
+    except BaseException as error:  # dcp raises CheckpointException, a BaseException
+        # torch.save, which dcp writes each shard with, turns ENOSPC into "unexpected pos":
+        # the disk itself says whether it is full, asked before the partial folder goes
+        full = _out_of_space(error) or _disk_full(directory)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        if full:
+            raise checkpoint._space_error(directory, step) from error
+        raise
+
+
+def _disk_full(directory: Path) -> bool:
+    """Whether the disk of `directory` has less than FULL_BELOW bytes left for this user."""
+    try:
+        disk = os.statvfs(directory)
+    except OSError:
+        return False
+    return disk.f_bavail * disk.f_frsize < FULL_BELOW
+
+
+def _out_of_space(error: BaseException) -> bool:
+    """Whether a disk filled up anywhere in the error: its causes, or the failures of
+    each rank that dcp's CheckpointException gathers (each in a wrapper's .exc)."""
+    found: list[object] = [error]
+    seen: set[int] = set()
+    while found:
+        cause = found.pop()
+        if cause is None or id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in checkpoint.NO_SPACE:
+            return True
+        found += [getattr(cause, name, None) for name in ("__cause__", "__context__")]
+        failures = getattr(cause, "failures", None)
+        if isinstance(failures, dict):
+            found += [getattr(failure, "exc", failure) for failure in failures.values()]
+    return False
 
 
 def prune_folders(directory: Path, keep: int, project: str | None) -> list[Path]:
@@ -162,22 +238,45 @@ def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
             f"the checkpoint folder is shared with another project ({folder} was written by project {owner!r}): "
             "give each project its own folder (NPU_WIZARD_CHECKPOINT_DIR, or train.py's --checkpoint-dir)"
         )
-    try:
-        state = torch.load(
-            folder / TRAINING_STATE, map_location="cpu", weights_only=True
-        )
-    except checkpoint.UNREADABLE as error:
-        problem: str | None = f"{folder} ({type(error).__name__}: {error})"[:500]
-    else:
-        problem = None
-    problems = checkpoint._gather(problem)
-    if not any(problems):
+    state = None
+    problem = damage(folder)
+    if problem is None:
+        try:
+            state = torch.load(
+                folder / TRAINING_STATE, map_location="cpu", weights_only=True
+            )
+        except checkpoint.UNREADABLE as error:
+            problem = f"{folder} ({type(error).__name__}: {error})"[:500]
+    problems = [found for found in checkpoint._gather(problem) if found]
+    if not problems:
         return state
-    if problem is not None and checkpoint._is_first_rank():
+    if checkpoint._is_first_rank():
         aside = checkpoint.set_aside(folder)
         checkpoint._warn(
-            f"warning: checkpoint {folder} cannot be loaded; kept aside as {aside}"
+            f"warning: checkpoint {folder} cannot be loaded ({problems[0]}); "
+            f"kept aside as {aside}"
         )
+    return None
+
+
+def damage(folder: Path) -> str | None:
+    """What is missing or cut short in a complete step folder, by the sizes its marker
+    recorded; None where all is there (or the marker recorded no sizes)."""
+    try:
+        files = json.loads((folder / MARKER).read_text()).get("files")
+    except (OSError, ValueError, AttributeError) as error:
+        return f"{folder / MARKER} cannot be read ({type(error).__name__})"
+    if not isinstance(files, dict):
+        return None  # written before the sizes were recorded
+    for name, size in sorted(files.items()):
+        if Path(name).name != name or name in ("", ".", ".."):
+            return f"{folder / MARKER} names {name!r}, not a file of the folder"
+        try:
+            found = (folder / name).stat().st_size
+        except OSError:
+            return f"{folder}: {name} is missing"
+        if found != size:
+            return f"{folder}: {name} holds {found} bytes, {size} were written"
     return None
 
 
