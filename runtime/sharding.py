@@ -16,9 +16,10 @@ inside the functions that use them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,42 @@ def checkpoint_activations(blocks: list[nn.Module]) -> None:
 
     for block in blocks:
         # non-reentrant: works under DDP and fully_shard, and with inputs that need no gradient
-        block.forward = functools.partial(
-            checkpoint, block.forward, use_reentrant=False
+        options: dict[str, Any] = {"use_reentrant": False}
+        norms = [
+            module
+            for module in block.modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and module.track_running_stats
+        ]
+        if norms:  # the recomputation would count each batch twice in their statistics
+            options["context_fn"] = functools.partial(_recomputed_once, norms)
+        block.forward = functools.partial(checkpoint, block.forward, **options)
+
+
+def _recomputed_once(norms: list[nn.Module]) -> tuple[Any, Any]:
+    """checkpoint's contexts: the forward as usual, and a recomputation that leaves the
+    batch norms' running statistics as that forward left them."""
+    return contextlib.nullcontext(), _statistics_kept(norms)
+
+
+@contextlib.contextmanager
+def _statistics_kept(norms: list[nn.Module]) -> Iterator[None]:
+    kept = [
+        (
+            norm.running_mean.clone(),
+            norm.running_var.clone(),
+            norm.num_batches_tracked.clone(),
         )
+        for norm in norms
+    ]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for norm, (mean, var, count) in zip(norms, kept, strict=True):
+                norm.running_mean.copy_(mean)
+                norm.running_var.copy_(var)
+                norm.num_batches_tracked.copy_(count)
 
 
 def shard_model(

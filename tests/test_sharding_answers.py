@@ -178,3 +178,33 @@ def test_a_project_that_shards_keeps_more_collectives_in_its_flight_recorders(
     chosen = {"TORCH_FR_BUFFER_SIZE": "64"}
     stacks.enable_recorder(chosen, stacks.RECORDER_ENTRIES_SHARDED)
     assert chosen == {"TORCH_FR_BUFFER_SIZE": "64"}  # the user's own size stays
+
+
+def test_activation_checkpointing_counts_each_batch_once_in_the_batch_norm_statistics() -> None:
+    # the recomputation in backward runs each block's forward again: without care a batch norm would take the
+    # same batch into its running statistics twice (ResNet-18 has twenty of them)
+    import torch
+    from torch import nn
+
+    from runtime.sharding import checkpoint_activations, model_blocks
+
+    def model() -> nn.Module:
+        torch.manual_seed(3)
+        block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        return nn.Sequential(block, nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4)), nn.Flatten())
+
+    plain, checkpointed = model(), model()
+    blocks = model_blocks(checkpointed)
+    assert len(blocks) == 2  # the two with parameters
+    checkpoint_activations(blocks)
+    inputs = torch.randn(4, 3, 6, 6)
+    for each in (plain, checkpointed):
+        for _ in range(2):
+            each(inputs).square().mean().backward()
+    for kept, recomputed in zip(plain.modules(), checkpointed.modules(), strict=True):
+        if isinstance(kept, nn.BatchNorm2d):
+            assert int(recomputed.num_batches_tracked) == int(kept.num_batches_tracked) == 2
+            assert torch.equal(recomputed.running_mean, kept.running_mean)
+            assert torch.equal(recomputed.running_var, kept.running_var)
+    for kept, recomputed in zip(plain.parameters(), checkpointed.parameters(), strict=True):
+        assert recomputed.grad is not None and torch.allclose(recomputed.grad, kept.grad, atol=1e-6)
