@@ -120,12 +120,14 @@ def test_sigint_to_the_runner_has_every_rank_save_then_stops_every_process_and_e
 def test_sigterm_or_sighup_to_the_runner_stops_every_process_like_ctrl_c(
     tmp_path: Path, sig: signal.Signals, code: int
 ) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2, **LONG_RUN)
+    # one node of two ranks under torchrun, which passes the signal on: the runner stops every node alike whatever
+    # stopped it (job.stop), and two nodes stopped by Ctrl-C are test_sigint_to_the_runner_has_every_rank_save...'s
+    project = render_cpu(tmp_path, "torchrun", **LONG_RUN)
     runner = start_runner(project, "--interval", "1")
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
-        assert len(processes_in(project)) >= 6  # 2 launch scripts, 2 agents, 4 ranks (and tees)
+        wait_for(lambda: started_pid(run_dir, 1), START_S, "rank 1 to train")
+        assert len(processes_in(project)) >= 4  # the launch script, torchrun's agent, 2 ranks (and tees)
         runner.send_signal(sig)
         output, _ = runner.communicate(timeout=60)
         assert not processes_in(project)
@@ -168,7 +170,8 @@ def test_node_0_sees_a_stopped_rank_of_node_1_through_the_status_stream(tmp_path
 # torch-npu-run falls back to torchrun here (no torch_npu): the restart takes the same path
 @pytest.mark.parametrize("launcher", ["torchrun", "torch-npu-run"])
 def test_max_restarts_resumes_from_the_checkpoint_after_a_kill(tmp_path: Path, launcher: str) -> None:
-    project = render_cpu(tmp_path, launcher, nodes=1, samples=16384, epochs=2, checkpoint_every=32)
+    # 128 steps an epoch: still running when the first checkpoint (step 32) lands, few left to train after the restart
+    project = render_cpu(tmp_path, launcher, nodes=1, samples=4096, epochs=2, checkpoint_every=32)
     runner = start_runner(project, "--interval", "2", "--max-restarts", "1")
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]

@@ -233,9 +233,10 @@ def test_heartbeats_say_how_long_the_rank_has_been_silent(tmp_path: Path) -> Non
         assert shim.wait(timeout=60) == 0
 
 
+# A rank that raises, under torchrun: the shim records its error. A script run to its end through the shim under
+# torchrun (and each other launcher) is test_script_launch's test_each_launcher_trains_the_tutorial_style_script...
 @pytest.mark.slow
-@pytest.mark.parametrize("fail_rank", [-1, 1])
-def test_torchrun_runs_a_tutorial_ddp_script_through_the_shim(tmp_path: Path, fail_rank: int) -> None:
+def test_torchrun_runs_a_tutorial_ddp_script_through_the_shim_that_records_a_ranks_error(tmp_path: Path) -> None:
     script = tmp_path / "ddp_tutorial.py"
     script.write_text((SCRIPTS / "ddp_tutorial.py").read_text())
     result = subprocess.run(
@@ -251,7 +252,7 @@ def test_torchrun_runs_a_tutorial_ddp_script_through_the_shim(tmp_path: Path, fa
             "--epochs",
             "2",
             "--fail-rank",
-            str(fail_rank),
+            "1",
         ],
         cwd=tmp_path,
         env=shim_env(tmp_path / "run"),
@@ -266,18 +267,13 @@ def test_torchrun_runs_a_tutorial_ddp_script_through_the_shim(tmp_path: Path, fa
         assert (started["world_size"], started["local_rank"], started["node"]) == (2, rank, 0)
         log = (tmp_path / "run" / "logs" / f"rank-{rank}.log").read_text()
         assert f"[rank {rank}] epoch 0 loss" in log
-    if fail_rank < 0:
-        assert result.returncode == 0, result.stderr
-        assert all(kinds(found[rank], "finished") for rank in (0, 1))
-        assert "[rank 1] epoch 1 loss" in (tmp_path / "run" / "logs" / "rank-1.log").read_text()
-    else:
-        assert result.returncode != 0
-        error = kinds(found[1], "error")[0]
-        assert (error["type"], error["exit_code"]) == ("RuntimeError", 1)
-        assert error["message"] == "rank 1: the loss went wrong after epoch 0"
-        assert 'File "ddp_tutorial.py"' in error["traceback"] and "in train" in error["traceback"]
-        log = (tmp_path / "run" / "logs" / "rank-1.log").read_text()
-        assert "RuntimeError: rank 1: the loss went wrong after epoch 0" in log
+    assert result.returncode != 0
+    error = kinds(found[1], "error")[0]
+    assert (error["type"], error["exit_code"]) == ("RuntimeError", 1)
+    assert error["message"] == "rank 1: the loss went wrong after epoch 0"
+    assert 'File "ddp_tutorial.py"' in error["traceback"] and "in train" in error["traceback"]
+    log = (tmp_path / "run" / "logs" / "rank-1.log").read_text()
+    assert "RuntimeError: rank 1: the loss went wrong after epoch 0" in log
 
 
 # what the process really returns decides: Python keeps an exit code's low 8 bits (sys.exit(256) ends with 0)

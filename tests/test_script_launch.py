@@ -252,9 +252,14 @@ def test_each_launcher_trains_the_tutorial_style_script_to_its_last_epoch(launch
     if launcher == "torch-launch":  # this torch still ships torch.distributed.launch: no torchrun fallback
         assert "torch.distributed.launch is gone" not in output
     assert "node 0: finished; logs in " in output
+    assert sorted(events_of(run_dir)) == [0, 1]
     for rank in (0, 1):
+        # the shim recorded where the launcher put the rank (torch-npu-run's: torchrun's, as its fallback)
+        started = kinds(events_of(run_dir)[rank], "started")[0]
+        assert (started["world_size"], started["local_rank"], started["node"]) == (2, rank, 0)
         log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
-        assert f"[rank {rank}] epoch {TUTORIAL_EPOCHS - 1} loss " in log, log
+        for epoch in range(TUTORIAL_EPOCHS):
+            assert f"[rank {rank}] epoch {epoch} loss " in log, log
         (ended,) = kinds(events_of(run_dir)[rank], "finished")  # the shim saw the script end, exit 0
         assert ended["exit_code"] == 0
 

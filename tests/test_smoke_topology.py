@@ -2,8 +2,12 @@
 
 Each launcher's scripts run for real, both nodes at once on loopback, with
 `--smoke` passed through to train.py; the ranks must agree on the sum and
-the per-rank report must say so. A wrong sum is made for real too: a rank
-told the world is bigger than its process group.
+the per-rank report must say so. Two nodes of one process each show a
+launcher's scripts passing --smoke on and its ranks meeting across nodes;
+torchrun's smoke, started by `npu-wizard run --smoke`, has two processes a
+node, and the per-rank report of all four (each launcher numbers two local
+ranks a node as test_training_runs checks). A wrong sum is made for real
+too: a rank told the world is bigger than its process group.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import torch.distributed as dist
 from runtime.distributed import RankInfo
 from runtime.events import EventWriter, read_events
 from runtime.smoke import SmokeError, expected_sum, run_smoke
-from tests.runs import free_port, node_env, render_cpu, wait_nodes
+from tests.runs import free_port, node_env, render_cpu, run_dirs, wait_nodes
 from wizard.run.smoke import print_smoke_report, smoke_lines
 
-LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
+# torchrun's is test_npu_wizard_run_smoke_prints_the_per_rank_report's run
+LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torch-npu-run")
 
 
 def start_smoke(project: Path, run_dir: Path) -> list[subprocess.Popen[bytes]]:
@@ -41,31 +46,38 @@ def start_smoke(project: Path, run_dir: Path) -> list[subprocess.Popen[bytes]]:
     ]
 
 
+def assert_every_rank_agreed(project: Path, run_dir: Path, output: str, per_node: int) -> None:
+    """Both nodes' `per_node` ranks said and recorded the right sum; nothing trained; the report says ok."""
+    world = 2 * per_node
+    for rank in range(world):
+        assert f"smoke rank {rank}/{world} (node {rank // per_node}," in output
+    events = read_events(run_dir)
+    smokes = {rank: [e for e in found if e["event"] == "smoke"] for rank, found in events.items()}
+    assert sorted(smokes) == list(range(world))
+    for rank, (event,) in smokes.items():
+        want = expected_sum(world)
+        assert (event["node"], event["expected"], event["got"], event["ok"]) == (rank // per_node, want, want, True)
+        assert event["device"] == "cpu" and event["seconds"] >= 0
+    assert not any(e["event"] == "step" for found in events.values() for e in found), "no training in a smoke run"
+    assert not (project / "checkpoints").exists()
+    lines, ok = smoke_lines(events, world)
+    assert ok and lines[0].startswith(f"smoke ok: {world}/{world} ranks on 2 node(s) agree on the all_reduce")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_every_rank_of_two_nodes_agrees_on_the_all_reduce(launcher: str, tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, launcher, nodes=2)
+    project = render_cpu(tmp_path, launcher, nodes=2, devices_per_node=1)
     run_dir = tmp_path / "run"
     results = wait_nodes(start_smoke(project, run_dir), timeout=120)
     for code, output in results:
         assert code == 0, output
-    output = "".join(out for _, out in results)
-    for rank in range(4):
-        assert f"smoke rank {rank}/4 (node {rank // 2}," in output
-    events = read_events(run_dir)
-    smokes = {rank: [e for e in found if e["event"] == "smoke"] for rank, found in events.items()}
-    assert sorted(smokes) == [0, 1, 2, 3]
-    for rank, (event,) in smokes.items():
-        assert (event["node"], event["expected"], event["got"], event["ok"]) == (rank // 2, 10, 10, True)
-        assert event["device"] == "cpu" and event["seconds"] >= 0
-    assert not any(e["event"] == "step" for found in events.values() for e in found), "no training in a smoke run"
-    assert not (project / "checkpoints").exists()
-    lines, ok = smoke_lines(events, 4)
-    assert ok and lines[0].startswith("smoke ok: 4/4 ranks on 2 node(s) agree on the all_reduce")
+    assert_every_rank_agreed(project, run_dir, "".join(out for _, out in results), per_node=1)
 
 
 @pytest.mark.slow
 def test_npu_wizard_run_smoke_prints_the_per_rank_report(tmp_path: Path) -> None:
+    # torchrun's smoke of two nodes of two processes: the launch scripts run as `npu-wizard run` starts them
     project = render_cpu(tmp_path, "torchrun", nodes=2)
     result = subprocess.run(
         [sys.executable, "-m", "wizard", "run", str(project), "--smoke", "--interval", "5"],
@@ -78,6 +90,10 @@ def test_npu_wizard_run_smoke_prints_the_per_rank_report(tmp_path: Path) -> None
     assert "smoke ok: 4/4 ranks on 2 node(s)" in result.stdout
     for rank in range(4):
         assert f"  rank   {rank}  node {rank // 2}  " in result.stdout
+    (run_dir,) = run_dirs(project)
+    # each node's script writes what it printed (the ranks' smoke lines with it) into its log
+    output = "".join((run_dir / "logs" / f"node-{node}.log").read_text() for node in (0, 1))
+    assert_every_rank_agreed(project, run_dir, output, per_node=2)
 
 
 def test_a_rank_that_disagrees_about_the_world_fails_with_the_sums(tmp_path: Path) -> None:

@@ -1,10 +1,13 @@
-"""The rendered projects train for real: every launcher, one node and two, every AMP setting.
+"""The rendered projects train for real: every launcher on two nodes of two processes, every AMP setting.
 
 CPU and gloo, real processes, nodes simulated on 127.0.0.1. Each run is
 bounded in time; the ranks must end with identical weights and a falling loss.
-A two-node run has one process per node unless its point is two per node: the
-node scripts, the rendezvous across nodes and the rank numbering are what two
-nodes add, and two ranks show them with half the processes (issue 35).
+A launcher's run has two nodes of two processes: the launcher's local ranks
+(one node, two processes) and the node scripts, the rendezvous across nodes and
+the rank numbering (two nodes) in one run, as the rendered scripts are the
+same for either, only their numbers differ. Where the launcher is not the
+point (resuming, a corrupt checkpoint) a run is one node of two processes under
+the shell launcher: no launcher agent importing torch beside the ranks (issue 35).
 """
 
 from __future__ import annotations
@@ -22,28 +25,26 @@ pytestmark = pytest.mark.slow
 
 DIGEST = "weights_sha256"
 
-# (launcher, nodes, amp): every launcher on one node and on two, every AMP setting more than once.
-RUNS = [
-    ("shell", 1, "fp16"),
-    ("mp-spawn", 1, "bf16"),
-    ("torch-launch", 1, "off"),
-    ("torchrun", 1, "bf16"),
-    ("torch-npu-run", 1, "fp16"),
-    ("shell", 2, "off"),
-    ("mp-spawn", 2, "fp16"),
-    ("torch-launch", 2, "bf16"),
-    ("torchrun", 2, "fp16"),
-    ("torch-npu-run", 2, "off"),
-]
+# (launcher, amp): every launcher on two nodes of two processes, every AMP setting more than once (torch-npu-run's
+# run, through a release's torch_npu_run, is test_a_releases_torch_npu_run_parses_the_scripts_flags_and_trains; its
+# torchrun fallback trains in test_script_launch and test_run_supervision)
+RUNS = [("shell", "fp16"), ("mp-spawn", "bf16"), ("torch-launch", "off"), ("torchrun", "fp16")]
 
 
-def assert_trained(project: Path, run_dir: Path, world_size: int) -> None:
-    """Every rank started and finished, agrees on the weights, the loss fell, a checkpoint exists."""
+def assert_trained(project: Path, run_dir: Path, world_size: int, per_node: int | None = None) -> None:
+    """Every rank started and finished, agrees on the weights, the loss fell, a checkpoint exists.
+
+    `per_node`: each node's processes; given, every rank must say the node and local rank its launcher gave it.
+    """
     events = events_of(run_dir)
     assert sorted(events) == list(range(world_size))
     for rank, rank_events in events.items():
         assert kinds(rank_events, "started"), f"rank {rank} never started"
         assert kinds(rank_events, "finished"), f"rank {rank} never finished"
+        if per_node is not None:
+            started = kinds(rank_events, "started")[0]
+            where = (started["node"], started["local_rank"], started["world_size"])
+            assert where == (rank // per_node, rank % per_node, world_size), f"rank {rank}: {started}"
     digests = {rank: kinds(rank_events, "finished")[-1][DIGEST] for rank, rank_events in events.items()}
     assert len(set(digests.values())) == 1, digests
     losses = [event["loss"] for event in kinds(events[0], "step")]
@@ -52,32 +53,31 @@ def assert_trained(project: Path, run_dir: Path, world_size: int) -> None:
     assert list((project / "checkpoints").glob("*.pt")), "no checkpoint written"
 
 
-@pytest.mark.parametrize(("launcher", "nodes", "amp"), RUNS, ids=[f"{name}-{n}node-{a}" for name, n, a in RUNS])
-def test_launch_scripts_train_to_the_end(launcher: str, nodes: int, amp: str, tmp_path: Path) -> None:
-    # one node runs two processes (the launcher's local ranks); two nodes one each (the ranks across nodes)
-    per_node = 2 if nodes == 1 else 1
-    project = render_cpu(tmp_path, launcher, nodes=nodes, amp=amp, devices_per_node=per_node)
+@pytest.mark.parametrize(("launcher", "amp"), RUNS, ids=[f"{name}-{amp}" for name, amp in RUNS])
+def test_launch_scripts_train_two_nodes_of_two_processes_to_the_end(launcher: str, amp: str, tmp_path: Path) -> None:
+    project = render_cpu(tmp_path, launcher, nodes=2, amp=amp, devices_per_node=2)
     results = run_project(project, tmp_path / "run")
     for node, (code, output) in enumerate(results):
         assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
-    assert_trained(project, tmp_path / "run", world_size=per_node * nodes)
+    assert_trained(project, tmp_path / "run", world_size=4, per_node=2)
 
 
 def test_a_releases_torch_npu_run_parses_the_scripts_flags_and_trains(tmp_path: Path) -> None:
     # The torch_npu double's torch_npu_run (2.9.0.post6, the default) parses the flags as that
-    # release does, then runs the workers through torchrun with the environment its agent sets.
-    project = render_cpu(tmp_path, "torch-npu-run", nodes=2, devices_per_node=1, amp="bf16")
+    # release does, then runs the workers through torchrun with the environment its agent sets: torch-npu-run's
+    # launch scripts train two nodes of two processes to the end.
+    project = render_cpu(tmp_path, "torch-npu-run", nodes=2, devices_per_node=2, amp="bf16")
     double = install_torch_npu_double(tmp_path, "2.9.0.post6")
     env = double.env(node_env(tmp_path / "run"), TORCH_NPU_DOUBLE_RUN="torchrun")
     extra = {name: env[name] for name in ("PATH", "PYTHONPATH", "TORCH_NPU_DOUBLE_RECORD", "TORCH_NPU_DOUBLE_RUN")}
     for node, (code, output) in enumerate(run_project(project, tmp_path / "run", **extra)):
         assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
         assert "torch_npu_run not found" not in output
-    assert sorted(run["argv"][:4] for run in double.runs()) == [
-        ["--nnodes", "2", "--node-rank", str(n)] for n in (0, 1)
+    assert sorted(run["argv"][:6] for run in double.runs()) == [
+        ["--nnodes", "2", "--node-rank", str(n), "--nproc-per-node", "2"] for n in (0, 1)
     ]
     assert all(run["worker_env"]["TORCH_NPU_USE_PARALLEL_TCPSTORE"] == "True" for run in double.runs())
-    assert_trained(project, tmp_path / "run", world_size=2)
+    assert_trained(project, tmp_path / "run", world_size=4, per_node=2)
 
 
 @pytest.mark.parametrize(("exec_timeout", "process_group"), [(0, 604800), (3600, 3720)])
@@ -99,9 +99,10 @@ def test_a_single_process_job_trains_without_ddp(tmp_path: Path) -> None:
 
 
 def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
-    # Enough steps (128 an epoch) that the job is still running when its first checkpoint (step 64) lands,
-    # few enough that the second run trains the rest quickly.
-    project = render_cpu(tmp_path, "torchrun", nodes=2, samples=8192, epochs=2, checkpoint_every=64)
+    # Enough steps (64 an epoch) that the job is still running when its first checkpoint (step 32) lands,
+    # few enough that the second run trains the rest quickly. Resuming is the ranks' own: one node of two under
+    # the shell launcher resumes as any launcher's ranks do.
+    project = render_cpu(tmp_path, "shell", samples=2048, epochs=2, checkpoint_every=32)
     first_run = tmp_path / "first"
     nodes = start_nodes(project, node_env(first_run))
     deadline = time.monotonic() + 120
@@ -121,11 +122,12 @@ def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     assert resumed["resumed_step"] >= saved[0]["step"]
     first_step = kinds(events_of(second_run)[0], "step")[0]["step"]
     assert first_step > resumed["resumed_step"]
-    assert_trained(project, second_run, world_size=4)
+    assert_trained(project, second_run, world_size=2)
 
 
 def test_nodes_without_shared_storage_each_keep_checkpoints_and_resume(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "shell", nodes=2, devices_per_node=1, samples=4096, epochs=2, checkpoint_every=64)
+    # 64 steps an epoch: still running when both nodes' first checkpoint (step 32) lands
+    project = render_cpu(tmp_path, "shell", nodes=2, devices_per_node=1, samples=2048, epochs=2, checkpoint_every=32)
     folders = [tmp_path / "node0-checkpoints", tmp_path / "node1-checkpoints"]
 
     def start(run_dir: Path) -> list[subprocess.Popen[bytes]]:
@@ -164,8 +166,8 @@ def assert_trained_without_checkpoint_folder(run_dir: Path, world_size: int) -> 
 
 
 def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_job_resumes_from_the_one_before(tmp_path: Path) -> None:
-    # 16 steps an epoch, a checkpoint every 8 steps, 2 kept
-    project = render_cpu(tmp_path, "torchrun", nodes=2, devices_per_node=1, samples=512)
+    # 16 steps an epoch, a checkpoint every 8 steps, 2 kept; one node of two ranks that share the checkpoint folder
+    project = render_cpu(tmp_path, "shell", samples=512)
     for node, (code, output) in enumerate(run_project(project, tmp_path / "first")):
         assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
     newest = project / "checkpoints" / "step-000000032.pt"
@@ -174,7 +176,7 @@ def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_job_resumes_from_the_o
     results = run_project(project, tmp_path / "second")
     for node, (code, output) in enumerate(results):
         assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
-    output = results[0][1] + results[1][1]  # whichever rank renames the shared file says so
+    [(_, output)] = results  # whichever rank renames the shared file says so, on the node's output
     assert f"checkpoint {newest} cannot be loaded; kept aside as {newest}.unreadable" in output
     assert f"resuming from {project / 'checkpoints' / 'step-000000024.pt'}: epoch 2, step 24" in output
     assert (project / "checkpoints" / "step-000000032.pt.unreadable").stat().st_size == 1000
