@@ -1,7 +1,8 @@
 """training.compile default, for real: the CPU demo trains compiled as it trains eagerly, and resumes across.
 
-One module-scoped sequence of real 1 node x 2 rank torchrun jobs on the CPU
-(gloo), an eager and a compiled project of the same answers sharing
+One module-scoped sequence of real 1 node x 2 rank jobs on the CPU (gloo, the
+shell launcher: compiling is the point, and torchrun's agent would import torch
+in each job), an eager and a compiled project of the same answers sharing
 checkpoints: epoch 1 eager; epoch 2 compiled, resumed from the eager
 checkpoint; then, from a copy of the compiled job's checkpoint of step 56,
 steps 57-64 again eagerly, to compare with the compiled ones. The compiled
@@ -59,8 +60,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     # one project name (a checkpoint folder is shared only within a project) and, as the jobs run
     # one after another, one master port
     answers = {"project_name": "cpu-compiled", "network.master_port": free_port()}
-    eager = render_cpu(root / "eager", "torchrun", answers=answers)
-    compiled = render_cpu(root / "compiled", "torchrun", answers={**answers, "training.compile": "default"})
+    eager = render_cpu(root / "eager", "shell", answers=answers)
+    compiled = render_cpu(root / "compiled", "shell", answers={**answers, "training.compile": "default"})
     run_epochs(eager, runs.eager_first, runs.checkpoints, 1)
     run_epochs(compiled, runs.compiled, runs.checkpoints, 2, TORCHINDUCTOR_CACHE_DIR=str(runs.inductor_cache))
     shutil.copytree(runs.checkpoints, runs.again_checkpoints)

@@ -9,7 +9,9 @@ LOCAL_RANK the list "0,1"; for PyTorchJob PET_NNODES, PET_NODE_RANK,
 PET_NPROC_PER_NODE, with RANK the pod index and WORLD_SIZE pods x processes).
 CPU, gloo, 127.0.0.1 for the master Service. The ranks must end as a manual
 run of the same answers ends: the same ranks on the same nodes, the same
-weights. A user's own script (training.script) trains to its end in the same pods.
+weights. A user's own script (training.script) trains to its end in pods too:
+2 pods of one process each and the shell launcher, as the ConfigMap that carries
+the script is the point there, and each process imports torch.
 """
 
 from __future__ import annotations
@@ -58,25 +60,25 @@ def cpu_answers(engine: str, port: int) -> dict[str, Any]:
     return raw
 
 
-def operator_env(engine: str, node: int, master_port: int) -> dict[str, str]:
-    """The variables the operator gives pod `node` of a 2 x 2 job (the master Service at 127.0.0.1)."""
+def operator_env(engine: str, node: int, master_port: int, devices: int = DEVICES) -> dict[str, str]:
+    """The variables the operator gives pod `node` of a 2 x `devices` job (the master Service at 127.0.0.1)."""
     common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), k8s.POD_IP_ENV: "127.0.0.1"}
     if engine == "ascendjob":
         return {
             **common,
             "RANK": str(node),
-            "WORLD_SIZE": str(NODES * DEVICES),
-            "LOCAL_WORLD_SIZE": str(DEVICES),
-            "LOCAL_RANK": ",".join(str(i) for i in range(DEVICES)),
+            "WORLD_SIZE": str(NODES * devices),
+            "LOCAL_WORLD_SIZE": str(devices),
+            "LOCAL_RANK": ",".join(str(i) for i in range(devices)),
             "XDL_IP": "127.0.0.1",
         }
     return {
         **common,
         "RANK": str(node),
-        "WORLD_SIZE": str(NODES * DEVICES),
+        "WORLD_SIZE": str(NODES * devices),
         "PET_NNODES": str(NODES),
         "PET_NODE_RANK": str(node),
-        "PET_NPROC_PER_NODE": str(DEVICES),
+        "PET_NPROC_PER_NODE": str(devices),
         "PET_MASTER_ADDR": "127.0.0.1",
         "PET_MASTER_PORT": str(master_port),
         "PYTHONUNBUFFERED": "1",
@@ -128,11 +130,14 @@ def manual_outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[
     return rank_outcome(events_of(tmp / "run"))
 
 
-def train_pods(project: Path, engine: str, tmp_path: Path) -> list[tuple[int, str]]:
-    """Play every pod of the job under the operator's variables, each in its own workspace; each must exit 0."""
+def train_pods(project: Path, engine: str, tmp_path: Path, devices: int = DEVICES) -> list[tuple[int, str]]:
+    """Play every pod of the job (`devices` processes each) under the operator's variables, each in its own
+    workspace; each must exit 0."""
     master_port = free_port()
     pods = [
-        play_pod(project, engine, node, tmp_path / f"pod{node}", pod_env(operator_env(engine, node, master_port)))
+        play_pod(
+            project, engine, node, tmp_path / f"pod{node}", pod_env(operator_env(engine, node, master_port, devices))
+        )
         for node in range(NODES)
     ]
     results = wait_nodes(pods, timeout=240)
@@ -165,12 +170,17 @@ OWN_SCRIPT = {
     "src/main.py": "from ddp_tutorial import main\n\nmain()\n",
 }
 OWN_EPOCHS = 2
+# a pod of one process, the shell launcher: what reaches the pods is the point (the operators' variables for two
+# processes a pod, and torchrun under them, are test_pods_train_like_the_manual_engine's)
+OWN_DEVICES = 1
 
 
 @pytest.mark.parametrize("engine", ["ascendjob", "pytorchjob"])
 def test_pods_train_a_users_own_script_to_the_end(engine: str, tmp_path: Path) -> None:
     raw = {
         **cpu_answers(engine, free_port()),
+        "devices_per_node": OWN_DEVICES,
+        "launcher": "shell",
         "training.script": "src/main.py",
         "training.script_args": ["--epochs", str(OWN_EPOCHS)],
     }
@@ -179,11 +189,11 @@ def test_pods_train_a_users_own_script_to_the_end(engine: str, tmp_path: Path) -
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
     k8s.refresh_configmap(project, resolve(raw))  # as `npu-wizard run` does before it applies the manifests
-    train_pods(project, engine, tmp_path)
+    train_pods(project, engine, tmp_path, OWN_DEVICES)
     for node in range(NODES):
         run_dir = pod_project(project, tmp_path / f"pod{node}") / "runs" / "latest"
         events = events_of(run_dir)
-        assert sorted(events) == list(range(node * DEVICES, (node + 1) * DEVICES))
+        assert sorted(events) == list(range(node * OWN_DEVICES, (node + 1) * OWN_DEVICES))
         for rank, rank_events in events.items():
             log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
             assert f"[rank {rank}] epoch {OWN_EPOCHS - 1} loss " in log, log

@@ -22,20 +22,23 @@ from wizard.render import k8s
 from wizard.render.k8s_code import LAYOUT_KEY
 
 
-def k8s_answers(tmp_path: Path, engine: str) -> Path:
-    """The foreign repository's answers (its train.py, --resume on a restart) for 2 pods x 2 ranks of `engine`."""
-    answers: dict[str, Any] = yaml.safe_load(answers_file(tmp_path).read_text())
-    answers.update(nodes=2, cluster={"engine": engine, "image": "registry.example.com/train:cpu"})
+def k8s_answers(tmp_path: Path, engine: str, devices: int = 2, launcher: str = "torchrun") -> Path:
+    """The foreign repository's answers (its train.py, --resume on a restart) for 2 pods x `devices` ranks of
+    `engine`."""
+    answers: dict[str, Any] = yaml.safe_load(answers_file(tmp_path, launcher).read_text())
+    answers.update(
+        nodes=2, devices_per_node=devices, cluster={"engine": engine, "image": "registry.example.com/train:cpu"}
+    )
     answers["network"].pop("host_ips")
     path = tmp_path / f"{engine}.yaml"
     path.write_text(yaml.safe_dump(answers))
     return path
 
 
-def render_k8s(tmp_path: Path, engine: str) -> Path:
+def render_k8s(tmp_path: Path, engine: str, devices: int = 2, launcher: str = "torchrun") -> Path:
     """The foreign repository rendered --into (npu/) with `engine`; the repository."""
     repo = foreign_repository(tmp_path)
-    result = npu_wizard("--answers", str(k8s_answers(tmp_path, engine)), "--into", str(repo))
+    result = npu_wizard("--answers", str(k8s_answers(tmp_path, engine, devices, launcher)), "--into", str(repo))
     assert result.returncode == 0, result.stdout + result.stderr
     return repo
 
@@ -111,17 +114,20 @@ def test_the_pods_start_their_train_py_from_the_repository_root_with_its_own_run
     tmp_path: Path, engine: str
 ) -> None:
     from tests.k8s_pods import pod_project
-    from tests.test_k8s_entry import NODES, train_pods
+    from tests.test_k8s_entry import NODES, OWN_DEVICES, train_pods
 
-    repo = render_k8s(tmp_path, engine)
+    # pods of one process and the shell launcher, as for a user's script in tests/test_k8s_entry.py: the
+    # repository around the folder is the point
+    repo = render_k8s(tmp_path, engine, OWN_DEVICES, "shell")
     project = repo / "npu"
     refreshed(project)
 
-    train_pods(project, engine, tmp_path)  # each pod exits 0; train.py asserts it imported the repository's runtime
+    # each pod exits 0; train.py asserts it imported the repository's runtime
+    train_pods(project, engine, tmp_path, OWN_DEVICES)
 
     for node in range(NODES):
         copy = pod_project(repo, tmp_path / f"pod{node}")  # the pod's copy of the repository
         logs = copy / "npu" / "runs" / "latest" / "logs"
-        for rank in range(node * 2, node * 2 + 2):
+        for rank in range(node * OWN_DEVICES, (node + 1) * OWN_DEVICES):
             assert f"[rank {rank}] finished at step {STEPS}" in (logs / f"rank-{rank}.log").read_text()
     assert (pod_project(repo, tmp_path / "pod0") / "out" / "ckpt.pt").is_file()  # saved from the repository's root

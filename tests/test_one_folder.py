@@ -81,15 +81,15 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def answers_file(tmp_path: Path) -> Path:
-    """1 node x 2 ranks of torchrun on the CPU, running the repository's train.py, --resume on a restart."""
+def answers_file(tmp_path: Path, launcher: str = "torchrun") -> Path:
+    """1 node x 2 ranks of `launcher` on the CPU, running the repository's train.py, --resume on a restart."""
     answers = {
         "schema": 1,
         "project_name": "their-gpt",
         "device": "cpu",
         "nodes": 1,
         "devices_per_node": 2,
-        "launcher": "torchrun",
+        "launcher": launcher,
         "amp": "off",
         "network": {"host_ips": ["127.0.0.1"], "master_port": free_port()},
         "training": {"script": "train.py", "resume_args": "--resume"},
@@ -104,10 +104,10 @@ def npu_wizard(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, text=True, timeout=300)
 
 
-def render_into_folder(tmp_path: Path) -> Path:
+def render_into_folder(tmp_path: Path, launcher: str = "torchrun") -> Path:
     """The foreign repository with npu-wizard's files in its folder npu/."""
     repo = foreign_repository(tmp_path)
-    result = npu_wizard("--answers", str(answers_file(tmp_path)), "--into", str(repo), "--folder", "npu")
+    result = npu_wizard("--answers", str(answers_file(tmp_path, launcher)), "--into", str(repo), "--folder", "npu")
     assert result.returncode == 0, result.stderr
     return repo
 
@@ -208,7 +208,9 @@ def run_plain(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_their_train_py_runs_resumes_after_a_sigkill_and_git_status_shows_only_the_folder(tmp_path: Path) -> None:
-    repo = render_into_folder(tmp_path)
+    # the shell launcher: the folder and the restart are the point, and torchrun's agent would import torch in each
+    # of the five attempts (torchrun starts the ranks from the repository's root over ssh and sbatch, below)
+    repo = render_into_folder(tmp_path, "shell")
     project = repo / "npu"
 
     for _ in range(3):
