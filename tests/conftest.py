@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# One CPU thread per rank in the training runs the suite starts, as torchrun gives its workers: several xdist
+# workers share two cores, so a rank of the shell launcher (runtime/device.py gives it cpu_count // local ranks
+# threads) or of two simulated nodes on one host would only contend for them. A run that is about threads sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Renders keep compiled templates in a cache of the suite's own (wizard/render/template_cache.py), not the user's:
 # a private folder (mode 0700) made for this run, never a predictable path another local user could make first.
 # Set before the tests are collected, so that xdist's workers and every process a test starts inherit it.
