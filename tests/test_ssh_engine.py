@@ -189,7 +189,7 @@ def test_kill_9_of_a_rank_on_the_second_host_stops_every_node_and_names_it(tmp_p
     assert runner.returncode == 3, output
     assert "root cause: rank 1 (node 1): its process" in output and "vanished" in output
     # Not asserted since the ranks save on SIGTERM (issue 29): the line "its launcher saw it end with signal 9"
-    # from ssh-node-1.log. The runner now stops node 1 before its torchrun logs the worker's signal (torchrun
+    # from ssh-node-1.log. Under torchrun the runner stops node 1 before torchrun logs the worker's signal (torchrun
     # logs it only once the other worker, waiting in the stop grace, has ended); left open, said in the notes.
     assert json.loads((run_dir / "summary.json").read_text())["failure"]["rank"] == 1
 
