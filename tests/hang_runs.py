@@ -220,9 +220,9 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
         clean_up(project, runner)
 
 
-def own_script_project(tmp: Path, render: object) -> Path:
-    """The 2 x 2 torchrun CPU project running OWN_SCRIPT as the user's script."""
-    project = render(tmp, "torchrun", nodes=2, answers={"training.script": "own_train.py"})  # type: ignore[operator]
+def own_script_project(tmp: Path, render: object, launcher: str = "torchrun") -> Path:
+    """The 2 x 2 CPU project (torchrun, or `launcher`) running OWN_SCRIPT as the user's script."""
+    project = render(tmp, launcher, nodes=2, answers={"training.script": "own_train.py"})  # type: ignore[operator]
     (project / "own_train.py").write_text(OWN_SCRIPT)
     return project
 

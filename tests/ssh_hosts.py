@@ -108,8 +108,11 @@ class SshHosts:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
             "PermitUserEnvironment no\nMaxStartups 100\nMaxSessions 100\n"
             # this machine's root ~/.bashrc runs `pyenv init`, whose rehash waits 60 s for a lock that a session
-            # killed during its login leaves behind (the suite kills remote ranks): every later login would hang
-             + _with_set_env(self.extra.get(index, ""), "PYENV_REHASH_TIMEOUT=1")
+            # killed during its login leaves behind (the suite kills remote ranks): every later login would hang.
+            # OMP_NUM_THREADS=1: the hosts share this machine's cores, and a node's only rank would otherwise take
+            # a thread for each of them (runtime/device.py): ranks of several hosts spinning on the same two cores
+            # took four times as long, at three times the CPU (torchrun gives 1 where a node has 2 ranks or more)
+             + _with_set_env(self.extra.get(index, ""), "PYENV_REHASH_TIMEOUT=1", "OMP_NUM_THREADS=1")
         )
         _run("ip", "netns", "exec", namespace, SSHD, "-f", str(config), "-E", str(self.root / f"sshd{index}.log"))
         deadline = time.monotonic() + 30

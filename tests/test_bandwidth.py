@@ -1,8 +1,10 @@
 """The network check, `npu-wizard run PROJECT --smoke --bandwidth`.
 
 For real: three hosts (network namespaces with their own sshd on one bridge,
-tests/ssh_hosts.py) run the CPU demo through the ssh engine, 2 ranks each; tc
-shapes the middle host's link to 200 Mbit/s both ways. The check must name that
+tests/ssh_hosts.py) run the CPU demo through the ssh engine, 2 ranks each (each
+local rank has its own link); tc shapes the middle host's link to 200 Mbit/s both
+ways. The runs here start their ranks with the shell launcher: the check is the
+ranks', and a torchrun agent would only add a process that imports torch on each node. The check must name that
 node's devices, measure the link within 20% of the limit (its fastest
 transfer), and name no link without the limit. The figures (nccl-tests' bus
 bandwidth, the slow-link rule) and the table are pinned on small inputs.
@@ -163,7 +165,7 @@ def run_check(project: Path, env: dict[str, str] | None = None, timeout: float =
 
 @pytest.mark.slow
 def test_two_simulated_nodes_on_this_host_write_the_table_and_bandwidth_json(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2)
+    project = render_cpu(tmp_path, "shell", nodes=2)
     output, result = run_check(project)
     assert set(result) == CONTRACT_KEYS
     assert (result["backend"], result["world_size"], result["nodes"]) == ("gloo", 4, 2)
@@ -206,9 +208,10 @@ def test_one_node_of_a_sharded_project_measures_its_collectives_and_says_there_i
 
 @pytest.mark.slow
 def test_node_0s_runner_reports_and_node_1s_points_there(tmp_path: Path) -> None:
-    project = render_cpu(tmp_path, "torchrun", nodes=2)
-    # both runners hand their ranks the same run token, as every node's runner must
-    env = node_env(tmp_path / "unused", NPU_WIZARD_STATUS_TOKEN=secrets.token_hex(16))
+    project = render_cpu(tmp_path, "shell", nodes=2, devices_per_node=1)  # which runner reports: one rank a node
+    # both runners hand their ranks the same run token, as every node's runner must; one thread a rank: both nodes
+    # share this machine's cores, and a node's only rank would otherwise take them all (runtime/device.py)
+    env = node_env(tmp_path / "unused", NPU_WIZARD_STATUS_TOKEN=secrets.token_hex(16), OMP_NUM_THREADS="1")
     args = ("--bandwidth", "--bandwidth-max-bytes", "65536")
     runners = [start_runner(project, "--node", str(node), *args, env=env) for node in (0, 1)]
     try:
@@ -236,7 +239,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHosts]:
 
 def check_across(tmp_path: Path, hosts: SshHosts) -> tuple[str, dict]:
     """The check on the CPU demo rendered for the three hosts, 2 ranks each, through the ssh engine."""
-    project = render_ssh(tmp_path, hosts.addresses)
+    project = render_ssh(tmp_path, hosts.addresses, launcher="shell")
     return run_check(project, runner_env(hosts, project), timeout=START_S + 240)
 
 

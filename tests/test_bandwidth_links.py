@@ -204,13 +204,15 @@ def gloo_rank(index: int, store: str, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def gloo_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """What each of the 4 ranks found."""
+    """What each of the 4 ranks found. Its readers carry the xdist_group mark "gloo-link-round": one worker
+    spawns the 4 processes once for both."""
     folder = tmp_path_factory.mktemp("gloo")
     mp.spawn(gloo_rank, args=(str(folder / "store"), str(folder)), nprocs=WORLD, join=True)
     return [json.loads((folder / f"{index}.json").read_text()) for index in range(WORLD)]
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("gloo-link-round")
 def test_the_checks_buffers_start_as_zeros_and_stay_finite_however_often_reduced(
     gloo_results: list[dict[str, Any]],
 ) -> None:
@@ -219,6 +221,7 @@ def test_the_checks_buffers_start_as_zeros_and_stay_finite_however_often_reduced
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("gloo-link-round")
 def test_every_local_ranks_link_is_measured_with_a_node_pairs_local_ranks_at_once(
     gloo_results: list[dict[str, Any]],
 ) -> None:

@@ -2,7 +2,9 @@
 
 One 2 x 2 CPU run through `npu-wizard run` per kind of script, the generated
 train.py and a user's own env:// script, hangs four times on purpose
-(tests/hang_runs.py); every test only reads the folders it left:
+(tests/hang_runs.py); every test only reads the folders it left. The ranks are
+started by the shell launcher: the hangs are the ranks', and a torchrun agent
+would only add a process that imports torch on each node:
 
 (a) one rank sleeps before the backward of step K: its last collective is
     #N-1, the three others wait in #N, each at the right file and line;
@@ -31,11 +33,11 @@ RANKS = range(4)
 
 
 def hang_run_of(tmp: Path, kind: str) -> HangRun:
-    """The four hangs of one 2 x 2 run of the generated train.py, or of a user's own script."""
+    """The four hangs of one 2 x 2 run (shell launcher) of the generated train.py, or of a user's own script."""
     if kind == "generated":
-        project = render_cpu(tmp, "torchrun", nodes=2, samples=4096, epochs=1, log_every=2)
+        project = render_cpu(tmp, "shell", nodes=2, samples=4096, epochs=1, log_every=2)
     else:
-        project = own_script_project(tmp, render_cpu)
+        project = own_script_project(tmp, render_cpu, "shell")
     return run_hangs(project, tmp / "release", "--all-nodes")
 
 

@@ -3,6 +3,11 @@
 slurmctld and two slurmd run on this host from a temporary folder; the job goes
 through the project's own slurm/job.sbatch and launch/entry.sh. Each test bounds
 every wait, and the cluster's daemons are stopped by PID when the module ends.
+
+The engine's point is the nodes Slurm gives the job, not the ranks on each: the jobs
+here run one rank a node with the shell launcher (ONE_RANK_A_NODE), the same two
+srun tasks as 2 x 2 under torchrun without the agent and the second rank that import
+torch on every node.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ pytestmark = [
     pytest.mark.skipif(not have_slurm(), reason="needs slurm-wlm and munge (.ci/run installs them)"),
 ]
 
-START_S = 240  # sbatch, two slurmd, then four torch processes on a loaded two-core machine
+START_S = 240  # sbatch, two slurmd, then the torch processes on a loaded two-core machine
 LONG_RUN = {"training.samples": 65536, "training.epochs": 2}
+ONE_RANK_A_NODE = {"devices_per_node": 1, "launcher": "shell"}
+"""2 nodes x 1 rank, each started by launch/run-node.sh itself: ranks 0 and 1, one on each node."""
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +75,9 @@ def render_slurm(tmp_path: Path, **overrides: Any) -> Path:
 
 
 def runner_env(cluster: SlurmCluster, project: Path) -> dict[str, str]:
-    return node_env(project / "runs" / "unused", SLURM_CONF=str(cluster.conf))
+    """The runner's environment, which sbatch passes on to the job. OMP_NUM_THREADS=1: both nodes share this
+    machine's cores, and a node's only rank would otherwise take a thread for each of them (runtime/device.py)."""
+    return node_env(project / "runs" / "unused", SLURM_CONF=str(cluster.conf), OMP_NUM_THREADS="1")
 
 
 def summary_of(run_dir: Path) -> dict:
@@ -76,7 +85,7 @@ def summary_of(run_dir: Path) -> dict:
 
 
 def test_the_cpu_demo_trains_to_the_end_through_sbatch(tmp_path: Path, cluster: SlurmCluster) -> None:
-    project = render_slurm(tmp_path)
+    project = render_slurm(tmp_path, **ONE_RANK_A_NODE)
     runner = start_runner(project, "--interval", "2", env=runner_env(cluster, project))
     try:
         output, _ = runner.communicate(timeout=START_S + 300)
@@ -86,8 +95,8 @@ def test_the_cpu_demo_trains_to_the_end_through_sbatch(tmp_path: Path, cluster: 
     (run_dir,) = run_dirs(project)
     summary = summary_of(run_dir)
     assert summary["outcome"] == "finished"
-    assert [info["node"] for info in summary["ranks"].values()] == [0, 0, 1, 1]
-    assert summary["steps"] == 1024 // 16 // 4 * 2
+    assert [info["node"] for info in summary["ranks"].values()] == [0, 1]
+    assert summary["steps"] == 1024 // 16 // 2 * 2
     job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
     assert f"slurm: submitted job {job_id}" in output and f"slurm: job {job_id} COMPLETED ExitCode=0:0" in output
     assert (run_dir / "logs" / f"slurm-{job_id}.out").is_file()
@@ -97,25 +106,25 @@ def test_the_cpu_demo_trains_to_the_end_through_sbatch(tmp_path: Path, cluster: 
 
 
 def test_a_killed_rank_fails_the_job_with_the_rank_and_slurms_state(tmp_path: Path, cluster: SlurmCluster) -> None:
-    project = render_slurm(tmp_path, **LONG_RUN)
+    project = render_slurm(tmp_path, **LONG_RUN, **ONE_RANK_A_NODE)
     runner = start_runner(project, "--interval", "1", env=runner_env(cluster, project))
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        victim = wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
+        victim = wait_for(lambda: started_pid(run_dir, 1), START_S, "rank 1 to train")
         os.kill(victim, signal.SIGKILL)
         output, _ = runner.communicate(timeout=120)
     finally:
         clean_up(project, runner)
     assert runner.returncode == 3, output
-    assert "root cause: rank 3 (node 1)" in output
+    assert "root cause: rank 1 (node 1)" in output
     job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
     assert f"slurm: job {job_id} CANCELLED" in output or f"slurm: job {job_id} FAILED" in output
-    assert summary_of(run_dir)["failure"]["rank"] == 3
+    assert summary_of(run_dir)["failure"]["rank"] == 1
     wait_for(lambda: not cluster.queue(), 60, "squeue to be empty")
 
 
 def test_ctrl_c_cancels_the_job(tmp_path: Path, cluster: SlurmCluster) -> None:
-    project = render_slurm(tmp_path, **LONG_RUN)
+    project = render_slurm(tmp_path, **LONG_RUN, **ONE_RANK_A_NODE)
     runner = start_runner(project, "--interval", "1", env=runner_env(cluster, project))
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
@@ -131,7 +140,7 @@ def test_ctrl_c_cancels_the_job(tmp_path: Path, cluster: SlurmCluster) -> None:
 
 
 def test_smoke_through_slurm_reports_every_rank(tmp_path: Path, cluster: SlurmCluster) -> None:
-    project = render_slurm(tmp_path)
+    project = render_slurm(tmp_path, **ONE_RANK_A_NODE)
     runner = start_runner(project, "--smoke", env=runner_env(cluster, project))
     try:
         output, _ = runner.communicate(timeout=START_S + 120)
@@ -140,7 +149,7 @@ def test_smoke_through_slurm_reports_every_rank(tmp_path: Path, cluster: SlurmCl
     assert runner.returncode == 0, output
     assert "smoke ok" in output
     rank_lines = [line for line in output.splitlines() if line.strip().startswith("rank ") and "all_reduce" in line]
-    assert [line.split()[1:4:2] for line in rank_lines] == [["0", "0"], ["1", "0"], ["2", "1"], ["3", "1"]]
+    assert [line.split()[1:4:2] for line in rank_lines] == [["0", "0"], ["1", "1"]]
 
 
 def test_doctor_on_a_slurm_project_points_at_smoke_instead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -171,13 +180,13 @@ def test_a_dry_run_prints_the_sbatch_command_and_script_and_starts_nothing(tmp_p
 def test_scancel_signal_usr1_saves_every_rank_and_the_requeued_job_resumes_there(
     tmp_path: Path, cluster: SlurmCluster
 ) -> None:
-    # 1024 samples / (16 x 4 ranks) = 16 steps an epoch: 16 epochs, 256 steps
-    project = render_slurm(tmp_path, **{"training.epochs": 16, "training.checkpoint_every": 0})
+    # 1024 samples / (16 x 2 ranks) = 32 steps an epoch: 8 epochs, 256 steps
+    project = render_slurm(tmp_path, **ONE_RANK_A_NODE, **{"training.epochs": 8, "training.checkpoint_every": 0})
     env = runner_env(cluster, project)
     runner = start_runner(project, "--interval", "2", env=env)
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        wait_for(lambda: started_pid(run_dir, 3), START_S, "rank 3 to train")
+        wait_for(lambda: started_pid(run_dir, 1), START_S, "rank 1 to train")
         job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
         # what Slurm sends before the time limit (#SBATCH --signal=B:USR1@120), now: to the batch script only
         subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, check=True, timeout=30)
@@ -186,11 +195,11 @@ def test_scancel_signal_usr1_saves_every_rank_and_the_requeued_job_resumes_there
         clean_up(project, runner)
     assert runner.returncode == 0, output
     found = events_of(run_dir)
-    preempted = {rank: kinds(found[rank], "preempted") for rank in range(4)}
+    preempted = {rank: kinds(found[rank], "preempted") for rank in range(2)}
     assert all(len(said) == 1 for said in preempted.values()), preempted
     (step,) = {said[0]["step"] for said in preempted.values()}  # every rank saved at the same step
     assert 0 < step < 256
-    for rank in range(4):
+    for rank in range(2):
         starts = kinds(found[rank], "started")
         assert [start["resumed_step"] for start in starts] == [0, step]  # the requeued job resumed there
         assert kinds(found[rank], "finished")[-1]["step"] == 256

@@ -3,7 +3,8 @@
 The second host greets every login in GBK (a Banner, and a line on stderr before
 each command, as a start-up file of a server set up in Chinese prints); both hosts
 have IPv6 addresses too; the folder on the hosts may already hold other files. `run --fresh`
-is refused on the ssh engine: the checkpoints it would set aside are on the hosts.
+is refused on the ssh engine: the checkpoints it would set aside are on the hosts. The smoke
+tests run one rank a node (ONE_RANK_A_NODE): what they prove is how the hosts are reached.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from tests.runs import clean_up, run_dirs, start_runner
 from tests.ssh_hosts import SshHosts, have_ssh_hosts, ssh_hosts
-from tests.test_ssh_engine import START_S, render_ssh, runner_env
+from tests.test_ssh_engine import ONE_RANK_A_NODE, START_S, render_ssh, runner_env
 from wizard.cli import main
 
 GREETING = "欢迎使用 GPU 服务器".encode("gbk")  # not UTF-8: 0xbb opens it
@@ -53,7 +54,7 @@ def test_a_host_greeting_in_gbk_runs_into_a_folder_this_project_was_copied_to_be
     tmp_path: Path, hosts: SshHosts
 ) -> None:
     there = tmp_path / "on-the-hosts"
-    project = render_ssh(tmp_path / "here", hosts.addresses, **{"cluster.remote_dir": str(there)})
+    project = render_ssh(tmp_path / "here", hosts.addresses, **{**ONE_RANK_A_NODE, "cluster.remote_dir": str(there)})
     shutil.copytree(project, there)  # a copy from an earlier run: this project's, so not refused
     env = runner_env(hosts, project)
     env["NPU_WIZARD_SSH_COMMAND"] = hosts.ssh_command.replace("LogLevel=ERROR", "LogLevel=INFO")  # banners shown
@@ -66,7 +67,9 @@ def test_a_host_greeting_in_gbk_runs_into_a_folder_this_project_was_copied_to_be
 def test_ipv6_hosts_are_reached_and_copied_to(tmp_path: Path, hosts: SshHosts) -> None:
     there = tmp_path / "on-the-hosts"
     project = render_ssh(
-        tmp_path, hosts.addresses, **{"cluster.ssh_hosts": hosts.addresses6, "cluster.remote_dir": str(there)}
+        tmp_path,
+        hosts.addresses,
+        **{**ONE_RANK_A_NODE, "cluster.ssh_hosts": hosts.addresses6, "cluster.remote_dir": str(there)},
     )
     code, output = smoke(project, runner_env(hosts, project))
     assert code == 0, output

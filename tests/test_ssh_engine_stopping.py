@@ -3,7 +3,8 @@
 A host that never answers is played by a fake ssh command (NPU_WIZARD_SSH_COMMAND)
 that sleeps, or by a real host (tests/ssh_hosts.py) whose sshd is SIGSTOPped, so new
 connections hang with no timeout; a host that is slow to start a node's launch is a
-real host whose shell sleeps (BASH_ENV) before it runs the launch command.
+real host whose shell sleeps (BASH_ENV) before it runs the launch command. The real hosts
+run one rank a node (ONE_RANK_A_NODE): what is stopped is the hosts' sessions.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from tests.runs import clean_up, leftover_processes, node_env, run_dirs, start_runner, started_pid, wait_for
 from tests.ssh_hosts import SshHosts, have_ssh_hosts, ssh_hosts
-from tests.test_ssh_engine import LONG_RUN, START_S, render_ssh
+from tests.test_ssh_engine import LONG_RUN, ONE_RANK_A_NODE, START_S, render_ssh
 from wizard.monitor.procs import is_alive
 from wizard.run.engines.ssh import DEFAULT_SSH
 
@@ -87,12 +88,12 @@ def hosts(tmp_path: Path) -> Iterator[SshHosts]:
 @needs_hosts
 @pytest.mark.slow
 def test_ctrl_c_while_a_host_hangs_ends_the_runner_in_bounded_time(tmp_path: Path, hosts: SshHosts) -> None:
-    project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
+    project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN, **ONE_RANK_A_NODE)
     no_timeout = hosts.ssh_command.replace("-o ConnectTimeout=10", "")  # a hung host holds ssh forever
     runner = start_runner(project, "--interval", "1", env=node_env(project / "x", NPU_WIZARD_SSH_COMMAND=no_timeout))
     try:
         run_dir = wait_for(lambda: run_dirs(project), 60, "the run folder")[0]
-        wait_for(lambda: started_pid(run_dir, 2), START_S, "rank 2 to train on the second host")
+        wait_for(lambda: started_pid(run_dir, 1), START_S, "rank 1 to train on the second host")
         os.kill(hosts.pids[1], signal.SIGSTOP)  # the second host's sshd accepts connections but never answers
         runner.send_signal(signal.SIGINT)
         signalled = time.monotonic()
@@ -119,7 +120,7 @@ def test_a_launch_stopped_before_it_said_its_session_is_swept_on_its_host(tmp_pa
     slow.chmod(0o755)
     (tmp_path / "hosts").mkdir()
     with ssh_hosts(tmp_path / "hosts", extra={1: f"ForceCommand {slow}\n"}) as hosts:
-        project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN)
+        project = render_ssh(tmp_path, hosts.addresses, **LONG_RUN, **ONE_RANK_A_NODE)
         env = node_env(project / "x", NPU_WIZARD_SSH_COMMAND=hosts.ssh_command)
         runner = start_runner(project, "--interval", "1", env=env)
         try:
