@@ -21,7 +21,7 @@ median; --shaped-runs 5 named node 1's two devices (and only them) in 5 of 5,
 way, 64 KiB messages) named a quiet link in 1 of 6 runs, 58% below.
 
     python benchmarks/bandwidth_quiet_runs.py [--runs 20] [--shaped-runs 5] [--max-bytes N]
-    python benchmarks/bandwidth_quiet_runs.py --smoke   # one short quiet run (tests/test_benchmarks_smoke.py)
+    python benchmarks/bandwidth_quiet_runs.py --smoke   # one short quiet run, 2 x 1 (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -78,10 +78,12 @@ def device_words(device: dict[str, Any]) -> str:
     return f"node {device['node']} local rank {device['local_rank']}"
 
 
-def quiet_runs(runs: int, max_bytes: int | None, keep: Path | None) -> int:
-    """Run the check `runs` times on loopback; the number of runs that named a slow link."""
+def quiet_runs(
+    runs: int, max_bytes: int | None, keep: Path | None, launcher: str = "torchrun", devices: int = 2
+) -> int:
+    """Run the check `runs` times on loopback (2 nodes x `devices`); the number of runs that named a slow link."""
     folder = Path(tempfile.mkdtemp(prefix="bw-quiet-", dir=keep))
-    project = render_cpu(folder, "torchrun", nodes=2)
+    project = render_cpu(folder, launcher, nodes=2, devices_per_node=devices)
     named = 0
     worst = 0.0
     for index in range(1, runs + 1):
@@ -139,12 +141,19 @@ def main() -> None:
     parser.add_argument("--shaped-runs", type=int, default=0, help="runs with node 1 shaped to 200 Mbit/s")
     parser.add_argument("--max-bytes", type=int, help="--bandwidth-max-bytes (default: the check's own, 16 MiB)")
     parser.add_argument("--keep", type=Path, help="make the quiet project here and keep it")
-    parser.add_argument("--smoke", action="store_true", help="one quiet run of messages up to 64 KiB")
+    parser.add_argument("--smoke", action="store_true", help="one quiet run of messages up to 64 KiB, 2 x 1 ranks")
     args = parser.parse_args()
+    launcher, devices = "torchrun", 2
     if args.smoke:
         args.runs, args.shaped_runs, args.max_bytes = 1, 0, 65536
+        # one rank a node still measures a link between the two nodes, judged by the same rule; the shell launcher
+        # starts it without a torchrun agent: 2 torch processes instead of 6
+        launcher, devices = "shell", 1
+        # torchrun gives each of 2+ ranks a node OMP_NUM_THREADS=1: a lone rank would take a thread per core, and on
+        # a busy machine its tiny steps would spin, not train
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.runs:
-        quiet_runs(args.runs, args.max_bytes, args.keep)
+        quiet_runs(args.runs, args.max_bytes, args.keep, launcher, devices)
     if args.shaped_runs:
         shaped_runs(args.shaped_runs, 2 * 1024 * 1024)  # as tests/test_bandwidth.py
 

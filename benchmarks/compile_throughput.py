@@ -182,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     else:
         torch.backends.cudnn.benchmark = True
+    if args.smoke:
+        # compile in this process: on a small machine inductor otherwise starts a pool of compile workers, each an
+        # interpreter importing torch, for the two small graphs of a smoke run (a cold compile took 184 s of wall
+        # time with them, 83 s without, on a loaded two-core machine)
+        from torch._inductor import config as inductor_config
+
+        inductor_config.compile_threads = 1
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{os.cpu_count()} cores, {args.threads} thread"
     print(
         f"{args.device} ({where}), torch {torch.__version__}, model {args.model}, batch {args.batch}, "

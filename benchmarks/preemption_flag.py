@@ -17,7 +17,7 @@ is this one added all_reduce of 4 bytes per logged window, none per step; on an 
 HCCL moves 4 bytes in microseconds, against windows of LOG_EVERY whole steps.
 
     python benchmarks/preemption_flag.py [--ranks 4] [--log-every 10] [--windows 60]
-    python benchmarks/preemption_flag.py --smoke   # 2 ranks, 4 windows (tests/test_benchmarks_smoke.py)
+    python benchmarks/preemption_flag.py --smoke   # 2 ranks, 1 window of each kind (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--windows", type=int, default=60)
-    parser.add_argument("--smoke", action="store_true", help="2 ranks, 4 windows")
+    parser.add_argument("--smoke", action="store_true", help="2 ranks, 1 window of each kind after the warm-up")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.ranks, args.windows = 2, 4
+        args.ranks, args.windows = 2, 1
     import torch.multiprocessing as mp
 
     from tests.runs import free_port

@@ -1,6 +1,6 @@
 """How long from a rank's death to the first step after the resume: `run --restarts` against a restart by hand.
 
-Renders a CPU torchrun project (2 nodes x 2 processes), kills the last rank
+Renders a CPU torchrun project (2 nodes x 2 processes, --devices), kills the last rank
 with SIGKILL once node 0 and the last node wrote a checkpoint, and times from
 the kill to the first step event of the resumed job, on two engines:
 
@@ -26,8 +26,8 @@ engine needs root and sshd, ssh, rsync and ip (as tests/test_ssh_engine.py);
 without them its lines say skipped and why.
 
     python benchmarks/restart_time.py [--rounds 3] [--engine manual|ssh]   # both engines by default
-    python benchmarks/restart_time.py --smoke   # manual, 1 round, 1 node x 2 processes (test_benchmarks_smoke)
-    python benchmarks/restart_time.py --smoke --engine ssh   # one round, 2 hosts, a short job
+    python benchmarks/restart_time.py --smoke   # manual, 1 round, 1 node x 1 process (test_benchmarks_smoke)
+    python benchmarks/restart_time.py --smoke --engine ssh   # one round, 2 hosts x 1 process, a short job
 """
 
 from __future__ import annotations
@@ -215,7 +215,9 @@ def by_hand(engine: Engine, project: Path, nodes: int, world: int) -> float:
     return resumed - killed
 
 
-def time_engine(engine: Engine, folder: Path, rounds: int, nodes: int, samples: int) -> tuple[float, float]:
+def time_engine(
+    engine: Engine, folder: Path, rounds: int, nodes: int, samples: int, devices: int = 2
+) -> tuple[float, float]:
     """Both restarts on `engine`, `rounds` times; the medians (--restarts, by hand), each round printed."""
     timed: dict[str, list[float]] = {"restarts": [], "by hand": []}
     restarts: dict[str, Callable[[Engine, Path, int, int], float]] = {"restarts": with_restarts, "by hand": by_hand}
@@ -226,21 +228,23 @@ def time_engine(engine: Engine, folder: Path, rounds: int, nodes: int, samples: 
                 base,
                 "torchrun",
                 nodes=nodes,
+                devices_per_node=devices,
                 answers=engine.answers(),
                 samples=samples,
                 epochs=1,
                 checkpoint_every=8,
             )
-            seconds = restart(engine, project, nodes, nodes * 2)
+            seconds = restart(engine, project, nodes, nodes * devices)
             timed[name].append(seconds)
             print(f"{engine.name} engine, round {round_number + 1}: {name}: {seconds:.1f} s", flush=True)
     return statistics.median(timed["restarts"]), statistics.median(timed["by hand"])
 
 
-def report(engine: str, nodes: int, rounds: int, ours: float, hand: float) -> None:
+def report(engine: str, nodes: int, rounds: int, ours: float, hand: float, devices: int = 2) -> None:
     """The engine's medians and their ratio."""
     where = "on this host" if engine == "manual" else "one node on each of 2 hosts over ssh"
-    print(f"{engine} engine: {nodes} node(s) x 2 processes ({where}), torchrun on the CPU, {rounds} round(s), median:")
+    processes = f"{devices} process{'es' if devices > 1 else ''}"
+    print(f"{engine} engine: {nodes} node(s) x {processes} ({where}), torchrun on the CPU, {rounds} round(s), median:")
     print(
         f"npu-wizard run --restarts 1 ({engine} engine): {ours:.1f} s from the kill to the first step after the resume"
     )
@@ -261,29 +265,36 @@ def main() -> None:
     parser.add_argument("--engine", choices=("manual", "ssh"), help="one engine (default: both; --smoke: manual)")
     parser.add_argument("--nodes", type=int, default=2, help="nodes of the manual engine's job (ssh: 2, one a host)")
     parser.add_argument("--samples", type=int, default=65536)
-    parser.add_argument("--smoke", action="store_true", help="one round, a short job; manual: 1 node x 2 processes")
+    parser.add_argument("--devices", type=int, default=2, help="processes per node (--smoke: 1)")
+    parser.add_argument("--smoke", action="store_true", help="one round, a short job, 1 process a node; manual: 1 node")
     args = parser.parse_args()
     if args.smoke:
-        args.rounds, args.samples = 1, 8192
+        # one rank a node: the killed rank is the node's only one, and the restart (stop every node, find the
+        # checkpoint, start again) runs the same steps; 4 torch processes to start and kill in place of 8. The
+        # rank's 256 steps are as many as each of 2 ranks had of 8192 samples
+        args.rounds, args.samples, args.devices = 1, 4096, 1
         args.nodes = 1 if args.engine != "ssh" else 2
+        # torchrun gives each of 2+ ranks a node OMP_NUM_THREADS=1: a lone rank would take a thread per core, and on
+        # a busy machine its tiny steps would spin, not train (16 CPU s for the resumed job's steps)
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     engines = [args.engine] if args.engine else (["manual"] if args.smoke else ["manual", "ssh"])
     figures: list[tuple[str, int, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="restart-time-") as scratch, ExitStack() as stack:
         folder = Path(scratch)
         for name in engines:
             if name == "manual":
-                figures.append(
-                    (name, args.nodes, *time_engine(Engine(), folder, args.rounds, args.nodes, args.samples))
-                )
+                timed = time_engine(Engine(), folder, args.rounds, args.nodes, args.samples, args.devices)
+                figures.append((name, args.nodes, *timed))
             elif not have_ssh_hosts():
                 figures.append((name, 2, 0.0, 0.0))
             else:
                 (folder / "hosts").mkdir()
                 hosts = stack.enter_context(ssh_hosts(folder / "hosts"))  # the sshd stopped by PID, namespaces removed
-                figures.append((name, 2, *time_engine(SshEngine(hosts), folder, args.rounds, 2, args.samples)))
+                timed = time_engine(SshEngine(hosts), folder, args.rounds, 2, args.samples, args.devices)
+                figures.append((name, 2, *timed))
     for name, nodes, ours, hand in figures:
         if hand:
-            report(name, nodes, args.rounds, ours, hand)
+            report(name, nodes, args.rounds, ours, hand, args.devices)
         else:
             print(f"{name} engine: skipped: needs root, sshd, ssh, rsync and ip (the hosts of tests/ssh_hosts.py)")
 

@@ -17,7 +17,7 @@ Rounds alternate; the medians, the bytes each copies, and after / before are pri
 Prerequisites: root; sshd, ssh, rsync, ip and git (as tests/test_ssh_engine.py).
 
     python benchmarks/ssh_copy_history.py [--history-gib 2] [--rounds 3]
-    python benchmarks/ssh_copy_history.py --smoke   # 64 MiB, one round (tests/test_benchmarks_smoke.py)
+    python benchmarks/ssh_copy_history.py --smoke   # 64 MiB, one round, 2 x 1 ranks (tests/test_benchmarks_smoke.py)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.cluster_start import fresh, render_demo, runs_of, timed  # noqa: E402
+from benchmarks.cluster_start import SIZES, fresh, render_demo, runs_of, timed  # noqa: E402
 from tests.runs import node_env  # noqa: E402
 from tests.ssh_hosts import ssh_hosts  # noqa: E402
 from wizard.run.engines.ssh_copy import copy_list  # noqa: E402
@@ -84,10 +84,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history-gib", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="64 MiB of history, one round")
+    parser.add_argument("--smoke", action="store_true", help="64 MiB of history, one round, a rank a host")
     args = parser.parse_args()
     size = 64 * 2**20 if args.smoke else int(args.history_gib * 2**30)
     rounds = 1 if args.smoke else args.rounds
+    launcher = "torchrun"
+    if args.smoke:
+        # as cluster_start.py's smoke run: the shell launcher starts each host's one rank itself, and 8 steps; both
+        # copies are still timed across the same two hosts to the first step (4 torch processes, not 12)
+        launcher = "shell"
+        SIZES.update({"devices_per_node": 1, "training.samples": 256})
     times: dict[str, list[float]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="npu-wizard-copy-bench-") as scratch:
         work = Path(scratch)
@@ -97,6 +103,7 @@ def main() -> int:
             project = render_demo(
                 work / "here",
                 "big-history",
+                launcher=launcher,
                 **{
                     "cluster.engine": "ssh",
                     "cluster.remote_dir": str(remote),

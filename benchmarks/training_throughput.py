@@ -82,7 +82,11 @@ SAMPLE = ROOT / "benchmarks" / "baseline_huawei_ddp_sample.py"
 BATCH_SIZE = 32  # the answers' default per-device batch
 WARMUP_STEPS = 100
 LOG_EVERY = 10  # the generated project's step events
-SMOKE_SAMPLES = 1024  # --smoke: 32 steps an epoch in one process, 16 in two
+# --smoke: one epoch of 64 steps in one process, 32 in two: timestamps at steps 10, 20 and 30 (the sample's at 11,
+# 21 and 31) after the warm-up of LOG_EVERY steps. One epoch, not two: the sample's DataLoader starts a worker each
+# epoch, an interpreter that imports torch again (2 CPU s, three of them in a smoke run of two epochs)
+SMOKE_SAMPLES = 2048
+SMOKE_TRIAL_SAMPLES = 1024  # --smoke: an A/B trial of 32 steps
 EVENT_TRIAL_SAMPLES = 8192  # one A/B trial: an epoch of 256 steps, short so that load swings hit both modes
 RUN_TIMEOUT_S = 900  # one run; a loaded two-core machine has taken over 300 s to start and finish the smoke baseline
 TARGET_VS_SAMPLE_2 = 1.0
@@ -467,8 +471,8 @@ def main() -> int:
     args = parser.parse_args()
     args.warmup, args.trial_samples = WARMUP_STEPS, EVENT_TRIAL_SAMPLES
     if args.smoke:
-        args.repeat, args.samples, args.epochs, args.event_pairs = 1, SMOKE_SAMPLES, 2, 1
-        args.warmup, args.trial_samples = LOG_EVERY, SMOKE_SAMPLES
+        args.repeat, args.samples, args.epochs, args.event_pairs = 1, SMOKE_SAMPLES, 1, 1
+        args.warmup, args.trial_samples = LOG_EVERY, SMOKE_TRIAL_SAMPLES
     began = time.perf_counter()
     os.environ.pop("OMP_NUM_THREADS", None)
     if args.threads != "launcher":
