@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from torch import nn
 
 from . import checkpoint
 from .checkpoint_owner import PROJECT_KEY
+from .errors import SetupError
 from .folders import keep_out_of_git
 
 FOLDER = re.compile(r"step-(\d+)")
@@ -55,12 +56,18 @@ def complete_folders(directory: Path) -> list[Path]:
     return [path for _step, path in sorted(found)]
 
 
+def _marker(folder: Path) -> dict[str, Any]:
+    """A step folder's marker ({} where it cannot be read)."""
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return marker if isinstance(marker, dict) else {}
+
+
 def marker_project(folder: Path) -> str | None:
     """The project a step folder's marker names (None where it names none or cannot be read)."""
-    try:
-        owner = json.loads((Path(folder) / MARKER).read_text()).get("project")
-    except (OSError, ValueError, AttributeError):
-        return None
+    owner = _marker(folder).get("project")
     return owner if isinstance(owner, str) else None
 
 
@@ -82,23 +89,48 @@ def save_sharded(
     partial = directory / f".{final.name}{PARTIAL}"
     first = dist.get_rank() == 0
     with _space_said(directory, step, partial if first else None):
-        if first:
-            if not directory.is_dir():
-                directory.mkdir(parents=True, exist_ok=True)
-                keep_out_of_git(directory)
-            # a save that died before its rename
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir()
-        dist.barrier()
+        _on_rank_0(first, step, lambda: _prepare(directory, partial))
         model_state, optimizer_state = get_state_dict(model, optimizer)
         dcp.save(
             {"model": model_state, "optimizer": optimizer_state},
             checkpoint_id=str(partial),
         )
-        if first:
-            _complete(directory, final, partial, step, training, project, keep)
-    dist.barrier()  # no rank goes on (or exits) before the folder is complete
+        # no rank goes on (or exits) before the folder is complete
+        _on_rank_0(
+            first,
+            step,
+            lambda: _complete(directory, final, partial, step, training, project, keep),
+        )
     return final
+
+
+def _prepare(directory: Path, partial: Path) -> None:
+    """Rank 0, before any shard: the checkpoint folder and an empty partial folder."""
+    if not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        keep_out_of_git(directory)
+    shutil.rmtree(partial, ignore_errors=True)  # a save that died before its rename
+    partial.mkdir()
+
+
+def _on_rank_0(first: bool, step: int, work: Callable[[], None]) -> None:
+    """Run `work` on rank 0, every rank waiting: where it fails, every rank raises (the
+    others would otherwise wait for rank 0 at the next collective until its timeout)."""
+    failure: list[str | None] = [None]
+    error: Exception | None = None
+    if first:
+        try:
+            work()
+        except Exception as raised:
+            error = raised
+            failure[0] = f"{type(raised).__name__}: {raised}"[:500]
+    dist.broadcast_object_list(failure, src=0)
+    if error is not None:
+        raise error
+    if failure[0] is not None:
+        raise SetupError(
+            f"rank 0 could not write the checkpoint of step {step}: {failure[0]}"
+        )
 
 
 def _complete(
@@ -147,7 +179,8 @@ def _space_said(directory: Path, step: int, partial: Path | None) -> Iterator[No
     except BaseException as error:  # dcp raises CheckpointException, a BaseException
         # torch.save, which dcp writes each shard with, turns ENOSPC into "unexpected pos":
         # the disk itself says whether it is full, asked before the partial folder goes
-        full = _out_of_space(error) or _disk_full(directory)
+        stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
+        full = not stopped and (_out_of_space(error) or _disk_full(directory))
         if partial is not None:
             shutil.rmtree(partial, ignore_errors=True)
         if full:
@@ -239,7 +272,8 @@ def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
             "give each project its own folder (NPU_WIZARD_CHECKPOINT_DIR, or train.py's --checkpoint-dir)"
         )
     state = None
-    problem = damage(folder)
+    # one rank reads the sizes for all (they see one folder): not a stat per file per rank
+    problem = damage(folder) if checkpoint._is_first_rank() else None
     if problem is None:
         try:
             state = torch.load(
@@ -249,6 +283,13 @@ def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
             problem = f"{folder} ({type(error).__name__}: {error})"[:500]
     problems = [found for found in checkpoint._gather(problem) if found]
     if not problems:
+        written_by = _marker(folder).get("world_size")
+        if (
+            isinstance(state, dict)
+            and "world_size" not in state
+            and isinstance(written_by, int)
+        ):
+            state["world_size"] = written_by  # saved before the training state kept it
         return state
     if checkpoint._is_first_rank():
         aside = checkpoint.set_aside(folder)
@@ -261,20 +302,25 @@ def _training_state(folder: Path, project: str | None) -> dict[str, Any] | None:
 
 def damage(folder: Path) -> str | None:
     """What is missing or cut short in a complete step folder, by the sizes its marker
-    recorded; None where all is there (or the marker recorded no sizes)."""
+    recorded; None where all is there, where the marker recorded no sizes, or where
+    the disk would not say (an error other than a missing file is no proof of damage)."""
     try:
         files = json.loads((folder / MARKER).read_text()).get("files")
-    except (OSError, ValueError, AttributeError) as error:
+    except OSError:
+        return None
+    except (ValueError, AttributeError) as error:
         return f"{folder / MARKER} cannot be read ({type(error).__name__})"
     if not isinstance(files, dict):
         return None  # written before the sizes were recorded
     for name, size in sorted(files.items()):
-        if Path(name).name != name or name in ("", ".", ".."):
+        if Path(name).name != name or name in ("", ".", "..") or "\0" in name:
             return f"{folder / MARKER} names {name!r}, not a file of the folder"
         try:
             found = (folder / name).stat().st_size
-        except OSError:
+        except FileNotFoundError:
             return f"{folder}: {name} is missing"
+        except OSError:
+            return None
         if found != size:
             return f"{folder}: {name} holds {found} bytes, {size} were written"
     return None

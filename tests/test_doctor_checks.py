@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runtime.checks import FAIL, PASS, SKIP, WARN
+from runtime.probes import parse_port_list
 from tests.factories import answers
 from tests.runs import free_port
 from wizard.answers.model import Answers
@@ -96,10 +97,12 @@ def test_a_taken_hccl_port_fails_and_names_it(held_port: int) -> None:
     if_ip = network.check_if_ip(project, node, NO_NONLOCAL_BIND)
     result = network.check_hccl_free(project, node, if_ip)
     assert result.status == FAIL
-    # the range is 16 ephemeral ports beside the held one: another test's socket may hold one of them too
+    # the range is 16 ephemeral ports beside the held one: another test's socket may hold some of them too, and
+    # neighbours are written as a span (56911-56913)
     taken, _, where = result.detail.partition(" taken on ")
-    assert str(held_port) in taken.split(", ") and where.startswith("127.0.0.1"), result.detail
-    assert f"sport = :{taken.split(', ')[0]}" in result.fix and "HCCL base port" in result.fix
+    ports = [port for first, last in parse_port_list(taken) for port in range(first, last + 1)]
+    assert held_port in ports and where.startswith("127.0.0.1"), result.detail
+    assert f"sport = :{min(ports)}" in result.fix and "HCCL base port" in result.fix
 
 
 def test_free_hccl_ports_pass() -> None:

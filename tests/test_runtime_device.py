@@ -51,6 +51,23 @@ def test_cpu_takes_gloo() -> None:
     assert device.bind_device(choice, local_rank=1) == device.torch.device("cpu")
 
 
+def test_a_cpu_rank_without_omp_num_threads_takes_its_share_of_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the suite sets OMP_NUM_THREADS=1 for its runs (tests/conftest.py): the rule for a launcher that sets none
+    before = device.torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(device.os, "cpu_count", lambda: 8)
+        device.bind_device(device.select_device("cpu"), local_rank=0, local_world_size=2)
+        assert device.torch.get_num_threads() == 4
+        device.bind_device(device.select_device("cpu"), local_rank=0, local_world_size=16)
+        assert device.torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's (or torchrun's) own setting is left alone
+        device.bind_device(device.select_device("cpu"), local_rank=0, local_world_size=2)
+        assert device.torch.get_num_threads() == 1
+    finally:
+        device.torch.set_num_threads(before)
+
+
 def test_flag_beats_environment_beats_answers() -> None:
     env = {"NPU_WIZARD_DEVICE": "auto"}
     assert device.requested_device("cpu", "npu", env) == "cpu"

@@ -91,7 +91,7 @@ def killed_after_first_checkpoint(project: Path) -> RunEnded:
 
 @pytest.fixture(scope="module")
 def sharded_runs(tmp_path_factory: pytest.TempPathFactory) -> ShardedRuns:
-    """The five runs (a few minutes on two cores)."""
+    """The six runs (a few minutes on two cores)."""
     text = write_text_folder(tmp_path_factory.mktemp("text") / "corpus")
     ddp = run_to_its_end(project_of(tmp_path_factory.mktemp("ddp"), text, "ddp", max_steps=70), "--interval", "2")
     zero1 = run_to_its_end(project_of(tmp_path_factory.mktemp("zero1"), text, "zero1"), "--interval", "2")
@@ -211,7 +211,7 @@ def test_fsdp2s_step_folder_of_four_shards_resumes_on_two_ranks_and_the_loss_goe
     assert (
         "the checkpoint was written by 4 ranks and resumes on 2: the model and optimizer state load onto them, "
         "training goes on after the same share of epoch 1 (other windows: each rank reads its own part), and the "
-        "learning rate follows 2 ranks" in said
+        "learning-rate schedule is laid out again over the steps left" in said
     ), run.stdout
     newest = Path(kinds(events_of(run.run_dir)[0], "checkpoint")[-1]["path"])
     assert newest.name == "step-000000060"

@@ -157,6 +157,48 @@ def test_nodes_without_shared_storage_each_keep_checkpoints_and_resume(tmp_path:
     assert_trained_without_checkpoint_folder(tmp_path / "second", world_size=2)
 
 
+def test_fsdp2_without_a_folder_every_rank_reaches_saves_the_whole_state_per_node_and_resumes_from_it(
+    tmp_path: Path,
+) -> None:
+    # two hosts keep their own copies of the project (no folder every rank reaches): the train.py rendered for them
+    # gathers the whole state onto each node's first rank at every save. Here both nodes run on 127.0.0.1, each
+    # with its own checkpoint folder, from that very train.py
+    answers = {"samples": 2048, "epochs": 2, "checkpoint_every": 32, "parallelism": "fsdp2"}
+    project = render_cpu(tmp_path / "here", "shell", nodes=2, devices_per_node=1, **answers)
+    hosts = {"project_name": project.name, "network.host_ips": ["10.0.0.1", "10.0.0.2"]}
+    apart = render_cpu(tmp_path / "apart", "shell", nodes=2, devices_per_node=1, answers=hosts, **answers)
+    train = (apart / "train.py").read_text()
+    assert "SHARDED_CHECKPOINTS = False" in train and "SHARDED_CHECKPOINTS = True" in (project / "train.py").read_text()
+    (project / "train.py").write_text(train)
+    folders = [tmp_path / "node0-checkpoints", tmp_path / "node1-checkpoints"]
+
+    def start(run_dir: Path) -> list[subprocess.Popen[bytes]]:
+        return [
+            subprocess.Popen(
+                ["bash", str(project / "launch" / f"node{node}.sh")],
+                env=node_env(run_dir, NPU_WIZARD_CHECKPOINT_DIR=str(folder)),
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for node, folder in enumerate(folders)
+        ]
+
+    first = start(tmp_path / "first")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(list(folder.glob("step-*.pt")) for folder in folders):
+        time.sleep(0.05)
+    kill_groups(first)
+    for folder in folders:  # one whole file per node, no step folder of shards
+        assert list(folder.glob("step-*.pt")) and not list(folder.glob("step-*[0-9]")), list(folder.iterdir())
+
+    for node, (code, output) in enumerate(wait_nodes(start(tmp_path / "second"), 240)):
+        assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
+    resumed = {rank: kinds(e, "started")[0]["resumed_step"] for rank, e in events_of(tmp_path / "second").items()}
+    assert len(set(resumed.values())) == 1 and min(resumed.values()) >= 32, resumed
+    assert_trained_without_checkpoint_folder(tmp_path / "second", world_size=2)
+
+
 def assert_trained_without_checkpoint_folder(run_dir: Path, world_size: int) -> None:
     """Every rank finished with the same weights (checkpoints live outside the project here)."""
     events = events_of(run_dir)
