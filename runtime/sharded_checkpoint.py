@@ -121,7 +121,7 @@ def _on_rank_0(first: bool, step: int, work: Callable[[], None]) -> None:
     if first:
         try:
             work()
-        except Exception as raised:
+        except Exception as raised:  # noqa: BLE001 - re-raised here, told to the others
             error = raised
             failure[0] = f"{type(raised).__name__}: {raised}"[:500]
     dist.broadcast_object_list(failure, src=0)

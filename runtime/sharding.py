@@ -62,8 +62,13 @@ def model_blocks(model: nn.Module) -> list[nn.Module]:
     ]
 
 
-def checkpoint_activations(blocks: list[nn.Module]) -> None:
-    """Make each block recompute its activations in the backward pass instead of keeping them."""
+def checkpoint_activations(blocks: list[nn.Module], compiled: bool = False) -> None:
+    """Make each block recompute its activations in the backward pass instead of keeping them.
+
+    `compiled`: the blocks run under torch.compile, whose traced recomputation updates no
+    batch-norm statistics a second time (and which would break its graph on the contexts
+    that keep them in eager mode).
+    """
     from torch.utils.checkpoint import checkpoint
 
     for block in blocks:
@@ -75,7 +80,7 @@ def checkpoint_activations(blocks: list[nn.Module]) -> None:
             if isinstance(module, nn.modules.batchnorm._BatchNorm)
             and module.track_running_stats
         ]
-        if norms:  # the recomputation would count each batch twice in their statistics
+        if norms and not compiled:  # the recomputation would count each batch twice
             options["context_fn"] = functools.partial(_recomputed_once, norms)
         block.forward = functools.partial(checkpoint, block.forward, **options)
 

@@ -94,8 +94,13 @@ def test_a_marker_without_sizes_from_an_earlier_release_still_resumes(tmp_path: 
     assert resumed is not None and resumed[0] == folder
 
 
-def test_the_sizes_are_read_from_the_marker_alone(tmp_path: Path) -> None:
-    assert sharded_checkpoint.damage(tmp_path) == f"{tmp_path / MARKER} cannot be read (FileNotFoundError)"
+def test_a_marker_the_disk_would_not_give_is_no_proof_of_damage_and_one_that_is_not_json_is(tmp_path: Path) -> None:
+    # an error of the disk (here: no marker at all) proves nothing about the shards: the folder is not set aside
+    assert sharded_checkpoint.damage(tmp_path) is None
+    (tmp_path / MARKER).write_text('{"step": 10, "files": {"__0_0.distcp"')  # cut short
+    assert sharded_checkpoint.damage(tmp_path) == f"{tmp_path / MARKER} cannot be read (JSONDecodeError)"
+    (tmp_path / MARKER).write_text(json.dumps({"files": {"a\0b": 1}}))
+    assert sharded_checkpoint.damage(tmp_path) == f"{tmp_path / MARKER} names 'a\\x00b', not a file of the folder"
 
 
 def test_a_save_that_runs_out_of_disk_says_so_and_leaves_no_partial_folder(

@@ -993,7 +993,11 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
 {%- if cookiecutter.activation_checkpointing == "true" %}
             # training.activation_checkpointing: each block recomputes its activations in
             # the backward pass instead of keeping them; wrapped before any sharding
+{%- if cookiecutter.compile != "off" %}
+            sharding.checkpoint_activations(sharding.model_blocks(model), compiled=True)
+{%- else %}
             sharding.checkpoint_activations(sharding.model_blocks(model))
+{%- endif %}
 {%- endif %}
 {%- if cookiecutter.parallelism == "fsdp2" %}
             # fully_shard each block, then the root{% if cookiecutter.amp == "bf16" %}: bf16 parameters in compute, fp32 reductions{% endif %}

@@ -128,6 +128,7 @@ class Trainer:
         self.batches_done = 0
         self.max_steps = 0
         self.saved_step = -1
+        self.resumed_from_ranks = rank.world_size  # the checkpoint's, once resumed
         # local rank 0 of each node writes the whole checkpoint: no shared storage needed
         self.writers = sharding.writers(
             rank.world_size, rank.local_world_size, shared=False
@@ -160,9 +161,9 @@ class Trainer:
                 f"resuming from {path}: epoch {self.epoch + 1}, step {self.step}",
                 "resume",
             )
-        saved_world = state.get("world_size", self.rank.world_size)
-        if saved_world != self.rank.world_size:
-            self._go_on_after_the_same_samples(saved_world)
+        self.resumed_from_ranks = state.get("world_size", self.rank.world_size)
+        if self.resumed_from_ranks != self.rank.world_size:
+            self._go_on_after_the_same_samples(self.resumed_from_ranks)
 
     def _go_on_after_the_same_samples(self, saved_world: int) -> None:
         """Resumed on another number of ranks: this epoch goes on after the samples done."""
@@ -177,10 +178,16 @@ class Trainer:
             events.warn(
                 f"the checkpoint was written by {saved_world} ranks and resumes on "
                 f"{self.rank.world_size}: the model and optimizer state load onto them, "
-                f"training goes on after {where}, and the learning rate follows "
+                f"training goes on after {where}, and the learning-rate schedule is laid "
+                "out again over the steps left, scaled to the global batch of "
                 f"{self.rank.world_size} ranks",
                 "resume",
             )
+
+    def steps_left(self, steps_per_epoch: int, epochs: int) -> int:
+        """Optimizer steps from where the run stands to the end of its last epoch."""
+        this_epoch = (len(self.train_data) - self.batches_done) // GRAD_ACCUM
+        return max(0, this_epoch) + steps_per_epoch * max(0, epochs - self.epoch - 1)
 
     def _run_step(self, micro_batches: list[data.Batch]) -> torch.Tensor:
         """One optimizer step over `micro_batches`; their mean loss."""
@@ -513,6 +520,16 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
                 recorder,
                 folder,
             )
+            if trainer.resumed_from_ranks != rank.world_size:
+                # the steps counted at the old number of ranks were of another size: the
+                # schedule is laid out again, to end with the steps left at this number
+                left = trainer.steps_left(steps_per_epoch, args.epochs)
+                total_steps = trainer.step + left
+                if args.max_steps:
+                    total_steps = min(total_steps, args.max_steps)
+                trainer.lr_schedule = learning_rate(
+                    rank.world_size, steps_per_epoch, total_steps
+                )
             recorder.started(
                 local_rank=rank.local_rank,
                 node=rank.node_rank,
