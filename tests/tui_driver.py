@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Input, OptionList, Static
+from textual.widgets import Header, Input, OptionList, Static
+from textual.widgets._header import HeaderTitle
 
 from wizard.answers.questions import BY_NAME, QUESTIONS, STEPS
 from wizard.tui import create_app
@@ -29,9 +30,23 @@ def run_wizard(scenario: Scenario, app: WizardApp | None = None) -> WizardApp:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             await scenario(pilot)
+            await until(pilot, lambda: headers_settled(pilot), "the page's header to show its title")
 
     asyncio.run(main())
     return app
+
+
+def headers_settled(pilot: Pilot[Any]) -> bool:
+    """Whether every header of the current page shows its title already.
+
+    A page's header updates its title in a callback; an app that closes before it runs fails inside Textual
+    (NoMatches for HeaderTitle), so a scenario ends only once the title is on show.
+    """
+    for header in pilot.app.screen.query(Header):
+        titles = header.query(HeaderTitle)
+        if not titles or str(titles.first().render()) != str(header.format_title()):
+            return False
+    return True
 
 
 async def until(pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
