@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets._header import HeaderTitle
@@ -68,10 +69,23 @@ def problem_text(pilot: Pilot[int], name: str) -> str:
     return str(field(pilot, name).query_one(".problem", Static).render())
 
 
+PASTED_FROM = 17
+"""A value this long (a path, an argument line) is pasted, as a person pastes it; a shorter one is typed key by key."""
+
+
 async def type_into(pilot: Pilot[int], entry: Input, text: str) -> None:
-    """Focus an input, clear it with keys and type the text, then pause as a person does (the field checks it)."""
+    """Focus an input, clear it with keys and type or paste the text, then pause as a person does (the field checks it).
+
+    A paste is the terminal's bracketed paste, delivered to the app as a real terminal delivers it. Typing a long
+    value key by key re-draws the page at each key: most of a wizard test's time, for nothing the test asks
+    (tests/test_tui_inputs.py types long values key by key on purpose).
+    """
     entry.focus()
-    await pilot.press("home", "ctrl+k", *(text or []))
+    if len(text) >= PASTED_FROM:
+        await pilot.press("home", "ctrl+k")
+        pilot.app.post_message(events.Paste(text))
+    else:
+        await pilot.press("home", "ctrl+k", *text)
     await pilot.pause()
     owner = next((node for node in entry.ancestors if isinstance(node, Field)), None)
     if owner is not None:  # the pause after typing, without waiting for it
