@@ -36,15 +36,17 @@ LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
 SERIES = ("atlas-training", "atlas-a2", "atlas-a3")
 
 # A rank of the real train.py stands in here: records argv, environment and the CPUs it may
-# run on, writes its pid, then does what FAKE_MODE says (rank 1 fails with 7, or everyone sleeps).
+# run on, writes its pid (whole, by a rename), then does what FAKE_MODE says (rank 1 fails with 7, or everyone sleeps).
 FAKE_TRAIN = """\
 import json, os, sys, time
 rank = int(os.environ.get("RANK", "0"))
 record = os.environ["FAKE_RECORD"]
 with open(os.path.join(record, f"rank-{rank}.json"), "w") as f:
     json.dump({"argv": sys.argv[1:], "env": dict(os.environ), "cpus": sorted(os.sched_getaffinity(0))}, f)
-with open(os.path.join(record, f"rank-{rank}.pid"), "w") as f:
+pid_file = os.path.join(record, f"rank-{rank}.pid")
+with open(pid_file + ".part", "w") as f:  # renamed once written: a test that sees the file reads a pid
     f.write(str(os.getpid()))
+os.replace(pid_file + ".part", pid_file)
 mode = os.environ.get("FAKE_MODE", "ok")
 if mode == "fail-rank-1":
     if rank == 1:
