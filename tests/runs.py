@@ -20,20 +20,28 @@ from wizard.render.render import render
 BIN = str(Path(sys.executable).parent)
 
 
-def free_port() -> int:
-    """A port pair (P, P+1) free now and outside the kernel's ephemeral range.
+def free_port(outside: range = range(0)) -> int:
+    """A port pair (P, P+1) free now, outside the kernel's ephemeral range and outside `outside`.
 
     A port from the ephemeral range may be handed to any outgoing connection
     before the job binds it (the very hazard the HCCL port reservation avoids),
-    so jobs started by the tests take theirs from below it.
+    so jobs started by the tests take theirs from below it. `outside` keeps a
+    master port out of an HCCL range picked before it (the answers refuse one inside).
     """
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     candidates = list(range(max(1024, low - 12000), low - 1))
     random.shuffle(candidates)
     for port in candidates:
+        if port in outside or port + 1 in outside:
+            continue
         if all(_bindable(p) for p in (port, port + 1)):
             return port
     raise RuntimeError("no free port pair below the ephemeral range")
+
+
+def hccl_range_from(base: int) -> range:
+    """The ports an HCCL range from `base` may take, for the largest node a test renders (64 of them)."""
+    return range(base, base + 64)
 
 
 def _bindable(port: int) -> bool:

@@ -16,7 +16,7 @@ import pytest
 from runtime.checks import FAIL, PASS, SKIP, WARN
 from runtime.probes import parse_port_list
 from tests.factories import answers
-from tests.runs import free_port
+from tests.runs import free_port, hccl_range_from
 from wizard.answers.model import Answers
 from wizard.doctor import network, software
 from wizard.doctor.probe import Software
@@ -92,7 +92,10 @@ def test_nonlocal_bind_makes_the_address_test_a_warning(tmp_path: Path) -> None:
 
 
 def test_a_taken_hccl_port_fails_and_names_it(held_port: int) -> None:
-    project = npu_answers(network__hccl_base_port=held_port - 2, network__master_port=free_port())
+    project = npu_answers(
+        network__hccl_base_port=held_port - 2,
+        network__master_port=free_port(outside=hccl_range_from(held_port - 2)),
+    )
     node = network.Node(0, "127.0.0.1", "simulated")
     if_ip = network.check_if_ip(project, node, NO_NONLOCAL_BIND)
     result = network.check_hccl_free(project, node, if_ip)
@@ -319,7 +322,10 @@ def test_cann_is_found_where_the_install_info_or_home_puts_it(tmp_path: Path) ->
 
 
 def test_doctor_checks_the_named_nic_instead_of_the_host_ip(tmp_path: Path) -> None:
-    project = npu_answers(network__nic="=lo", network__hccl_base_port=free_port(), network__master_port=free_port())
+    base = free_port()
+    project = npu_answers(
+        network__nic="=lo", network__hccl_base_port=base, network__master_port=free_port(outside=hccl_range_from(base))
+    )
     node = network.Node(0, FOREIGN, "--node")
     if_ip = network.check_if_ip(project, node, NO_NONLOCAL_BIND)
     assert (if_ip.status, if_ip.detail) == (PASS, "node 0: '=lo' is lo (127.0.0.1) on this host")

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.doubles.torch_npu_double import install_torch_npu_double
-from tests.runs import free_port
+from tests.runs import free_port, hccl_range_from
 from wizard.answers.model import resolve
 from wizard.render.render import render
 
@@ -160,6 +160,12 @@ def recorded_env(record: Path, name: str) -> dict[str, str]:
 def rank_record(record: Path, rank: int) -> dict[str, Any]:
     """What fake rank `rank` recorded."""
     return json.loads((record / f"rank-{rank}.json").read_text())
+
+
+def hccl_and_master_ports() -> dict[str, int]:
+    """A free HCCL base port and a free master port outside its range (the answers refuse one inside)."""
+    base = free_port()
+    return {"network.hccl_base_port": base, "network.master_port": free_port(outside=hccl_range_from(base))}
 
 
 def rank_pids(record: Path) -> list[int]:
@@ -415,7 +421,7 @@ def test_no_cann_on_npu_stops_the_node_listing_the_places_tried(tmp_path: Path) 
 
 
 def test_cann_is_found_in_a_known_place_when_the_answer_is_missing(tmp_path: Path) -> None:
-    ports = {"network.master_port": free_port(), "network.hccl_base_port": free_port()}
+    ports = hccl_and_master_ports()
     project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": "/nonexistent/set_env.sh", **ports})
     record = tmp_path / "record"
     record.mkdir()
@@ -443,7 +449,7 @@ def test_the_set_env_default_follows_the_cann_torch_npu_pairs_with() -> None:
 def test_cann_set_env_is_sourced_when_present(tmp_path: Path) -> None:
     set_env = tmp_path / "set_env.sh"
     set_env.write_text('export ASCEND_TOOLKIT_HOME=/opt/fake\nexport LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/opt/lib"\n')
-    ports = {"network.master_port": free_port(), "network.hccl_base_port": free_port()}
+    ports = hccl_and_master_ports()
     project = render_project(tmp_path, device="npu", **{"environment.cann_set_env": str(set_env), **ports})
     record = tmp_path / "record"
     record.mkdir()
