@@ -34,15 +34,6 @@ demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it
 	$(BIN)/npu-wizard --answers examples/cpu-demo.yaml -o out --force
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/npu-wizard run out/cpu-demo --fresh
 
-# Compiled modules for the tests: machines of this kind set PYTHONDONTWRITEBYTECODE=1, so each pytest process
-# rewrote and compiled every test module afresh (about 6 CPU s a process, five of them) and each npu-wizard process
-# the tests start compiled the wizard again. The suite lets Python keep them for the run in a folder of its own
-# (PYTHONPYCACHEPREFIX, so no __pycache__ appears in a project folder a test compares), removed at the end.
-define with_module_cache
-@cache=$$(mktemp -d "$${TMPDIR:-/tmp}/npu-wizard-pycache.XXXXXX"); \
-env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX="$$cache" $(1); status=$$?; rm -rf "$$cache"; exit $$status
-endef
-
 # -n 4 on two cores: much of the suite waits (for a Slurm job to be scheduled, a hang to be detected, a shaped link,
 # sshd), so more workers fill the cores while some wait: the whole suite took 31 min with -n 3 against 40 min
 # with -n 2 on this 2-core machine (tests/costs.py recordings, benchmarks/suite_costs.py); with -n 3 the cores
@@ -52,14 +43,14 @@ endef
 # (vmstat): the suite is bound by the CPU its real runs need, so only fewer or smaller runs make it faster.
 # --dist loadgroup: the tests that read one shared run (tests/conftest.py) go to one worker, which makes it once.
 test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowest tests (setup, call or teardown)
-	$(call with_module_cache,$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -q -rs --durations=20)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -q -rs --durations=20
 
 # The inner loop: the tests that start no training process (-m "not slow"): renders, answers, the TUI, parsing,
 # verdicts and reports on recorded or hand-made folders, launch scripts under test doubles. `make test` before a push.
 # -n 4: the TUI's Pilot tests wait on the event loop, so 4 workers fill two cores better than 2 (a quiet clean
 # clone: 6:03 against 8:04)
 test-fast: $(BIN)/npu-wizard  ## the tests that start no training process, in a few minutes
-	$(call with_module_cache,$(BIN)/python -m pytest -n 4 --dist loadgroup -q -m "not slow" -rs --durations=10)
+	$(BIN)/python -m pytest -n 4 --dist loadgroup -q -m "not slow" -rs --durations=10
 
 snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
 	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py
