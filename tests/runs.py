@@ -40,8 +40,14 @@ def free_port(outside: range = range(0)) -> int:
 
 
 def hccl_range_from(base: int) -> range:
-    """The ports an HCCL range from `base` may take, for the largest node a test renders (64 of them)."""
+    """The ports an HCCL range from `base` may take: 64, more than either port count the answers allow (16, 32)."""
     return range(base, base + 64)
+
+
+def hccl_base_apart_from(port: int) -> int:
+    """A free HCCL base port whose range keeps clear of `port` and `port + 1` (a master port the test holds: one
+    the kernel handed out may fall in the default range, 60000-60015, which the answers refuse)."""
+    return free_port(outside=range(port - 63, port + 2))
 
 
 def _bindable(port: int) -> bool:

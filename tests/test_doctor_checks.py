@@ -16,7 +16,7 @@ import pytest
 from runtime.checks import FAIL, PASS, SKIP, WARN
 from runtime.probes import parse_port_list
 from tests.factories import answers
-from tests.runs import free_port, hccl_range_from
+from tests.runs import free_port, hccl_base_apart_from, hccl_range_from
 from wizard.answers.model import Answers
 from wizard.doctor import network, software
 from wizard.doctor.probe import Software
@@ -120,14 +120,14 @@ def test_free_hccl_ports_pass() -> None:
 
 
 def test_the_master_port_taken_on_node_0_fails(held_port: int, tmp_path: Path) -> None:
-    project = npu_answers(network__master_port=held_port)
+    project = npu_answers(network__master_port=held_port, network__hccl_base_port=hccl_base_apart_from(held_port))
     result = network.check_master_port(project, network.Node(0, "127.0.0.1", "simulated"), port_files(tmp_path, ""))
     assert (result.status, result.detail) == (FAIL, f"{held_port} is taken (Address already in use)")
     assert "an earlier run" in result.fix
 
 
 def test_the_master_port_is_not_bound_on_other_nodes(held_port: int, tmp_path: Path) -> None:
-    project = npu_answers(network__master_port=held_port)
+    project = npu_answers(network__master_port=held_port, network__hccl_base_port=hccl_base_apart_from(held_port))
     result = network.check_master_port(project, network.Node(1, "127.0.0.1", "--node"), port_files(tmp_path, ""))
     assert result.status == SKIP
 
@@ -180,7 +180,7 @@ def test_hccl_port_checks_skip_on_cpu(tmp_path: Path) -> None:
 
 
 def test_a_listening_master_is_reachable(held_port: int) -> None:
-    project = npu_answers(network__master_port=held_port)
+    project = npu_answers(network__master_port=held_port, network__hccl_base_port=hccl_base_apart_from(held_port))
     result = network.check_master(project, network.Node(1, "127.0.0.1", "--node"), 1.0, NO_NONLOCAL_BIND)
     assert (result.status, result.detail) == (PASS, f"127.0.0.1:{held_port} accepts connections")
 

@@ -15,14 +15,18 @@ from pathlib import Path
 import pytest
 
 from runtime import preflight
-from tests.runs import free_port
+from tests.runs import free_port, hccl_base_apart_from
 from tests.test_launch_scripts import render_project, run_node, script_env, with_fake_train
 
 FOREIGN = "203.0.113.77"  # TEST-NET-3: not on this host; never sent any traffic
 
 
 def test_a_taken_master_port_stops_node_0_before_any_rank(tmp_path: Path, held_port: int) -> None:
-    project = render_project(tmp_path, launcher="shell", **{"network.master_port": held_port})
+    project = render_project(
+        tmp_path,
+        launcher="shell",
+        **{"network.master_port": held_port, "network.hccl_base_port": hccl_base_apart_from(held_port)},
+    )
     record = with_fake_train(project, tmp_path)
     started = time.monotonic()
     result = run_node(project, 0, script_env(record))
@@ -68,7 +72,12 @@ def test_a_host_ip_not_on_this_host_stops_the_node(tmp_path: Path) -> None:
 
 
 def test_the_preflight_can_be_skipped(tmp_path: Path, held_port: int) -> None:
-    project = render_project(tmp_path, launcher="shell", devices_per_node=1, **{"network.master_port": held_port})
+    project = render_project(
+        tmp_path,
+        launcher="shell",
+        devices_per_node=1,
+        **{"network.master_port": held_port, "network.hccl_base_port": hccl_base_apart_from(held_port)},
+    )
     record = with_fake_train(project, tmp_path)
     result = run_node(project, 0, script_env(record, NPU_WIZARD_SKIP_PREFLIGHT="1"))
     assert result.returncode == 0, result.stdout + result.stderr

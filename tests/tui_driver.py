@@ -43,7 +43,10 @@ def headers_settled(pilot: Pilot[Any]) -> bool:
     A page's header updates its title in a callback; an app that closes before it runs fails inside Textual
     (NoMatches for HeaderTitle), so a scenario ends only once the title is on show.
     """
-    for header in pilot.app.screen.query(Header):
+    screen = pilot.app.screen
+    if not screen.is_mounted:  # a page just pushed has no widgets yet: its header is still to come
+        return False
+    for header in screen.query(Header):
         titles = header.query(HeaderTitle)
         if not titles or str(titles.first().render()) != str(header.format_title()):
             return False
