@@ -7,13 +7,23 @@ it to run launch scripts cannot pass on a flag the release would reject.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.doubles.torch_npu_double import RELEASES, TorchNpuDouble, install_torch_npu_double, load_package
+from tests.doubles.torch_npu_double import (
+    RELEASES,
+    TorchNpuDouble,
+    install_torch_npu_double,
+    load_package,
+    torchrun_flags,
+)
 from wizard.answers import hardware
 
 BASE_FLAGS = [
@@ -69,6 +79,76 @@ def test_a_release_for_torch_2_1_refuses_options_later_torchrun_added(tmp_path: 
 def test_workers_see_the_parallel_store_from_7_1_0(tmp_path: Path, version: str, parallel: bool) -> None:
     _result, double = torch_npu_run(tmp_path, version, *BASE_FLAGS)
     assert ("TORCH_NPU_USE_PARALLEL_TCPSTORE" in double.runs()[0]["worker_env"]) is parallel
+
+
+# argv that torch's parser takes, refuses for an unknown flag, a value of the wrong type or a missing
+# script, or reads from PET_* variables; each is parsed by both parsers below
+ARGVS = [
+    [*BASE_FLAGS, "train.py", "--lr", "0.1"],
+    ["--standalone", "--nproc_per_node=4", "train.py"],
+    ["--nnodes=1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "a=1", "-m", "pkg.train"],
+    ["--max-restarts", "three", "train.py"],
+    ["--no-such-flag", "train.py"],
+    ["--local-ranks-filter", "0,1", "--log-dir", "logs", "-r", "3", "-t", "3", "train.py"],
+    ["--duplicate-stdout-filters", "a,,b,c", "train.py"],
+    [*BASE_FLAGS, TIERED, "train.py"],
+    ["--nproc-per", "2", "train.py"],
+    [*BASE_FLAGS],
+]
+
+
+def parse(parser: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, Any]:
+    """What a parser makes of `argv`: ("parsed", its values) or ("exit", its code and error line)."""
+    try:
+        return "parsed", vars(parser.parse_args(argv))
+    except SystemExit as leaving:
+        return "exit", (leaving.code, capsys.readouterr().err.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("version", ["2.1.0.post10", "2.9.0.post6"])
+def test_the_recorded_flags_parse_every_argv_as_torchs_own_parser_does(
+    tmp_path: Path, version: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    program = load_program(tmp_path, version)
+    release = json.loads((tmp_path / f"torch_npu_double-{version}" / "site" / "torch_npu" / "release.json").read_text())
+    flags = json.loads(torchrun_flags())
+    assert {action["kind"] for action in flags["actions"]} == {"env", "check_env", "help", "store"}
+    for pet in ({}, {"PET_NNODES": "3", "PET_STANDALONE": "1", "PET_MAX_RESTARTS": "2"}):
+        for name, value in pet.items():
+            monkeypatch.setenv(name, value)
+        for argv in ARGVS:
+            theirs = parse(program.torch_parser(release), argv, capsys)
+            ours = parse(program.recorded_parser(flags, release), argv, capsys)
+            assert ours == theirs, (argv, pet)
+    assert parse(program.recorded_parser(flags, release), ["train.py"], capsys)[1]["nnodes"] == "3"
+
+
+def load_program(tmp_path: Path, version: str) -> Any:
+    """The double's torch_npu_run program as installed for `version`, imported in this process."""
+    install_torch_npu_double(tmp_path, version)
+    path = tmp_path / f"torch_npu_double-{version}" / "torch_npu_run_program.py"
+    spec = importlib.util.spec_from_file_location(f"torch_npu_run_program_{version.replace('.', '_')}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_call_that_only_records_imports_no_torch(tmp_path: Path) -> None:
+    # a recording call runs in every launch-matrix test: importing torch there cost about 2 CPU s each
+    double = install_torch_npu_double(tmp_path, "2.9.0.post6")
+    program = double.root / "torch_npu_run_program.py"
+    code = (
+        "import runpy, sys; sys.argv = ['torch_npu_run', *sys.argv[1:]]; "
+        f"sys.path.insert(0, {str(double.root)!r}); import torch_npu_run_program as p; "
+        f"code = p.main({str(double.root)!r}); print(code, 'torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *BASE_FLAGS, "train.py"], env=double.env(), capture_output=True, text=True
+    )
+    assert result.stdout.split() == ["0", "False"], result.stderr
+    assert program.exists() and len(double.runs()) == 1
 
 
 def test_import_torch_npu_gets_the_double_of_the_installed_release(tmp_path: Path) -> None:

@@ -17,7 +17,10 @@ releases that define it; an unknown flag exits 2 with argparse's
 "unrecognized arguments", as the release would. Then it records the call and
 exits 0, or, with `TORCH_NPU_DOUBLE_RUN=torchrun` in its environment, runs the
 workers through the real torchrun with the environment that release's agent
-gives its workers (its parallel store itself is not modelled).
+gives its workers (its parallel store itself is not modelled). The flags come
+from a copy of torch's parser recorded once per test process from the Python
+the double runs on (`torchrun_flags`), so a call that only records imports no
+torch (tests/doubles/torch_npu_run_program.py).
 
 `import torch_npu` in a process with `double.env()` gets the double's package
 (`tests/doubles/torch_npu_package.py`): `__version__`, `npu.is_available`,
@@ -42,10 +45,12 @@ which records only when TORCH_HCCL_TRACE_BUFFER_SIZE > 0, as the real one.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +59,7 @@ from typing import Any
 
 PACKAGE_SOURCE = Path(__file__).with_name("torch_npu_package.py")
 TORCHAIR_SOURCE = Path(__file__).with_name("torchair_package.py")
+RUN_SOURCE = Path(__file__).with_name("torch_npu_run_program.py")
 RECORD_ENV = "TORCH_NPU_DOUBLE_RECORD"
 RUN_ENV = "TORCH_NPU_DOUBLE_RUN"
 
@@ -173,17 +179,56 @@ def install_torch_npu_double(root: Path, version: str, python: str = sys.executa
     shutil.copyfile(TORCHAIR_SOURCE, torchair / "__init__.py")
     (torchair / "release.json").write_text(json.dumps(release.__dict__))
     if release.has_torch_npu_run:
+        shutil.copyfile(RUN_SOURCE, double.root / "torch_npu_run_program.py")
+        (double.root / "torchrun_flags.json").write_text(torchrun_flags(python))
         script = double.bin_dir / "torch_npu_run"
         script.write_text(
             f"#!{python}\n"
             f"# torch_npu_run of the torch_npu test double, release {version}\n"
             "import sys\n"
-            f"sys.path.insert(0, {str(double.site_dir)!r})\n"
-            "from torch_npu import torch_npu_run_main\n"
-            "sys.exit(torch_npu_run_main())\n"
+            f"sys.path.insert(0, {str(double.root)!r})\n"
+            "from torch_npu_run_program import main\n"
+            f"sys.exit(main({str(double.root)!r}))\n"
         )
         script.chmod(0o755)
     return double
+
+
+# Prints torchrun's parser as JSON: each action's options, dest, kind (torch's env and
+# check_env actions, help, or a plain store), nargs, type by name, default, choices.
+# Run without the PET_* variables, so the defaults are the parser's own.
+DUMP_TORCHRUN_FLAGS = """
+import json
+from torch.distributed.run import get_args_parser
+parser = get_args_parser()
+kinds = {"env": "env", "check_env": "check_env", "_HelpAction": "help"}
+actions = [
+    {
+        "options": list(action.option_strings),
+        "dest": action.dest,
+        "kind": kinds.get(type(action).__name__, "store"),
+        "nargs": action.nargs,
+        "type": getattr(action.type, "__name__", None),
+        "default": action.default,
+        "choices": list(action.choices) if action.choices is not None else None,
+        "required": action.required,
+    }
+    for action in parser._actions
+]
+print(json.dumps({"allow_abbrev": parser.allow_abbrev, "actions": actions}))
+"""
+
+
+@functools.cache
+def torchrun_flags(python: str = sys.executable) -> str:
+    """torchrun's flags as the torch of `python` defines them (JSON), recorded once per test process."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PET_")}
+    result = subprocess.run(
+        [python, "-c", DUMP_TORCHRUN_FLAGS], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"could not read torchrun's flags from {python}: {result.stderr.strip()}")
+    return result.stdout
 
 
 def load_package(root: Path, version: str) -> ModuleType:
