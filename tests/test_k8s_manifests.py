@@ -320,3 +320,27 @@ def test_a_cpu_ascendjob_is_warned_about() -> None:
     assert [(w.field, w.value) for w in warned] == [("device", "cpu")]
     assert "use pytorchjob" in warned[0].message
     assert not k8s_answers("pytorchjob", device="cpu", amp="off").warnings
+
+
+# values a ConfigMap may carry: keys, quotes, trailing or leading blanks, kept and stripped newlines, controls
+AWKWARD_TEXTS = [
+    "a: b", "'q'", '"dq"', "x\ny ", "trail \n", "tab\tin", "\u00e9t\u00e9", "line\n\n\nend\n\n", " lead\nx",
+    "#c", "- x", "\x07bell", "\ufeffbom", "x" * 200, "a " * 100, "null", "1e3", "~", "\r\nwin\r\n", "\u2028ls",
+    "emoji \U0001f600\nx", "end\\", "k: v\n- l\n", "\n", "", "0o17", "yes", "...", "x\n...\n", "---",
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML was built without libyaml")
+def test_libyaml_and_pyyaml_write_the_same_manifests(tmp_path: Path) -> None:
+    # renders use libyaml's emitter where PyYAML has it and PyYAML's own elsewhere: one project, either way
+    plain = k8s.literal_dumper(yaml.SafeDumper)
+    fast = k8s.literal_dumper(yaml.CSafeDumper)
+    project, job, configmap = rendered(tmp_path, "ascendjob")
+    documents = [job, configmap]
+    for text in AWKWARD_TEXTS:
+        documents += [{"k": text}, {"k": text, "z": 1}, {"z": 1, "k": text}]
+    for document in documents:
+        written = k8s.dump(document, "# header\n", fast)
+        assert written == k8s.dump(document, "# header\n", plain)
+        assert yaml.safe_load(written) == document
+    assert (project / k8s.CONFIGMAP_FILE).read_text().endswith(k8s.dump(configmap, "", fast))

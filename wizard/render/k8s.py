@@ -317,17 +317,24 @@ def _replica_specs(manifest: Mapping[str, Any]) -> dict[str, Any]:
 _HEADER = "# {what}: written by npu-wizard from answers.yaml. {how}\n"
 
 
-def dump(document: Mapping[str, Any], header: str) -> str:
+def dump(document: Mapping[str, Any], header: str, dumper: type[yaml.SafeDumper] | None = None) -> str:
     """YAML text of a manifest, with a comment line first; multi-line strings as literal blocks."""
-    return header + yaml.dump(dict(document), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    text = yaml.dump(dict(document), Dumper=dumper or _DUMPER, sort_keys=False, default_flow_style=False)
+    # libyaml ends the document with `...` once any block kept its trailing newlines (`|+`), PyYAML's own
+    # emitter only when the last one did; the marker is optional at the end of a stream, so neither writes it
+    return header + (text[: -len("...\n")] if text.endswith("\n...\n") else text)
 
 
-class _Dumper(yaml.SafeDumper):
-    """Safe YAML with file contents as readable literal blocks, and no anchors: each replica spelt out."""
+def literal_dumper(base: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
+    """Safe YAML from `base` with file contents as readable literal blocks, and no anchors: each replica spelt
+    out (Master and Worker share a template object but read as two)."""
 
-    def ignore_aliases(self, data: Any) -> bool:
-        """Never write `&id001`/`*id001`: Master and Worker share a template object but read as two."""
-        return True
+    class Dumper(base):  # type: ignore[valid-type,misc]
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    Dumper.add_representer(str, _represent_str)
+    return Dumper
 
 
 def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
@@ -336,7 +343,9 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
-_Dumper.add_representer(str, _represent_str)
+# libyaml's emitter, where PyYAML was built with it (its wheels are), writes the same text about 20 times faster:
+# a ConfigMap carries the whole project, and writing it took most of a Kubernetes project's render
+_DUMPER = literal_dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper))
 
 
 def write_manifests(project: Path, answers: Answers, folder: str = "") -> list[str]:
