@@ -328,19 +328,29 @@ AWKWARD_TEXTS = [
     "#c", "- x", "\x07bell", "\ufeffbom", "x" * 200, "a " * 100, "null", "1e3", "~", "\r\nwin\r\n", "\u2028ls",
     "emoji \U0001f600\nx", "end\\", "k: v\n- l\n", "\n", "", "0o17", "yes", "...", "x\n...\n", "---",
 ]  # fmt: skip
+# files no literal block holds, in lines long enough to be wrapped: each emitter wraps them its own way
+QUOTED_FILES = [
+    "# \u8bad\u7ec3\u811a\u672c\nprint('a fairly long line of python code that goes past the eighty column limit')\n",
+    "import os\r\nprint('hello world, this is a fairly long line of python code here, and more')\r\nx = 1\r\n",
+    "caf\u00e9 " * 30,
+]
 
 
 @pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML was built without libyaml")
 def test_libyaml_and_pyyaml_write_the_same_manifests(tmp_path: Path) -> None:
-    # renders use libyaml's emitter where PyYAML has it and PyYAML's own elsewhere: one project, either way
+    # renders use libyaml's emitter where PyYAML has it and PyYAML's own elsewhere: the same project either way
     plain = k8s.literal_dumper(yaml.SafeDumper)
     fast = k8s.literal_dumper(yaml.CSafeDumper)
     project, job, configmap = rendered(tmp_path, "ascendjob")
-    documents = [job, configmap]
+    same_text = [job, configmap]
     for text in AWKWARD_TEXTS:
-        documents += [{"k": text}, {"k": text, "z": 1}, {"z": 1, "k": text}]
-    for document in documents:
+        same_text += [{"k": text}, {"k": text, "z": 1}, {"z": 1, "k": text}]
+    for document in same_text:
         written = k8s.dump(document, "# header\n", fast)
         assert written == k8s.dump(document, "# header\n", plain)
         assert yaml.safe_load(written) == document
+    for text in QUOTED_FILES:  # the same values, in text each emitter wraps differently
+        document = {"data": {"train.py": text, "": "an empty key"}}
+        for dumper in (fast, plain):
+            assert yaml.safe_load(k8s.dump(document, "# header\n", dumper)) == document
     assert (project / k8s.CONFIGMAP_FILE).read_text().endswith(k8s.dump(configmap, "", fast))

@@ -194,40 +194,59 @@ def install_torch_npu_double(root: Path, version: str, python: str = sys.executa
     return double
 
 
-# Prints torchrun's parser as JSON: each action's options, dest, kind (torch's env and
-# check_env actions, help, or a plain store), nargs, type by name, default, choices.
+# Prints torchrun's parser as JSON: its description, and each action's options, dest, kind, nargs, type by
+# name, default, choices, help and metavar. The kinds the double rebuilds: torch's env and check_env actions,
+# help, and a plain store, each with a type it knows; any other ("other") is handed to torch's own parser when
+# a command line uses it.
 # Run without the PET_* variables, so the defaults are the parser's own.
 DUMP_TORCHRUN_FLAGS = """
-import json
+import argparse, json
 from torch.distributed.run import get_args_parser
 parser = get_args_parser()
-kinds = {"env": "env", "check_env": "check_env", "_HelpAction": "help"}
+TYPES = {None, "str", "int", "float", "comma_separated_list"}
+def kind(action):
+    if isinstance(action, argparse._HelpAction):
+        return "help"
+    name = type(action).__name__
+    typed = getattr(action.type, "__name__", action.type) in TYPES
+    if name in ("env", "check_env") and typed:
+        return name
+    if type(action) is argparse._StoreAction and typed:
+        return "store"
+    return "other"
 actions = [
     {
         "options": list(action.option_strings),
         "dest": action.dest,
-        "kind": kinds.get(type(action).__name__, "store"),
+        "kind": kind(action),
         "nargs": action.nargs,
         "type": getattr(action.type, "__name__", None),
         "default": action.default,
         "choices": list(action.choices) if action.choices is not None else None,
         "required": action.required,
+        "help": action.help,
+        "metavar": action.metavar,
     }
     for action in parser._actions
 ]
-print(json.dumps({"allow_abbrev": parser.allow_abbrev, "actions": actions}))
+print(json.dumps({"allow_abbrev": parser.allow_abbrev, "description": parser.description, "actions": actions}))
 """
 
 
+def torchrun_flags(python: str | None = None) -> str:
+    """torchrun's flags as the torch of `python` (default: this one) defines them, as JSON."""
+    return _torchrun_flags(python or sys.executable)
+
+
 @functools.cache
-def torchrun_flags(python: str = sys.executable) -> str:
-    """torchrun's flags as the torch of `python` defines them (JSON), recorded once per test process."""
+def _torchrun_flags(python: str) -> str:
+    """Recorded once per test process and Python; an error names what failed (no torch there)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("PET_")}
     result = subprocess.run(
         [python, "-c", DUMP_TORCHRUN_FLAGS], env=env, capture_output=True, text=True, timeout=300, check=False
     )
     if result.returncode != 0:
-        raise RuntimeError(f"could not read torchrun's flags from {python}: {result.stderr.strip()}")
+        return json.dumps({"error": f"could not read torchrun's flags from {python}: {result.stderr.strip()}"})
     return result.stdout
 
 

@@ -8,7 +8,8 @@ release adds `--enable_tiered_parallel_tcpstore` on the 7.0.0 branches on; a
 release built for torch 2.1 knows only torch 2.1's flags. An unknown flag exits
 2 with argparse's "unrecognized arguments", as the release would. With
 `TORCH_NPU_DOUBLE_RUN=torchrun` the workers then run through the real torchrun,
-parsed again by torch's own parser.
+parsed again by torch's own parser; so is a command line using a flag of a kind
+the copy does not rebuild (`--print-completion`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ def comma_separated_list(value: str) -> list[str]:
 
 
 TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "comma_separated_list": comma_separated_list}
+
+
+class UseTorchsParser(Exception):
+    """A command line used a flag the recorded copy cannot replay; torch's own parser takes it."""
+
+
+class Unreplayable(argparse.Action):
+    """A flag of a kind the copy does not rebuild (--print-completion): using it hands over to torch's parser."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        raise UseTorchsParser(option_string)
 
 
 class FromEnv(argparse.Action):
@@ -81,26 +93,33 @@ def _kept(flags: dict[str, Any], release: dict[str, Any]) -> list[dict[str, Any]
 
 def recorded_parser(flags: dict[str, Any], release: dict[str, Any]) -> argparse.ArgumentParser:
     """torchrun's parser rebuilt from the recorded actions, with this release's own flag."""
-    parser = argparse.ArgumentParser(prog="torch_npu_run", allow_abbrev=flags["allow_abbrev"], add_help=False)
+    parser = argparse.ArgumentParser(
+        prog="torch_npu_run", description=flags["description"], allow_abbrev=flags["allow_abbrev"], add_help=False
+    )
     for action in _kept(flags, release):
         names = action["options"] or [action["dest"]]
         kind = action["kind"]
+        shown = {"help": action["help"], "metavar": action["metavar"]}
         if kind == "help":
-            parser.add_argument(*names, action="help", help=argparse.SUPPRESS)
+            parser.add_argument(*names, action="help", help=action["help"])
             continue
         if kind == "check_env":
-            parser.add_argument(*names, dest=action["dest"], action=FlagFromEnv, default=action["default"])
+            parser.add_argument(
+                *names, dest=action["dest"], action=FlagFromEnv, default=action["default"], help=action["help"]
+            )
             continue
-        settings: dict[str, Any] = {"nargs": action["nargs"], "choices": action["choices"]}
-        if action["type"] is not None:
-            settings["type"] = TYPES.get(action["type"], str)
+        settings: dict[str, Any] = {"nargs": action["nargs"], "choices": action["choices"], **shown}
+        if action["type"] is not None and kind != "other":
+            settings["type"] = TYPES[action["type"]]
         if action["options"]:
             settings["dest"] = action["dest"]
             settings["required"] = action["required"]
         if kind == "env":
             parser.add_argument(*names, action=FromEnv, default=action["default"], **settings)
-        else:  # a plain store, or an action of its own (--print-completion): it takes its values the same way
+        elif kind == "store":
             parser.add_argument(*names, default=action["default"], **settings)
+        else:  # it takes its values the same way; what it does with them is torch's to say
+            parser.add_argument(*names, action=Unreplayable, default=action["default"], **settings)
     if release["tiered_store_flag"]:
         parser.add_argument(TIERED_FLAG, action=FromEnv, type=str, default="false")
     return parser
@@ -141,9 +160,15 @@ def main(root: str, argv: list[str] | None = None) -> int:
     """torch_npu_run of the release installed at `root`: its flags, then record (or run torchrun)."""
     release = json.loads((Path(root) / "site" / "torch_npu" / "release.json").read_text())
     flags = json.loads((Path(root) / "torchrun_flags.json").read_text())
+    if "error" in flags:
+        print(f"torch_npu_run (test double): {flags['error']}", file=sys.stderr)
+        return 1
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = recorded_parser(flags, release).parse_args(argv)
+        try:
+            args = recorded_parser(flags, release).parse_args(argv)
+        except UseTorchsParser:
+            args = torch_parser(release).parse_args(argv)
     except SystemExit as leaving:
         _record("torch_npu_run.rejected", {"argv": argv, "version": release["version"], "code": leaving.code})
         raise

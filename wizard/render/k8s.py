@@ -343,8 +343,10 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
-# libyaml's emitter, where PyYAML was built with it (its wheels are), writes the same text about 20 times faster:
-# a ConfigMap carries the whole project, and writing it took most of a Kubernetes project's render
+# libyaml's emitter, where PyYAML was built with it (its wheels are), writes about 20 times faster: a ConfigMap
+# carries the whole project, and writing it took most of a Kubernetes project's render. Both write the same
+# values, and the same text for the literal blocks a project's files are; they wrap a long quoted string
+# differently (a file with a non-ASCII character or a carriage return cannot be a literal block).
 _DUMPER = literal_dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper))
 
 
