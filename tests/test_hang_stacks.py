@@ -27,6 +27,8 @@ import pytest
 from tests.hang_runs import BARRIER_RANK, LATE_RANK, STOPPED_RANK, HangRun, own_script_project, run_hangs
 from tests.runs import render_cpu
 from wizard.cli import main
+from wizard.monitor.hang_records import Frame
+from wizard.monitor.hang_verdict import users_frame
 
 pytestmark = pytest.mark.slow
 RANKS = range(4)
@@ -154,14 +156,18 @@ def test_every_rank_stuck_loading_data_is_outside_any_collective_at_one_line(han
     records = [hang_run.record("data", rank) for rank in RANKS]
     assert hang_run.collected("data")["reason"] == "hang"
     assert all(record["answered"] and not pending(record) for record in records)
-    innermost = {(main_frames(r)[-1]["file"], main_frames(r)[-1]["line"]) for r in records}
-    assert len(innermost) == 1
     script = script_of(hang_run)
     own = script.name == "own_train.py"
     loader = line_of(script, "= load_batch(step)" if own else "for micro_batches in optimizer_steps(batches")
     function = "main" if own else "_run_epoch"
-    at = {(f["line"], f["function"]) for r in records for f in main_frames(r) if f["file"] == str(script)}
-    assert (loader, function) in at
+    # one line for every rank, the one a hang names: the innermost frame of the user's own code. The innermost frame
+    # of all lies in the rehearsed loader's wait loop, and a rank asked while it looked for its release file (at the
+    # loop's next line, or inside pathlib, as one was beside stress-ng) is at another line there.
+    places = {users_frame([Frame(f["file"], f["line"], f["function"]) for f in main_frames(r)]) for r in records}
+    assert len(places) == 1 and None not in places, places
+    for record in records:  # the loop over the batches, in the script, is on every rank's stack
+        at = {(f["line"], f["function"]) for f in main_frames(record) if f["file"] == str(script)}
+        assert (loader, function) in at
 
 
 def test_each_answer_comes_with_its_text_and_its_recorder_dump_bounded(hang_run: HangRun) -> None:
