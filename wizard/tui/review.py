@@ -11,10 +11,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Checkbox, Footer, Header, Input, Label, Static, TabbedContent, TabPane
+from textual.widgets import Checkbox, Header, Input, Label, Static, TabbedContent, TabPane
 
 from wizard.answers.questions import QUESTIONS, STEP_TITLES, STEPS
 from wizard.errors import Problem, TargetError, WizardError
+from wizard.tui.footer import KeysFooter
 from wizard.tui.host import WizardHost
 from wizard.tui.into_folder import into_target, problem_of
 from wizard.tui.preview import RENDER_LOCK, Preview, build_preview, file_tree
@@ -117,7 +118,7 @@ class ReviewScreen(Screen[None]):
                 yield Static("", id="launch", classes="source")
             with TabPane("sysctl snippet", id="tab-sysctl"), ScrollableContainer():
                 yield Static("", id="sysctl", classes="source")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Show the answers and start working out the previews."""
@@ -347,7 +348,7 @@ class DoneScreen(Screen[None]):
             yield Label("Save the answers to render again later (ctrl+s):", classes="prompt")
             yield Input(str(self.app.answers_path or Path(f"{project.name}-answers.yaml")), id="save-path")
             yield Static("", id="saved")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Title the page."""

@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Static
+from textual.widgets import Button, Header, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from wizard.answers.questions import STEPS
 from wizard.answers.spec import Question
 from wizard.tui.fields import Field, field_for
+from wizard.tui.footer import KeysFooter
 from wizard.tui.host import WizardHost
 from wizard.tui.state import questions_of, step_title
 
@@ -55,7 +56,7 @@ class StepScreen(Screen[None]):
                     folder = self.app.output_dir.resolve().name
                     yield Static(f"(named after the repository's folder, {folder})", id="name-hint")
         yield Static("", id="help")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Title the step and show the first question's help."""
@@ -205,7 +206,7 @@ class WhereScreen(Screen[bool]):
                 ),
                 id="where-choice",
             )
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Title the page and focus the choice."""
