@@ -62,4 +62,4 @@ bench: $(BIN)/npu-wizard  ## the benchmarks, each against its baseline in the sa
 	$(BIN)/python benchmarks/render_vs_accelerate.py
 
 clean:
-	rm -rf out .pytest_cache .bytecode
+	rm -rf out .pytest_cache

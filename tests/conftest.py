@@ -8,7 +8,6 @@ import signal
 import socket
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -36,29 +35,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # a private folder (mode 0700) made for this run, never a predictable path another local user could make first.
 # Set before the tests are collected, so that xdist's workers and every process a test starts inherit it.
 _OWN_CACHE: list[str] = []
-BYTECODE = Path(__file__).resolve().parent.parent / ".bytecode"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give the run a private template cache, unless the one who started it named one, and a bytecode cache."""
+    """Give the run a private template cache, unless the one who started it named one."""
     if "NPU_WIZARD_CACHE_DIR" not in os.environ:
         _OWN_CACHE.append(tempfile.mkdtemp(prefix="npu-wizard-tests-cache-"))
         os.environ["NPU_WIZARD_CACHE_DIR"] = _OWN_CACHE[0]
-    # Python's bytecode, kept between runs in the repository's .bytecode folder (gitignored, as pytest's own cache
-    # and __pycache__ are). Where PYTHONDONTWRITEBYTECODE is set (this machine kind sets it) each of the thousand-odd
-    # Python processes the suite starts compiled every module of the project it imported, every time (0.2 CPU s an
-    # `npu-wizard` render against 0.16 with them compiled once), and each xdist worker rewrote every test module's
-    # asserts anew. Nothing is written beside the sources. What the last run's projects in the temporary folder
-    # left there goes first. xdist's workers, started after this, and every process a test starts inherit it.
-    if "PYTHONPYCACHEPREFIX" not in os.environ:
-        BYTECODE.mkdir(mode=0o700, exist_ok=True)
-        shutil.rmtree(BYTECODE / tempfile.gettempdir().lstrip("/"), ignore_errors=True)
-        os.environ["PYTHONPYCACHEPREFIX"] = str(BYTECODE)
-        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Delete the run's template cache folder (xdist's workers leave the one their controller made)."""
+    """Delete the run's cache folder (xdist's workers leave the one their controller made)."""
     for folder in _OWN_CACHE:
         shutil.rmtree(folder, ignore_errors=True)
 
