@@ -8,6 +8,7 @@ under bash, with stand-ins for torchrun, srun, scancel and scontrol.
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import subprocess
@@ -117,6 +118,8 @@ def test_a_save_grace_that_is_no_number_is_noted_and_the_signal_still_stops_the_
 
 SRUN = """\
 #!/usr/bin/env bash
+# srun passes a SIGTERM of its own on to the ranks, which save and exit: here they are told to end
+trap 'touch "$FAKE_RECORD/go"' TERM
 touch "$FAKE_RECORD/srun.started"
 until [[ -e "$FAKE_RECORD/go" ]]; do sleep 0.05; done
 exit "$FAKE_SRUN_EXIT"
@@ -125,7 +128,9 @@ SCANCEL = '#!/usr/bin/env bash\nprintf \'%s\\n\' "$@" >"$FAKE_RECORD/scancel.arg
 SCONTROL = '#!/usr/bin/env bash\nprintf \'%s\\n\' "$@" >>"$FAKE_RECORD/scontrol.argv"\n'
 
 
-def start_batch(tmp_path: Path, srun_exit: int, earlier: bool = False) -> tuple[subprocess.Popen[str], Path]:
+def start_batch(
+    tmp_path: Path, srun_exit: int, earlier: bool = False, session: bool = False
+) -> tuple[subprocess.Popen[str], Path]:
     """Start slurm/job.sbatch of a 2x2 project (after an earlier attempt's preemption); (process, record folder).
     Its TMPDIR is tmp_path/tmp."""
     project = render_slurm(tmp_path / "p")
@@ -152,6 +157,7 @@ def start_batch(tmp_path: Path, srun_exit: int, earlier: bool = False) -> tuple[
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=session,  # a process group of its own, which the test may signal whole
     )
     return batch, record
 
@@ -187,6 +193,17 @@ def test_a_plain_scancel_term_is_not_requeued(tmp_path: Path) -> None:
     assert not (record / "scontrol.argv").exists(), out  # was requeued: back in the queue after scancel
     assert "not requeued" in out
     assert list((tmp_path / "tmp").iterdir()) == []  # the file srun's code went through is removed
+
+
+def test_scancels_term_to_every_process_of_the_batch_step_keeps_the_code_srun_exits_with(tmp_path: Path) -> None:
+    batch, record = start_batch(tmp_path, 75, session=True)
+    wait_for(lambda: (record / "srun.started").exists())
+    os.killpg(batch.pid, signal.SIGTERM)  # as scancel signals the batch step: the script, the job running srun, srun
+    out = finish(batch)
+    assert "job 42: srun exited with code 75\n" in out  # the job running srun waits for it, and keeps its code
+    assert batch.returncode == 75, out
+    assert not (record / "scontrol.argv").exists(), out
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_a_later_attempt_dying_before_started_is_not_requeued_on_the_last_attempts_events(tmp_path: Path) -> None:
