@@ -84,3 +84,34 @@ def test_each_step_of_the_wizard_shows_its_keys() -> None:
 
     run_wizard(scenario)
     assert seen == [["Next", "Back", "Help", "Quit"]] * 2
+
+
+class Shown(Input):
+    BINDINGS = [Binding("ctrl+z", "zoom", "Zoom", key_display="Z1")]
+
+
+class ShownOtherwise(Input):
+    BINDINGS = [Binding("ctrl+z", "zoom", "Zoom", key_display="Z2")]
+
+
+class TwoDisplays(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Shown(id="one")
+        yield ShownOtherwise(id="two")
+        yield KeysFooter()
+
+
+def test_a_key_shown_otherwise_on_the_next_field_is_shown_so() -> None:
+    async def main() -> None:
+        app = TwoDisplays()
+        async with app.run_test(size=SIZE) as pilot:
+
+            def displays() -> list[str]:
+                return [key.key_display for key in app.screen.query(FooterKey) if key.description == "Zoom"]
+
+            app.query_one("#one").focus()
+            await until(pilot, lambda: displays() == ["Z1"], "Z1 in the footer")
+            app.query_one("#two").focus()
+            await until(pilot, lambda: displays() == ["Z2"], "Z2 in the footer", timeout=10)
+
+    asyncio.run(main())

@@ -9,11 +9,22 @@ from textual.widgets import Footer
 
 
 def shown_keys(screen: Screen[Any]) -> tuple[tuple[object, ...], ...]:
-    """What a footer shows of a screen's bindings now: each shown key, its action, label, tooltip and whether it
-    is enabled (the command palette's key too, which Textual shows though its binding is hidden)."""
-    palette = screen.app.COMMAND_PALETTE_BINDING
+    """What a footer shows of a screen's bindings now: each shown key as the app displays it, its action, label,
+    tooltip and whether it is enabled (the command palette's key too, which Textual shows though its binding is
+    hidden)."""
+    app = screen.app
+    palette = app.COMMAND_PALETTE_BINDING
     return tuple(
-        (key, binding.action, binding.description, binding.tooltip, tooltip, enabled, binding.group)
+        (
+            key,
+            app.get_key_display(binding),
+            binding.action,
+            binding.description,
+            binding.tooltip,
+            tooltip,
+            enabled,
+            binding.group,
+        )
         for key, (_, binding, enabled, tooltip) in screen.active_bindings.items()
         if binding.show or key == palette
     )
