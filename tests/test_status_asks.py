@@ -32,7 +32,11 @@ TOKEN = "0123456789abcdef0123456789abcdef"
 
 @pytest.fixture
 def stream(tmp_path: Path) -> Iterator[tuple[Intake, list[StatusPublisher]]]:
-    """A status server in an Intake and two ranks' publishers connected to it."""
+    """A status server in an Intake and two ranks' publishers connected to it, with no ask handler registered yet.
+
+    The handlers are the process's: a test run before in the same worker may have left one (runtime.profile_window
+    registers "profile" when it is imported with a straggler plan in the environment)."""
+    status._handlers.clear()
     intake = Intake(JobState(2), tmp_path)
     intake.server = StatusServer("127.0.0.1", 0, TOKEN)
     publishers = [StatusPublisher(("127.0.0.1", intake.server.bound_port), rank, TOKEN) for rank in (0, 1)]
