@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime import events, profile_window, report
+from runtime import events, profile_window, report, status
 from tests.doubles.torch_npu_double import install_torch_npu_double, load_package
 from wizard.answers import hardware
 
@@ -36,10 +36,14 @@ def profiling(monkeypatch: pytest.MonkeyPatch) -> Iterator[callable]:
                 monkeypatch.setenv(name, value)
         importlib.reload(profile_window)
 
+    asks = dict(status._handlers)
     yield plan
     monkeypatch.delenv(profile_window.ENV_PROFILE, raising=False)
     monkeypatch.delenv(profile_window.ENV_PROFILE_RANKS, raising=False)
     importlib.reload(profile_window)
+    # a plan's reload registers the "profile" ask with runtime.status: leave the process's handlers as they were
+    status._handlers.clear()
+    status._handlers.update(asks)
 
 
 def train(steps: range, call: callable = profile_window.step) -> None:
