@@ -69,3 +69,27 @@ def test_cookiecutter_json_follows_the_question_spec() -> None:
 
     recorded = json.loads((project_template() / "cookiecutter.json").read_text())
     assert recorded == cookiecutter_json(), "regenerate: python -m wizard.templates"
+
+
+def test_the_tree_renderer_names_each_path_as_cookiecutter_does_with_or_without_jinja_in_it(tmp_path: Path) -> None:
+    from cookiecutter.generate import generate_files
+
+    from wizard.render.template_tree import render_tree
+    from wizard.render.templates import TEMPLATE_SETTINGS
+
+    template = tmp_path / "template"
+    top = template / "{{cookiecutter.name}}"
+    # a plain name is written as it is; a carriage return, which Jinja's lexer makes a newline, is not plain
+    names = ["plain.txt", "line\rbreak.txt", "{{ cookiecutter.name }}.txt", "{# a note #}kept.txt"]
+    names.append("sub/{% if 1 %}on{% endif %}")
+    for name in names:
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text("{{ cookiecutter.name }}\n")
+    (tmp_path / "ours").mkdir()
+    ours = render_tree(template, {"name": "demo"}, tmp_path / "ours", cache=None)
+    context = {"cookiecutter": {"name": "demo", **TEMPLATE_SETTINGS}}
+    theirs = Path(generate_files(repo_dir=str(template), context=context, output_dir=str(tmp_path / "theirs")))
+
+    assert same_tree(ours, theirs) == []
+    written = sorted(path.relative_to(ours).as_posix() for path in ours.rglob("*") if path.is_file())
+    assert written == ["demo.txt", "kept.txt", "line\nbreak.txt", "plain.txt", "sub/on"]

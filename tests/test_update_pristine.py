@@ -25,7 +25,7 @@ from tests.test_update import (
     two_node_project_with_my_model,
     update,
 )
-from wizard.render.pristine import PRISTINE, Pristine, encode, load
+from wizard.render.pristine import PRISTINE, Pristine, encode, load, same_copy
 
 # Runs `npu-wizard ARGS` and prints the process's peak resident memory at exit (KiB, as getrusage gives it).
 PEAK_MEMORY = """
@@ -149,6 +149,33 @@ def fresh_render(tmp_path: Path, project: Path, nodes: int) -> Path:
     port = yaml.safe_load((project / "answers.yaml").read_text())["network"]["master_port"]
     raw = project_raw(nodes, **{"network.master_port": port, "network.host_ips": ["127.0.0.1"] * nodes})
     return render_project(tmp_path / "fresh", raw)
+
+
+def test_a_copy_stored_at_another_gzip_level_is_left_alone_by_an_update_with_nothing_to_change(tmp_path: Path) -> None:
+    project = render_project(tmp_path / "out", project_raw(2))
+    copy = project / PRISTINE
+    # as npu-wizard stored it before its level 1: the same document in other bytes
+    older = gzip.compress(gzip.decompress(copy.read_bytes()), compresslevel=6, mtime=0)
+    assert older != copy.read_bytes()
+    copy.write_bytes(older)
+    written = copy.stat().st_mtime_ns
+
+    result = update(project)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(": nothing to change\n")
+    assert copy.read_bytes() == older and copy.stat().st_mtime_ns == written
+
+
+def test_a_stored_copy_matches_only_the_same_document_and_never_when_damaged() -> None:
+    copy = Pristine("npu-wizard test", {"train.py": "print()\n", "launch/node0.sh": "exit 0\n"}, frozenset())
+    stored = encode(copy)
+    document = gzip.decompress(stored)
+    assert same_copy(gzip.compress(document, compresslevel=9, mtime=1), stored)
+    assert not same_copy(stored, encode(Pristine(copy.generator, copy.files, frozenset({"launch/node0.sh"}))))
+    assert not same_copy(stored, encode(Pristine(copy.generator, {**copy.files, "train.py": "pass\n"}, frozenset())))
+    for damage in DAMAGES.values():
+        assert not same_copy(damage(stored) or b"", stored)
 
 
 @pytest.mark.parametrize("damage", DAMAGES)

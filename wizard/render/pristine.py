@@ -79,6 +79,19 @@ def encode(pristine: Pristine) -> bytes:
     return gzip.compress(json.dumps(document, sort_keys=True).encode(), compresslevel=1, mtime=0)
 
 
+def same_copy(stored: bytes, new: bytes) -> bool:
+    """Whether the stored copy holds what `new` holds, whatever gzip level wrote it (a no-op update then writes none).
+
+    A damaged or missing (empty) stored copy never matches.
+    """
+    if stored == new:
+        return True
+    try:
+        return decode(stored) == decode(new)
+    except ValueError:
+        return False
+
+
 def decode(data: bytes) -> Pristine:
     """A Pristine from its stored form; ValueError when it is not one."""
     try:

@@ -24,8 +24,9 @@ import jinja2
 
 from wizard.render.templates import TEMPLATE_SETTINGS
 
-# What opens a Jinja expression, statement or comment with the environment's default delimiters (no line statements)
-_JINJA_MARKERS = ("{{", "{%", "{#")
+# What opens a Jinja expression, statement or comment with the environment's default delimiters (no line statements),
+# and a carriage return, which Jinja's lexer turns into a newline as cookiecutter's render of a path would
+_JINJA_MARKERS = ("{{", "{%", "{#", "\r")
 
 
 def render_tree(template: Path, context: dict[str, Any], into: Path, cache: jinja2.BytecodeCache | None) -> Path:
@@ -41,7 +42,7 @@ def render_tree(template: Path, context: dict[str, Any], into: Path, cache: jinj
     )
 
     def rendered(name: str) -> str:
-        # A path without Jinja's markers renders as itself: compiling it cost a render about 13 ms (18 paths)
+        # A path without them renders as itself: compiling it cost a render about 13 ms (18 paths)
         if not any(marker in name for marker in _JINJA_MARKERS):
             return name
         return environment.from_string(name).render(**variables)

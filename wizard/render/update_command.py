@@ -10,7 +10,7 @@ from pathlib import Path
 from wizard.answers.model import Answers, load_text
 from wizard.answers.source import answers_base, print_warnings, read_answers_text
 from wizard.errors import ConflictError, TargetError, shown
-from wizard.render import journal
+from wizard.render import journal, pristine
 from wizard.render.conflict_markers import record_conflicts, refuse_unresolved
 from wizard.render.older_layout import move_note
 from wizard.render.project_locks import refuse_live_run, update_lock
@@ -70,7 +70,7 @@ def report_and_apply(plan: UpdatePlan, answers: Answers, source: str, *, dry_run
     project = plan.project
     journal.check_targets(project, plan.writes, plan.removes)  # a dry run names them too
     if not plan.changes:
-        if not dry_run and plan.new_pristine != plan.old_pristine:
+        if not dry_run and not pristine.same_copy(plan.old_pristine, plan.new_pristine):
             write(plan)  # the pristine copy follows the answers even when no file changes
         print(f"{project} already matches {source}: nothing to change")
         return 0
