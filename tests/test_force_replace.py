@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tests.factories import answers, answers_yaml
 from wizard.answers.model import Answers
 from wizard.cli import main
 from wizard.errors import TargetError
+from wizard.render.journal import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from wizard.render.render import render
 from wizard.render.replace import mounts_inside
 
@@ -267,7 +269,7 @@ def test_force_and_clean_are_refused_for_a_data_folder_that_is_the_project_holds
 
 
 ANSWERS = "project_name: demo\ndevice: cpu\ndevices_per_node: 2\nlauncher: torchrun\namp: 'off'\n"
-SET_ASIDE = 3000  # folders to carry over: --force takes a while moving them, long enough to be caught at it
+SET_ASIDE = 5  # old checkpoint folders to carry over: the signal comes after the first, with the rest to go
 
 
 def cli(tmp_path: Path, *options: str) -> list[str]:
@@ -296,31 +298,25 @@ def set_aside_in(project: Path) -> int:
 def force_interrupted_while_carrying(tmp_path: Path, signum: int) -> tuple[Path, int, str]:
     """`--force` on a project with SET_ASIDE old checkpoint folders, sent `signum` while it moves them over.
 
-    The process is stopped (SIGSTOP) the moment some but not all are in the
-    project, the signal sent, and it is let go; a try where the render ended
-    before it was seen at it is made again.
+    The render stops at its test hook once the first folder is in the new project (the others still in the old
+    one, checked here), and is sent the signal there.
     """
-    for attempt in range(10):
-        where = tmp_path / f"try{attempt}"
-        where.mkdir()
-        assert subprocess.run(cli(where), capture_output=True, timeout=120).returncode == 0
-        project = where / "out" / PROJECT
-        for number in range(SET_ASIDE):
-            (project / f"checkpoints.old-{number:05d}").mkdir()
-        (project / "train.py").write_text("edited")
-        render_process = subprocess.Popen(cli(where, "--force"), stderr=subprocess.PIPE, text=True)
-        sent = False
-        while not sent and render_process.poll() is None:
-            if 0 < set_aside_in(project) < SET_ASIDE:
-                os.kill(render_process.pid, signal.SIGSTOP)
-                if 0 < set_aside_in(project) < SET_ASIDE:
-                    os.kill(render_process.pid, signum)
-                    sent = True
-                os.kill(render_process.pid, signal.SIGCONT)
-        _, stderr = render_process.communicate(timeout=120)
-        if sent:
-            return project, render_process.returncode, stderr
-    pytest.fail("--force was never seen moving the folders over")
+    assert subprocess.run(cli(tmp_path), capture_output=True, timeout=120).returncode == 0
+    project = tmp_path / "out" / PROJECT
+    for number in range(SET_ASIDE):
+        (project / f"checkpoints.old-{number:05d}").mkdir()
+    (project / "train.py").write_text("edited")
+    paused = tmp_path / "paused"
+    env = {**os.environ, PAUSE_AT_ENV: "after-first-carry", PAUSE_FILE_ENV: str(paused)}
+    render_process = subprocess.Popen(cli(tmp_path, "--force"), stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120  # a safety net: the render stops there at once on a quiet machine
+    while not paused.exists() and render_process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert paused.exists() and render_process.poll() is None, render_process.communicate(timeout=120)
+    assert 0 < set_aside_in(project) < SET_ASIDE  # some carried over into the new project, not all
+    os.kill(render_process.pid, signum)
+    _, stderr = render_process.communicate(timeout=120)
+    return project, render_process.returncode, stderr
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -25,8 +25,8 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ from wizard import errors
 from wizard.errors import TargetError
 from wizard.render import generated
 from wizard.render.pristine import INTO_MARKER, PRISTINE, REPOSITORY_MARKER, STATE_DIR, is_into
+from wizard.stopping import STOP_SIGNALS
 
 STAGING = f"{STATE_DIR}/update"
 JOURNAL = "journal.json"
@@ -43,7 +44,8 @@ FORMAT = 2  # format 1 listed bare names
 JOURNAL_LIMIT = 4 << 20
 # A removal compares the file with the bytes the update saw; a bigger file was never generated.
 REMOVE_LIMIT = 64 << 20
-# Test hook: stop at this point (before-commit, after-first-move), say so in the named file, wait to be killed.
+# Test hook (pause_for_test): stop at this point (before-commit, after-first-move; replace.py's after-first-carry),
+# say so in the named file, wait for a signal.
 PAUSE_AT_ENV, PAUSE_FILE_ENV = "NPU_WIZARD_TEST_PAUSE_AT", "NPU_WIZARD_TEST_PAUSE_FILE"
 
 
@@ -98,7 +100,7 @@ def _stage_and_commit(
     removed = {name: digest for name in removes if (digest := _digest_of(project / name))}
     # Durable in this order: the staged files and their folders, the journal, its rename (the commit).
     _sync_folders(project, [f"{STAGING}/{FILES}/{name}" for name in written] + [f"{STAGING}/{JOURNAL}"])
-    _pause("before-commit")
+    pause_for_test("before-commit")
     pending_journal = staging / (JOURNAL + ".new")
     document = {"format": FORMAT, "write": written, "remove": removed}
     _write_file(pending_journal, json.dumps(document, sort_keys=True).encode(), 0o644)
@@ -140,7 +142,7 @@ def _finish(project: Path, staging: Path, entries: Entries) -> list[str]:
             (project / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, project / name)
         if count == 0:
-            _pause("after-first-move")
+            pause_for_test("after-first-move")
     kept = []
     for name, digest in sorted(entries.remove.items()):
         target = project / name
@@ -424,9 +426,21 @@ def _staging_folder(project: Path) -> Path:
     return project / STAGING
 
 
-def _pause(point: str) -> None:
+def pause_for_test(point: str) -> None:
+    """Where a test asked to stop at `point` (PAUSE_AT_ENV): say so in PAUSE_FILE_ENV's file, then wait.
+
+    Until the test kills this process, or sends it Ctrl-C, SIGTERM or SIGHUP: that signal then reaches the
+    handler in force as if it came now (at "after-first-carry" a block that defers signals only notes it and goes
+    on). The signals are blocked from before the file is written, so one sent as soon as the test sees the file
+    is never missed.
+    """
     if os.environ.get(PAUSE_AT_ENV) != point:
         return
-    Path(os.environ[PAUSE_FILE_ENV]).write_text(point)
-    while True:  # until the test that asked for the pause kills this process
-        time.sleep(60)
+    stops = {signal.SIGINT, *STOP_SIGNALS}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        Path(os.environ[PAUSE_FILE_ENV]).write_text(point)
+        received = signal.sigwait(stops)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    signal.raise_signal(received)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from wizard.answers.script import GENERATED_FILE, OWN_TRAIN_PY
 from wizard.errors import TargetError, shown
+from wizard.render.journal import pause_for_test
 from wizard.render.pristine import STATE_DIR
 
 KEPT = ("checkpoints", "runs")
@@ -234,6 +235,8 @@ def carry_over(old: Path, new: Path, paths: Sequence[str]) -> list[str]:
                 raise FileExistsError(f"{path} of the old project is in the way of the new render's files")
             source.rename(dest)
             moved.append(path)
+            if len(moved) == 1:
+                pause_for_test("after-first-carry")
     except OSError:
         give_back(new, old, moved)
         raise
