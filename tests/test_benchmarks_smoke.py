@@ -97,6 +97,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["window with the stop check", "window without it", "the check alone (all_reduce)"],
     ),
+    "suite_bytecode.py": (
+        ["--smoke"],
+        ["a render in a fresh process: baseline (no bytecode)", "a collection (not slow): baseline", "CPU s saved"],
+    ),
     "suite_costs.py": (["--smoke"], ["tests, ", "test-seconds of wall time", "costliest files", "test_port_docs.py"]),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
     "ssh_copy_history.py": (
