@@ -26,6 +26,10 @@ from tests.tui_driver import field, next_step, pick, run_wizard
 from wizard.answers.model import load_text, resolve, to_context
 from wizard.errors import AnswersError
 
+# One xdist worker runs this file (`--dist loadgroup`), so that its module fixture `folders` is made once,
+# not once per worker: a tiny model saved whole, about 1.2 CPU s
+pytestmark = pytest.mark.xdist_group("hf-model-folders")
+
 pytest.importorskip("transformers")
 
 BASE = {"project_name": "demo", "device": "cpu", "nodes": 1, "devices_per_node": 2, "amp": "off"}

@@ -35,6 +35,10 @@ BIN = Path(sys.executable).parent
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
 SERIES = ("atlas-training", "atlas-a2", "atlas-a3")
 
+# One xdist worker runs this file (`--dist loadgroup`), so that its module fixture `matrix` is made once,
+# not once per worker: every launcher x 1, 2 nodes x every series rendered, about 1.3 CPU s
+pytestmark = pytest.mark.xdist_group("launch-scripts-matrix")
+
 # A rank of the real train.py stands in here: records argv, environment and the CPUs it may
 # run on, writes its pid (whole, by a rename), then does what FAKE_MODE says (rank 1 fails with 7, or everyone sleeps).
 FAKE_TRAIN = """\

@@ -21,6 +21,10 @@ from tests.matrix import ALL, case_answers
 from wizard.answers.model import resolve
 from wizard.render.render import render
 
+# One xdist worker runs this file (`--dist loadgroup`), so that its module fixture `projects` is made once,
+# not once per worker: the whole answer matrix rendered, about 1.5 CPU s
+pytestmark = pytest.mark.xdist_group("lint-rendered-projects")
+
 BIN = Path(sys.executable).parent
 
 

@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+# One xdist worker runs this file (`--dist loadgroup`), so that its module fixture `wheel` is made once,
+# not once per worker: a wheel built by pip, about 2 CPU s
+pytestmark = pytest.mark.xdist_group("packaging-wheel")
+
 ROOT = Path(__file__).parent.parent
 
 
