@@ -10,9 +10,11 @@ rewrote every test module's asserts anew at collection.
   bytecode only when the hashes match, so an edit never runs stale code (a timestamp pyc is trusted on the
   source's whole-second mtime and its size). The variable still keeps every process from writing bytecode of
   its own, for a module a test writes and rewrites in a temporary folder most of all.
-- While a worker collects the tests, and then only, pytest may cache the test modules it rewrites, as pytest
-  does wherever bytecode may be written (__pycache__/*-pytest-*.pyc beside each test module). No test writes
-  into tests/.
+- While a worker collects the tests, and then only, bytecode may be written: pytest caches the test modules it
+  rewrites (__pycache__/*-pytest-*.pyc beside each test module, trusted on the source's mtime and size, as
+  pytest does wherever bytecode may be written), and Python writes a pyc for any other module first imported
+  then that has none (a package of the venv); nothing a test writes is imported while collecting. The modules
+  of `pytest_plugins` (tests.costs, tests.leaks, this one) are loaded before collection and rewritten each time.
 
 A folder that cannot be written only leaves the suite as slow as before.
 """
@@ -48,14 +50,14 @@ def up_to_date(source: Path, cached: Path) -> bool:
     """Whether `cached` is checked-hash bytecode of `source` as it is now."""
     try:
         header = cached.read_bytes()[:_HEADER]
+        flags = int.from_bytes(header[4:8], "little")
+        return (
+            header[:4] == importlib.util.MAGIC_NUMBER
+            and flags == _CHECKED_HASH
+            and header[8:16] == importlib.util.source_hash(source.read_bytes())
+        )
     except OSError:
         return False
-    flags = int.from_bytes(header[4:8], "little")
-    return (
-        header[:4] == importlib.util.MAGIC_NUMBER
-        and flags == _CHECKED_HASH
-        and header[8:16] == importlib.util.source_hash(source.read_bytes())
-    )
 
 
 def compile_checked(root: Path = ROOT) -> list[Path]:

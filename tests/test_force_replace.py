@@ -298,8 +298,8 @@ def set_aside_in(project: Path) -> int:
 def force_interrupted_while_carrying(tmp_path: Path, signum: int) -> tuple[Path, int, str]:
     """`--force` on a project with SET_ASIDE old checkpoint folders, sent `signum` while it moves them over.
 
-    The render stops at its test hook once the first folder is in the new project (the others still in the old
-    one, checked here), and is sent the signal there.
+    The render stops at its test hook once the first folder is in the new project, and is sent the signal there:
+    checked to hold some of the folders then, not all.
     """
     assert subprocess.run(cli(tmp_path), capture_output=True, timeout=120).returncode == 0
     project = tmp_path / "out" / PROJECT

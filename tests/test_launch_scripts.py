@@ -35,8 +35,8 @@ BIN = Path(sys.executable).parent
 LAUNCHERS = ("shell", "mp-spawn", "torch-launch", "torchrun", "torch-npu-run")
 SERIES = ("atlas-training", "atlas-a2", "atlas-a3")
 
-# One xdist worker runs this file (`--dist loadgroup`), so that its module fixture `matrix` is made once,
-# not once per worker: every launcher x 1, 2 nodes x every series rendered, about 1.3 CPU s
+# One xdist worker runs this file (`--dist loadgroup`), so that its module fixtures are made once, not once per
+# worker: `matrix` (every launcher x 1, 2 nodes x every series rendered, about 1.3 CPU s) and `reservation`
 pytestmark = pytest.mark.xdist_group("launch-scripts-matrix")
 
 # A rank of the real train.py stands in here: records argv, environment and the CPUs it may

@@ -427,19 +427,22 @@ def _staging_folder(project: Path) -> Path:
 
 
 def pause_for_test(point: str) -> None:
-    """Where a test asked to stop at `point` (PAUSE_AT_ENV): say so in PAUSE_FILE_ENV's file, then wait.
+    """Where a test asked to stop at `point` (PAUSE_AT_ENV, with PAUSE_FILE_ENV): say so in that file, then wait.
 
     Until the test kills this process, or sends it Ctrl-C, SIGTERM or SIGHUP: that signal then reaches the
     handler in force as if it came now (at "after-first-carry" a block that defers signals only notes it and goes
     on). The signals are blocked from before the file is written, so one sent as soon as the test sees the file
-    is never missed.
+    is never missed, in a process of one thread as the command line is (another thread could take it). A
+    point the process passes again after such a signal (an interrupted update finishing its journal passes
+    "after-first-move" again) stops it again: send those a SIGKILL.
     """
-    if os.environ.get(PAUSE_AT_ENV) != point:
+    flag = os.environ.get(PAUSE_FILE_ENV)
+    if os.environ.get(PAUSE_AT_ENV) != point or not flag:
         return
     stops = {signal.SIGINT, *STOP_SIGNALS}
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
-        Path(os.environ[PAUSE_FILE_ENV]).write_text(point)
+        Path(flag).write_text(point)
         received = signal.sigwait(stops)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
