@@ -40,7 +40,8 @@ SERIES = ("atlas-training", "atlas-a2", "atlas-a3")
 pytestmark = pytest.mark.xdist_group("launch-scripts-matrix")
 
 # A rank of the real train.py stands in here: records argv, environment and the CPUs it may
-# run on, writes its pid (whole, by a rename), then does what FAKE_MODE says (rank 1 fails with 7, or everyone sleeps).
+# run on, writes its pid (whole, by a rename), then does what FAKE_MODE says: rank 1 fails with 7 once the node's
+# FAKE_RANKS ranks have all written their pids while the others wait to be stopped, or everyone sleeps.
 FAKE_TRAIN = """\
 import json, os, sys, time
 rank = int(os.environ.get("RANK", "0"))
@@ -54,9 +55,10 @@ os.replace(pid_file + ".part", pid_file)
 mode = os.environ.get("FAKE_MODE", "ok")
 if mode == "fail-rank-1":
     if rank == 1:
-        time.sleep(0.5)
+        while sum(name.endswith(".pid") for name in os.listdir(record)) < int(os.environ.get("FAKE_RANKS", "1")):
+            time.sleep(0.01)
         sys.exit(7)
-    time.sleep(60)
+    time.sleep(600)  # longer than any test waits: the launcher must stop it
 elif mode == "sleep":
     time.sleep(60)
 """
@@ -617,10 +619,9 @@ def shell_project(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_failing_rank_stops_the_others_and_sets_the_exit_code(shell_project: tuple[Path, Path]) -> None:
     project, record = shell_project
-    started = time.monotonic()
-    result = run_node(project, 0, script_env(record, FAKE_MODE="fail-rank-1"))
+    # the other ranks sleep 600 s unless the script stops them: run_node's 30 s deadline fails a script that waits
+    result = run_node(project, 0, script_env(record, FAKE_MODE="fail-rank-1", FAKE_RANKS="4"))
     assert result.returncode == 7
-    assert time.monotonic() - started < 5
     assert "node 0: rank 1 (local rank 1) failed with exit code 7; stopping the others" in result.stdout.splitlines()
     pids = rank_pids(record)
     assert len(pids) == 4
@@ -666,10 +667,11 @@ def test_a_rank_ignoring_term_is_killed_after_the_grace_period(tmp_path: Path) -
     project = render_project(tmp_path, launcher="shell", devices_per_node=2)
     record = with_fake_train(project, tmp_path)
     (project / "train.py").write_text("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + FAKE_TRAIN)
-    started = time.monotonic()
-    result = run_node(project, 0, script_env(record, FAKE_MODE="fail-rank-1", NPU_WIZARD_STOP_GRACE="1"))
+    # rank 0 sleeps 600 s through SIGTERM: only the kill after the grace ends it within run_node's 30 s deadline,
+    # and the line below names the 1 s grace asked for (the default is 5 s)
+    env = script_env(record, FAKE_MODE="fail-rank-1", FAKE_RANKS="2", NPU_WIZARD_STOP_GRACE="1")
+    result = run_node(project, 0, env)
     assert result.returncode == 7
-    assert time.monotonic() - started < 5
     assert "node 0: rank 0 (local rank 0) did not stop within 1s; killing it" in result.stdout.splitlines()
     assert not any(alive(pid) for pid in rank_pids(record))
 
