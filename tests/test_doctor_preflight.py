@@ -8,8 +8,6 @@ lets through, is visible as a rank that never started, or did.
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -28,10 +26,9 @@ def test_a_taken_master_port_stops_node_0_before_any_rank(tmp_path: Path, held_p
         **{"network.master_port": held_port, "network.hccl_base_port": hccl_base_apart_from(held_port)},
     )
     record = with_fake_train(project, tmp_path)
-    started = time.monotonic()
-    result = run_node(project, 0, script_env(record))
+    # a preflight that waited (600 s) would pass run_node's 30 s deadline: node 0 fails at once
+    result = run_node(project, 0, script_env(record, NPU_WIZARD_PREFLIGHT_WAIT="600"))
     assert result.returncode == 1, result.stdout + result.stderr
-    assert time.monotonic() - started < 10
     out = result.stdout.splitlines()
     assert f"node 0: preflight FAIL: master port: {held_port} is taken (Address already in use)" in "\n".join(out)
     assert out[-1].startswith("node 0: preflight failed: nothing started; fix the above")
@@ -96,10 +93,9 @@ def test_a_healthy_node_says_what_passed_in_one_line(tmp_path: Path) -> None:
 def test_simulated_nodes_do_not_wait_for_the_master(tmp_path: Path) -> None:
     project = render_project(tmp_path, launcher="shell", nodes=2, devices_per_node=1)
     record = with_fake_train(project, tmp_path)
-    started = time.monotonic()
-    result = run_node(project, 1, script_env(record, NPU_WIZARD_PREFLIGHT_WAIT="30"))
+    # node 0 never started: loopback skips the wait (600 s, past run_node's 30 s deadline were it waited)
+    result = run_node(project, 1, script_env(record, NPU_WIZARD_PREFLIGHT_WAIT="600"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert time.monotonic() - started < 10  # node 0 never started: loopback skips the wait
 
 
 def node_0_env(**extra: str) -> dict[str, str]:
@@ -162,28 +158,31 @@ def test_a_failed_check_exits_with_its_own_code(capsys: pytest.CaptureFixture[st
 
 def test_the_master_is_awaited_until_it_listens() -> None:
     port = free_port()
-    server = socket.socket()
+    now = [0.0]  # the check's clock, moved on by its sleeps alone
+    with socket.socket() as server:
 
-    def open_later() -> None:
-        time.sleep(0.7)
-        server.bind(("127.0.0.1", port))
-        server.listen()
+        def sleep(seconds: float) -> None:  # node 0 starts listening while the check waits, a second in
+            now[0] += seconds
+            if now[0] >= 1.0 and not listening:
+                server.bind(("127.0.0.1", port))
+                server.listen()
+                listening.append(True)
 
-    opener = threading.Thread(target=open_later)
-    opener.start()
-    try:
-        result = preflight.check_master_reachable("127.0.0.1", port, wait_s=5.0)
-    finally:
-        opener.join()
-        server.close()
+        listening: list[bool] = []
+        result = preflight.check_master_reachable("127.0.0.1", port, wait_s=5.0, sleep=sleep, clock=lambda: now[0])
+    assert now[0] == 1.0  # tried again after each pause, and done at the first try that got in
     assert (result.status, result.detail) == (preflight.PASS, f"127.0.0.1:{port} accepts connections")
 
 
 def test_a_master_that_never_listens_is_a_warning_after_the_wait() -> None:
     port = free_port()
-    started = time.monotonic()
-    result = preflight.check_master_reachable("127.0.0.1", port, wait_s=1.0)
-    assert 0.9 < time.monotonic() - started < 5
+    now = [0.0]  # the check's clock, moved on by its sleeps alone: the wait is counted, not timed
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    result = preflight.check_master_reachable("127.0.0.1", port, wait_s=1.0, sleep=sleep, clock=lambda: now[0])
+    assert now[0] == 1.0  # it tried until the second was up, and no longer
     assert result.status == preflight.WARN
     assert result.detail == f"127.0.0.1 answers but nothing listens on {port} after 1s: node 0 may not have started yet"
 
