@@ -14,6 +14,7 @@ import pytest
 
 from runtime import events
 from runtime.events import EventWriter
+from tests.runs import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,10 +109,13 @@ def test_heartbeats_come_from_a_background_thread(tmp_path: Path) -> None:
     writer = EventWriter(tmp_path, 0)
     writer.progress(step=7, epoch=0)
     writer.start_heartbeat(0.05)
-    time.sleep(0.4)
+
+    def beats() -> list[dict]:
+        return [e for e in events.read_events(tmp_path)[0] if e["event"] == "heartbeat"]
+
+    wait_for(lambda: len(beats()) >= 2, 60, "two heartbeats from the thread")  # while this thread only waits
     writer.close()
-    beats = [e for e in events.read_events(tmp_path)[0] if e["event"] == "heartbeat"]
-    assert len(beats) >= 2 and all(b["step"] == 7 for b in beats)
+    assert all(b["step"] == 7 for b in beats())
 
 
 def test_the_heartbeat_interval_is_configurable() -> None:
