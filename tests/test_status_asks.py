@@ -14,7 +14,6 @@ import os
 import resource
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,6 +172,15 @@ def test_asks_are_read_from_a_descriptor_past_1024(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+PAD = 64 * 1024
+
+
+def waiting_for_rank_0(server: StatusServer) -> int:
+    """The bytes of asks the server holds for rank 0, not yet taken by its socket (read from the test's thread)."""
+    peers = [key.data for key in list(server._selector.get_map().values()) if key.data is not None]
+    return sum(len(peer.outbox) for peer in peers if peer.rank == 0)
+
+
 def test_an_ask_the_socket_takes_in_part_goes_on_whole_and_the_next_ask_arrives_intact() -> None:
     """A send that takes part of an ask line keeps the rest for the next round: no torn line garbles the next ask."""
     server = StatusServer("127.0.0.1", 0, TOKEN, send_buffer=4096)
@@ -183,11 +191,11 @@ def test_an_ask_the_socket_takes_in_part_goes_on_whole_and_the_next_ask_arrives_
         rank.sendall(json.dumps({"token": TOKEN}).encode() + b"\n")
         rank.sendall(json.dumps({"event": "heartbeat", "rank": 0, "time": 1.0, "pid": os.getpid()}).encode() + b"\n")
         wait_for(lambda: server.connected_ranks() == {0}, 60, "the rank to connect")
-        server.ask({"ask": "big", "id": "first", "pad": "x" * 256 * 1024})  # more than both buffers hold
-        time.sleep(0.6)  # some serving rounds: the first ask is under way, in part
+        server.ask({"ask": "big", "id": "first", "pad": "x" * PAD})  # more than both buffers hold
+        wait_for(lambda: 0 < waiting_for_rank_0(server) < PAD, 60, "the first ask to be under way, in part")
         server.ask({"ask": "small", "id": "second"})
         received = b""
-        rank.settimeout(3.0)
+        rank.settimeout(60.0)  # a deadline only: a server that never sends the rest fails here
         while received.count(b"\n") < 2:
             try:
                 chunk = rank.recv(65536)
