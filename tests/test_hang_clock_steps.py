@@ -26,6 +26,9 @@ from wizard.monitor.status_server import StatusServer
 from wizard.run.job import Job
 from wizard.run.launch import RunOptions
 
+# Mostly waiting (on a deadline, a socket, another process), little CPU: run early (tests/conftest.py)
+pytestmark = pytest.mark.waits
+
 
 class Ticker:
     """A monotonic clock double that moves only when the test says."""

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.runs import wait_for
 from tests.test_status_stream import AUTH, TOKEN, connect, drained, hello
 from wizard.monitor.status_server import StatusServer
+
+# Mostly waiting (on a deadline, a socket, another process), little CPU: run early (tests/conftest.py)
+pytestmark = pytest.mark.waits
 
 HOUR = 3600.0
 

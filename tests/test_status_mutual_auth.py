@@ -19,6 +19,9 @@ from runtime.status import StatusPublisher, on_ask
 from tests.runs import wait_for
 from wizard.monitor.status_server import StatusServer
 
+# Mostly waiting (on a deadline, a socket, another process), little CPU: run early (tests/conftest.py)
+pytestmark = pytest.mark.waits
+
 TOKEN = "0123456789abcdef0123456789abcdef"
 
 

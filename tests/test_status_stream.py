@@ -23,6 +23,9 @@ from wizard.monitor.state import JobState
 from wizard.monitor.status_server import MAX_LINE_BYTES, StatusServer
 from wizard.run.intake import Intake
 
+# Mostly waiting (on a deadline, a socket, another process), little CPU: run early (tests/conftest.py)
+pytestmark = pytest.mark.waits
+
 TOKEN = "0123456789abcdef0123456789abcdef"
 
 

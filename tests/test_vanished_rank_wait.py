@@ -11,9 +11,14 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.runs import clean_up, free_port, run_dirs, start_runner
 from wizard.answers.model import resolve
 from wizard.render.render import render
+
+# Mostly waiting (on a deadline, a socket, another process), little CPU: run early (tests/conftest.py)
+pytestmark = pytest.mark.waits
 
 SCRIPT = """\
 import ctypes
