@@ -52,10 +52,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests marked `waits` first, the others in their order: xdist hands tests out in this order, so a test
-    that mostly waits (14 s for a hang deadline, CPU 1 s) overlaps the tests that need the cores instead of
-    running last on one worker while the others have finished (the test-fast run fast7 ended 15 s after the
-    other three workers on test_vanished_rank_wait.py)."""
+    """The tests marked `waits` first, the others in their order. `--dist loadgroup` hands out the xdist groups
+    first (the largest first), then the other tests in this order: a test that mostly waits (14 s for a hang
+    deadline, CPU 1 s) overlaps the tests that need the cores instead of running last on one worker while the
+    others have finished (in the test-fast run fast7 one worker ended 15 s after the other three, on
+    test_vanished_rank_wait.py)."""
     items.sort(key=lambda item: item.get_closest_marker("waits") is None)
 
 

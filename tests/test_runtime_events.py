@@ -113,8 +113,10 @@ def test_heartbeats_come_from_a_background_thread(tmp_path: Path) -> None:
     def beats() -> list[dict]:
         return [e for e in events.read_events(tmp_path)[0] if e["event"] == "heartbeat"]
 
-    wait_for(lambda: len(beats()) >= 2, 60, "two heartbeats from the thread")  # while this thread only waits
-    writer.close()
+    try:
+        wait_for(lambda: len(beats()) >= 2, 60, "two heartbeats from the thread")  # while this thread only waits
+    finally:
+        writer.close()
     assert all(b["step"] == 7 for b in beats())
 
 
