@@ -134,12 +134,16 @@ def node_env(run_dir: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def start_nodes(project: Path, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
-    """Start every node's launch script at once, each in its own process group."""
+def start_nodes(project: Path, env: dict[str, str], output: Any = subprocess.PIPE) -> list[subprocess.Popen[bytes]]:
+    """Start every node's launch script at once, each in its own process group.
+
+    Their output goes to a pipe each (wait_nodes reads them), or to `output`, an open file: a test that polls a
+    run folder and never reads the pipes must give one, or a node that fills its pipe stops there.
+    """
     scripts = sorted((project / "launch").glob("node*.sh"))
     return [
         subprocess.Popen(
-            ["bash", str(script)], env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            ["bash", str(script)], env=env, start_new_session=True, stdout=output, stderr=subprocess.STDOUT
         )
         for script in scripts
     ]
