@@ -62,11 +62,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def held_port() -> Iterator[int]:
-    """A port some other program listens on (127.0.0.1), as a leftover run would."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
+    """A port some other program listens on (127.0.0.1), as a leftover run would; the ports beside it are free.
+
+    It lies below the kernel's ephemeral range: there, a connection of a neighbouring test could be given the port
+    beside the held one at any moment, and a check of a range around it would rightly name both.
+    """
+    from tests.runs import free_port
+
+    for _ in range(20):
+        port = free_port(count=3) + 1
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", port))
+        except OSError:  # taken since free_port looked
+            holder.close()
+            continue
+        with holder:
+            holder.listen()
+            yield port
+        return
+    raise RuntimeError("no port with free neighbours below the ephemeral range")
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,8 @@ from wizard.render.render import render
 BIN = str(Path(sys.executable).parent)
 
 
-def free_port(outside: range = range(0)) -> int:
-    """A port pair (P, P+1) free now, outside the kernel's ephemeral range and outside `outside`.
+def free_port(outside: range = range(0), count: int = 2) -> int:
+    """A port P with P to P+count-1 free now (a pair unless told), outside the kernel's ephemeral range and `outside`.
 
     A port from the ephemeral range may be handed to any outgoing connection
     before the job binds it (the very hazard the HCCL port reservation avoids),
@@ -32,11 +32,12 @@ def free_port(outside: range = range(0)) -> int:
     candidates = list(range(max(1024, low - 12000), low - 1))
     random.shuffle(candidates)
     for port in candidates:
-        if port in outside or port + 1 in outside:
+        ports = range(port, port + count)
+        if any(p in outside for p in ports):
             continue
-        if all(_bindable(p) for p in (port, port + 1)):
+        if all(_bindable(p) for p in ports):
             return port
-    raise RuntimeError("no free port pair below the ephemeral range")
+    raise RuntimeError(f"no {count} free ports in a row below the ephemeral range")
 
 
 def hccl_range_from(base: int) -> range:

@@ -220,19 +220,21 @@ def test_an_inherited_master_port_is_ignored_under_slurm(tmp_path: Path) -> None
 def test_a_one_node_job_moves_past_ports_another_job_holds(tmp_path: Path) -> None:
     project = render_project(tmp_path, nodes=1, device="cpu", **SLURM_PORTS)
     record = with_fake_train(project, tmp_path)
-    job = 8123  # master port 29500 + 8123 % 1000 = 29623, HCCL slot 8123 % 64 = 59: ports 60944-60959
+    # master port 29500 + 8127 % 1000 = 29627, HCCL slot 8127 % 64 = 63: ports 61008-61023, above Linux's
+    # default ephemeral range (32768-60999), where no connection of another process can take the port held
+    job = 8127
     variables = slurm_variables(0, SLURM_JOB_ID=str(job), SLURM_NNODES="1", SLURM_JOB_NODELIST="n1")
     env = script_env(record, doubles(tmp_path), NPU_WIZARD_SKIP_PREFLIGHT="1", **variables)
-    with hold_a_port("0.0.0.0", 29623, 29623), hold_a_port("0.0.0.0", 60950, 60950):
+    with hold_a_port("0.0.0.0", 29627, 29627), hold_a_port("0.0.0.0", 61014, 61014):
         result = run_script(["bash", "launch/entry.sh"], project, env)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     host = socket.gethostname()
-    assert f"entry: master port 29623 is taken on {host} (another job?): job {job} takes " in output
-    assert f"entry: HCCL slot 59 is taken on {host} (another job?): job {job} takes slot " in output
+    assert f"entry: master port 29627 is taken on {host} (another job?): job {job} takes " in output
+    assert f"entry: HCCL slot 63 is taken on {host} (another job?): job {job} takes slot " in output
     master = int(output.split(f"job {job} takes ")[1].split()[0])
     slot = int(output.split(f"job {job} takes slot ")[1].split()[0])
-    assert master != 29623 and slot != 59
+    assert master != 29627 and slot != 63
     assert f"master 127.0.0.1:{master}, HCCL_IF_IP 127.0.0.1, HCCL ports from {60000 + slot * 16}" in output
     argv = (record / "torchrun.argv").read_text().split()
     assert argv[argv.index("--master-port") + 1] == str(master)
