@@ -13,9 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
-from tests.kube_schemas import CRD_FILES, ROOT
+from tests.kube_schemas import CRD_FILES, ROOT, load_all
 
 SCHEMAS = ROOT / "tests" / "k8s_schemas"
 
@@ -23,7 +21,7 @@ SCHEMAS = ROOT / "tests" / "k8s_schemas"
 def test_the_crd_schemas_and_their_source_are_in_the_repository() -> None:
     readme = (SCHEMAS / "README.md").read_text()
     for kind, name in CRD_FILES.items():
-        document = yaml.safe_load((SCHEMAS / name).read_text())
+        (document,) = load_all(SCHEMAS / name)
         assert document["spec"]["names"]["kind"] == kind
         assert name in readme
     assert "Kubeflow Training Operator v1.9.0" in readme
