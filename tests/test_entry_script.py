@@ -218,14 +218,16 @@ def test_an_inherited_master_port_is_ignored_under_slurm(tmp_path: Path) -> None
 
 
 def test_a_one_node_job_moves_past_ports_another_job_holds(tmp_path: Path) -> None:
-    project = render_project(tmp_path, nodes=1, device="cpu", **SLURM_PORTS)
+    # HCCL slots from 20000, below Linux's default ephemeral range (32768-60999), where any connection of the
+    # suite's other workers may hold a port of a slot: with slots from 60000 the port this test held was taken
+    # once, and once the job kept its slot without a word (runtime.ports keeps it when it finds no slot free).
+    # Master port 29500 + 8127 % 1000 = 29627, HCCL slot 8127 % 64 = 63: ports 21008-21023; slot 0: 20000-20015.
+    project = render_project(tmp_path, nodes=1, device="cpu", **{**SLURM_PORTS, "network.hccl_base_port": 20000})
     record = with_fake_train(project, tmp_path)
-    # master port 29500 + 8127 % 1000 = 29627, HCCL slot 8127 % 64 = 63: ports 61008-61023, above Linux's
-    # default ephemeral range (32768-60999), where no connection of another process can take the port held
     job = 8127
     variables = slurm_variables(0, SLURM_JOB_ID=str(job), SLURM_NNODES="1", SLURM_JOB_NODELIST="n1")
     env = script_env(record, doubles(tmp_path), NPU_WIZARD_SKIP_PREFLIGHT="1", **variables)
-    with hold_a_port("0.0.0.0", 29627, 29627), hold_a_port("0.0.0.0", 61014, 61014):
+    with hold_a_port("0.0.0.0", 29627, 29627), hold_a_port("0.0.0.0", 21014, 21014):
         result = run_script(["bash", "launch/entry.sh"], project, env)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
@@ -235,6 +237,6 @@ def test_a_one_node_job_moves_past_ports_another_job_holds(tmp_path: Path) -> No
     master = int(output.split(f"job {job} takes ")[1].split()[0])
     slot = int(output.split(f"job {job} takes slot ")[1].split()[0])
     assert master != 29627 and slot != 63
-    assert f"master 127.0.0.1:{master}, HCCL_IF_IP 127.0.0.1, HCCL ports from {60000 + slot * 16}" in output
+    assert f"master 127.0.0.1:{master}, HCCL_IF_IP 127.0.0.1, HCCL ports from {20000 + slot * 16}" in output
     argv = (record / "torchrun.argv").read_text().split()
     assert argv[argv.index("--master-port") + 1] == str(master)
