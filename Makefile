@@ -44,16 +44,18 @@ demo: $(BIN)/npu-wizard  ## render examples/cpu-demo.yaml into out/ and train it
 # --dist loadgroup: the tests that read one shared run (tests/conftest.py) go to one worker, which makes it once.
 # -rsfE: the log's last lines name every skipped, failed and erroring test with its message (CI shows only the
 # end of the log: a run of e8468fa ended "2 errors" with no word of which tests)
-# TMPDIR: a RAM file system where one can be had (tests/tmpdir.sh says why and where; it mounts one as root)
+# tests/ram-basetemp.sh: every test's tmp_path in RAM where it can be (it says why, and mounts a tmpfs as root)
 test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowest tests (setup, call or teardown)
-	TMPDIR="$$(tests/tmpdir.sh)" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -q -rsfE --durations=20
+	tests/ram-basetemp.sh
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -q -rsfE --durations=20
 
 # The inner loop: the tests that start no training process (-m "not slow"): renders, answers, the TUI, parsing,
 # verdicts and reports on recorded or hand-made folders, launch scripts under test doubles. `make test` before a push.
 # -n 4: the TUI's Pilot tests wait on the event loop, so 4 workers fill two cores better than 2 (a quiet clean
 # clone: 6:03 against 8:04) or 3 (4:58 and 503 CPU s against 4:46 and 527 CPU s, quiet, at 30fc0ef)
 test-fast: $(BIN)/npu-wizard  ## the tests that start no training process, in a few minutes
-	TMPDIR="$$(tests/tmpdir.sh)" $(BIN)/python -m pytest -n 4 --dist loadgroup -q -m "not slow" -rsfE --durations=10
+	tests/ram-basetemp.sh
+	$(BIN)/python -m pytest -n 4 --dist loadgroup -q -m "not slow" -rsfE --durations=10
 
 snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
 	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py

@@ -29,7 +29,7 @@ def free_port(outside: range = range(0), count: int = 2) -> int:
     master port out of an HCCL range picked before it (the answers refuse one inside).
     """
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    candidates = list(range(max(1024, low - 12000), low - 1))
+    candidates = list(range(max(1024, low - 12000), low - count + 1))  # the last port below `low`
     random.shuffle(candidates)
     for port in candidates:
         ports = range(port, port + count)
@@ -46,8 +46,8 @@ def hccl_range_from(base: int) -> range:
 
 
 def hccl_base_apart_from(port: int) -> int:
-    """A free HCCL base port whose range keeps clear of `port` and `port + 1` (a master port the test holds: one
-    the kernel handed out may fall in the default range, 60000-60015, which the answers refuse)."""
+    """A free HCCL base port whose range keeps clear of `port` and `port + 1` (a port the test holds, which the
+    answers refuse inside the HCCL range)."""
     return free_port(outside=range(port - 63, port + 2))
 
 

@@ -100,8 +100,8 @@ def test_a_taken_hccl_port_fails_and_names_it(held_port: int) -> None:
     if_ip = network.check_if_ip(project, node, NO_NONLOCAL_BIND)
     result = network.check_hccl_free(project, node, if_ip)
     assert result.status == FAIL
-    # the range is 16 ephemeral ports beside the held one: another test's socket may hold some of them too, and
-    # neighbours are written as a span (56911-56913)
+    # the range is 16 ports from two below the held one (its neighbours free when it was picked, tests/conftest.py):
+    # another test's socket may hold some of the others, and neighbours are written as a span (56911-56913)
     taken, _, where = result.detail.partition(" taken on ")
     ports = [port for first, last in parse_port_list(taken) for port in range(first, last + 1)]
     assert held_port in ports and where.startswith("127.0.0.1"), result.detail
