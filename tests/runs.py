@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,17 +152,43 @@ def start_nodes(project: Path, env: dict[str, str], output: Any = subprocess.PIP
 
 
 def wait_nodes(processes: list[subprocess.Popen[bytes]], timeout: float) -> list[tuple[int, str]]:
-    """Wait for every node (killing all on timeout); return exit codes and output."""
+    """Wait for every node (killing all on timeout); return exit codes and output.
+
+    Every node's pipe is read at once, each by a thread of its own: read one after the other, a node whose output
+    outgrew its pipe (64 KiB) while an earlier node was still being waited for would stop at its next write, and
+    the job's collectives with it, until the deadline.
+    """
     deadline = time.monotonic() + timeout
-    results = []
+    chunks: list[list[bytes]] = [[] for _ in processes]
+
+    def drain(process: subprocess.Popen[bytes], into: list[bytes]) -> None:
+        if process.stdout is not None:
+            while chunk := process.stdout.read1(65536):
+                into.append(chunk)
+
+    readers = [
+        threading.Thread(target=drain, args=(process, into), daemon=True)
+        for process, into in zip(processes, chunks, strict=True)
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        for process in processes:
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        for process, reader, into in zip(processes, readers, chunks, strict=True):
+            reader.join(timeout=max(1.0, deadline - time.monotonic()))  # the pipe ends once all its writers have
+            if reader.is_alive():  # a process the node started still holds it
+                raise subprocess.TimeoutExpired(process.args, timeout, output=b"".join(into))
+    except subprocess.TimeoutExpired:
+        kill_groups(processes)
+        raise
     for process in processes:
-        try:
-            output, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            kill_groups(processes)
-            raise
-        results.append((process.returncode, output.decode(errors="replace")))
-    return results
+        if process.stdout is not None:
+            process.stdout.close()
+    return [
+        (process.returncode, b"".join(into).decode(errors="replace"))
+        for process, into in zip(processes, chunks, strict=True)
+    ]
 
 
 def kill_groups(processes: list[subprocess.Popen[bytes]]) -> None:
