@@ -50,11 +50,20 @@ class Intake:
         self.server.ask(request, ranks)
         return str(request["id"])
 
-    def settled_root_cause(self) -> Failure | None:
-        """The root cause once the job is known to fail: a rank whose connection dropped counts as lost now."""
+    def settled_root_cause(self, now: float) -> Failure | None:
+        """The root cause once the job is known to fail (at `now`): a rank whose connection dropped counts as lost.
+
+        This host's ranks whose process is gone are looked for again, as `look` does: the last look may
+        have come just before a rank was killed, and the error its peers then raised ("connection reset
+        by peer") names no cause of its own. On a loaded host the failing launcher can exit before the
+        next look; the killed rank is still the root cause.
+        """
+        gone = self.gone_ranks()
         if self.server is not None:
             self.server.settle_losses()
-            self.ingest()
+        self.ingest()
+        for rank, died in self.death_times(gone, now).items():
+            self.state.vanished(rank, died)
         return self.state.root_cause()
 
     def gone_ranks(self) -> list[int]:

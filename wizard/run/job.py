@@ -262,22 +262,21 @@ class Job(JobStacks, JobRestarts):
         failed_node = next((node for node, code in sorted(codes.items()) if code not in ended), None)
         if failed_node is not None:
             return self._fail(
-                self.intake.settled_root_cause() or self._launcher_failure(failed_node, codes[failed_node])
+                self.intake.settled_root_cause(self.clock()) or self._launcher_failure(failed_node, codes[failed_node])
             )
         self._collect_at_hang()
         self._collect_when_asked()
         cause = self.state.root_cause()
         if self.options.max_restarts == 0 and cause is not None and not self._launcher_yet_to_say(cause, codes):
-            return self._fail(self.intake.settled_root_cause())
+            return self._fail(self.intake.settled_root_cause(self.clock()))
         if self._hang_ends_attempt():
             return self._failed("hung", hang_failure(self.state, self.clock(), self.hang_verdict))
         if description.state == ENDED:
             self.intake.ingest()
             if codes and all(code == 0 for code in codes.values()):
                 return self._end("finished", None)
-            return self._fail(
-                self.intake.settled_root_cause() or engine_failure(self.engine.name, self.engine_reason, self.clock())
-            )
+            failure = self.intake.settled_root_cause(self.clock())
+            return self._fail(failure or engine_failure(self.engine.name, self.engine_reason, self.clock()))
         return None
 
     def _launcher_yet_to_say(self, cause: Failure, codes: Mapping[int, int | None]) -> bool:

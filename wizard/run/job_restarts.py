@@ -81,7 +81,7 @@ class JobRestarts(RestartsOfJob):
         # at a hang, tick's _collect_at_hang has collected every rank's stacks (RUN/hang/) before this stop
         self.state.stopping()
         self._stop_processes(prompt=True)  # a dead or hung rank: no rank can save, the restart resumes from the last
-        self.intake.settled_root_cause()  # what the stopped ranks said last, into this attempt's state
+        self.intake.settled_root_cause(self.clock())  # what the stopped ranks said last, into this attempt's state
         now = self.clock()
         wait = self.attempts.failed(failure, self.state, now)
         self.failed_node = self._node_of(failure)
