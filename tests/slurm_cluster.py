@@ -12,7 +12,6 @@ import fcntl
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -20,6 +19,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.runs import free_port
 
 NODES = ("n1", "n2")
 
@@ -29,12 +30,6 @@ def have_slurm() -> bool:
     return all(
         shutil.which(name) or Path("/usr/sbin", name).exists() for name in ("slurmctld", "slurmd", "munged", "sbatch")
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
@@ -151,10 +146,12 @@ class SlurmCluster:
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        ports = {name: _free_port() for name in NODES}
+        # below the ephemeral range: a port the kernel handed out and took back can go to any outgoing
+        # connection before slurmd binds it ("Unable to bind listen port", seen under load)
+        ports = {name: free_port(count=1) for name in NODES}
         self.first_job_id, self.job_ids_lock = reserve_job_ids()
         self.conf.write_text(
-            slurm_conf(self.root, _free_port(), ports, cpus=os.cpu_count() or 2, first_job=self.first_job_id)
+            slurm_conf(self.root, free_port(count=1), ports, cpus=os.cpu_count() or 2, first_job=self.first_job_id)
         )
         self._daemon(
             [

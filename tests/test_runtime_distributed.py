@@ -11,6 +11,7 @@ import pytest
 from runtime import distributed, nic
 from runtime.distributed import RankInfo
 from runtime.errors import LaunchError
+from tests.runs import free_port
 
 MASTER = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
@@ -187,9 +188,7 @@ def test_under_torch_npu_run_a_restart_opens_no_store_of_its_own(held_port: int)
 
 
 def test_under_torchrun_a_restart_gets_a_store_prefixed_by_its_attempt() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port(count=1)  # below the ephemeral range, where no outgoing connection takes it meanwhile
     info = RankInfo(0, 0, 1, 1, 0, "torchrun")
     store = distributed.restarted_attempt_store(info, datetime.timedelta(seconds=30), restart_env(port))
     assert store is not None
