@@ -212,8 +212,13 @@ def kill_groups(processes: list[subprocess.Popen[bytes]]) -> None:
             time.sleep(0.05)
 
 
-def run_project(project: Path, run_dir: Path, timeout: float = 240, **extra: str) -> list[tuple[int, str]]:
-    """Run every node of the project to the end."""
+def run_project(project: Path, run_dir: Path, timeout: float = 600, **extra: str) -> list[tuple[int, str]]:
+    """Run every node of the project to the end; `timeout` is a safety net for a job that never ends.
+
+    A 2 x 2 job that trains in seconds on a quiet host once took 236 s to start its ranks (launchers, torch
+    imports, the rendezvous) near the end of a suite run on two cores with stress-ng beside it: 240 s was
+    no safety net there.
+    """
     return wait_nodes(start_nodes(project, node_env(run_dir, **extra)), timeout)
 
 
