@@ -22,7 +22,7 @@ from runtime.errors import SetupError
 from tests.factories import answers_yaml
 from tests.hf_models import POSITIONS, save_tiny_model
 from tests.runs import render_cpu
-from tests.tui_driver import field, next_step, pick, run_wizard
+from tests.tui_driver import next_step, pick, run_wizard, shown
 from wizard.answers.model import load_text, resolve, to_context
 from wizard.errors import AnswersError
 
@@ -120,12 +120,12 @@ def test_the_training_step_asks_for_the_folder_only_when_the_model_is_hf() -> No
     async def scenario(pilot: Pilot[int]) -> None:
         while getattr(pilot.app.screen, "step", None) != "training":
             await next_step(pilot)
-        assert not field(pilot, "training.hf_model_path").display
+        assert not shown(pilot, "training.hf_model_path")
         await pick(pilot, "training.model", "hf")
-        assert field(pilot, "training.hf_model_path").display and field(pilot, "training.block_size").display
-        assert not field(pilot, "training.gpt_size").display and not field(pilot, "training.dropout").display
+        assert shown(pilot, "training.hf_model_path") and shown(pilot, "training.block_size")
+        assert not shown(pilot, "training.gpt_size") and not shown(pilot, "training.dropout")
         await pick(pilot, "training.model", "gpt")
-        assert not field(pilot, "training.hf_model_path").display and field(pilot, "training.gpt_size").display
+        assert not shown(pilot, "training.hf_model_path") and shown(pilot, "training.gpt_size")
 
     run_wizard(scenario)
 

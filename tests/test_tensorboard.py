@@ -10,7 +10,7 @@ from textual.widgets import Input, Label, OptionList
 
 from tests.factories import answers, answers_yaml
 from tests.runs import RunEnded, events_of, kinds, render_cpu, run_project
-from tests.tui_driver import field, next_step, pick, problem_text, run_wizard, type_into, until
+from tests.tui_driver import field, next_step, pick, problem_text, run_wizard, shown, type_into, until
 from wizard.answers.model import dump, from_context, load_text, resolve, to_context
 from wizard.errors import AnswersError
 from wizard.render.render import render
@@ -128,7 +128,7 @@ def test_the_training_step_asks_for_tensorboard_and_refuses_it_for_the_users_own
     async def scenario(pilot: Pilot[int]) -> None:
         while not (isinstance(pilot.app.screen, StepScreen) and pilot.app.screen.step == "training"):
             await next_step(pilot)
-        assert field(pilot, "training.tensorboard").display
+        assert shown(pilot, "training.tensorboard")
         assert str(field(pilot, "training.tensorboard").query_one(".prompt", Label).render()) == "TensorBoard"
         await pick(pilot, "training.tensorboard", "true")
         assert pilot.app.state.values["training.tensorboard"] is True

@@ -8,7 +8,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
 from tests.factories import answers
-from tests.tui_driver import answer, answer_all, field, next_step, pick, problem_text, render_into, run_wizard
+from tests.tui_driver import answer, answer_all, field, next_step, pick, problem_text, render_into, run_wizard, shown
 from wizard.answers.hardware import BF16_REFUSAL
 from wizard.render.render import render
 from wizard.tui import create_app
@@ -262,7 +262,7 @@ def test_a_hostfile_path_stands_in_for_the_host_ip_rows(tmp_path: Path) -> None:
         await answer(pilot, "network.hostfile", str(hosts))
         await answer(pilot, "network.master_addr", "10.0.0.11")
         await pilot.pause()
-        assert not field(pilot, "network.host_ips").display
+        assert not shown(pilot, "network.host_ips")
         assert pilot.app.state.values["network.host_ips"] == ("10.0.0.11", "10.0.0.12", "10.0.0.13")
         assert "network.host_ips" not in pilot.app.state.raw
         assert problem_text(pilot, "network.hostfile") == ""

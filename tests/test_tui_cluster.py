@@ -17,6 +17,7 @@ from tests.tui_driver import (
     problem_text,
     render_into,
     run_wizard,
+    shown,
     snapshot_of,
 )
 from wizard.answers.questions_cluster import SETTINGS
@@ -30,7 +31,7 @@ SLURM_SETTINGS = {q.name for q in SETTINGS} - SSH_SETTINGS
 
 def shown_settings(pilot: Pilot[int]) -> set[str]:
     """The engine settings the cluster step shows now."""
-    return {q.name for q in SETTINGS if field(pilot, q.name).display}
+    return {q.name for q in SETTINGS if shown(pilot, q.name)}
 
 
 async def go_to_cluster(pilot: Pilot[int]) -> None:
@@ -58,7 +59,7 @@ def test_a_kubernetes_engine_is_offered_with_its_own_questions() -> None:
     kubernetes = {q.name for q in KUBERNETES_QUESTIONS}
 
     def shown_kubernetes(pilot: Pilot[int]) -> set[str]:
-        return {name for name in kubernetes if field(pilot, name).display}
+        return {name for name in kubernetes if shown(pilot, name)}
 
     async def scenario(pilot: Pilot[int]) -> None:
         await go_to_cluster(pilot)

@@ -84,7 +84,7 @@ def test_in_a_repository_the_wizard_offers_into_it_first_and_checks_my_script_th
         assert "or to the repository's root when npu-wizard renders into a repository" in panel, panel
         generated_only = ("training.batch_size", "training.lr", "training.warmup_epochs", "training.epochs")
         assert not any(visible(pilot, name) for name in generated_only)
-        assert not pilot.app.screen.query_one("#lr-hint", Static).display
+        assert not any(hint.display for hint in pilot.app.screen.query("#lr-hint"))
 
     run_wizard(scenario, create_app(blink=False, repository=repo))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widgets import Input, Label, OptionList
 
-from tests.tui_driver import answer, field, next_step, problem_text, run_wizard, type_into, until
+from tests.tui_driver import answer, field, next_step, problem_text, run_wizard, shown, type_into, until
 from wizard.tui import create_app
 from wizard.tui.review import ReviewScreen
 from wizard.tui.screens import StepScreen
@@ -34,7 +34,7 @@ async def choose_own(pilot: Pilot[int]) -> None:
 
 def visible(pilot: Pilot[int], name: str) -> bool:
     """Whether a question's field shows on the current step."""
-    return bool(field(pilot, name).display)
+    return shown(pilot, name)
 
 
 def test_your_own_script_is_checked_on_disk_skips_model_and_dataset_and_takes_quoted_arguments(

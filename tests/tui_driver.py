@@ -67,6 +67,11 @@ def field(pilot: Pilot[int], name: str) -> Field:
     return pilot.app.screen.query_one("#field-" + name.replace(".", "-"), Field)
 
 
+def shown(pilot: Pilot[int], name: str) -> bool:
+    """Whether a question's field shows on the current screen: a step mounts a field only once its question applies."""
+    return any(found.display for found in pilot.app.screen.query("#field-" + name.replace(".", "-")).results(Field))
+
+
 def problem_text(pilot: Pilot[int], name: str) -> str:
     """The problem line shown at a question."""
     return str(field(pilot, name).query_one(".problem", Static).render())

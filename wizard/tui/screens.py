@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
 from textual.widgets import Button, Header, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -29,6 +30,10 @@ def help_text(question: Question) -> Text:
     return text
 
 
+HINTS = {"training.lr": "#lr-hint", "project_name": "#name-hint"}
+"""The questions with a hint under their field, and the hint's id."""
+
+
 class StepScreen(Screen[None]):
     """One step of questions; Next is refused while the step has errors."""
 
@@ -45,18 +50,57 @@ class StepScreen(Screen[None]):
         self.step = step
 
     def compose(self) -> ComposeResult:
-        """Header, the step's fields, the help panel and the footer."""
+        """Header, the fields of the step's questions that apply now, the help panel and the footer.
+
+        A question that does not apply is mounted once an answer makes it apply (`refresh_fields`), not
+        before: each widget costs its share of every restyle, and a step can ask three times the questions
+        that apply to a given project (the cluster step asks 16; a manual launch needs 2).
+        """
         yield Header()
         with VerticalScroll(id="fields"):
             for question in questions_of(self.step):
-                yield field_for(question, self.app.state, blink=self.app.blink)
-                if question.name == "training.lr":
-                    yield Static("", id="lr-hint")
-                if question.name == "project_name" and self.app.into:
-                    folder = self.app.output_dir.resolve().name
-                    yield Static(f"(named after the repository's folder, {folder})", id="name-hint")
+                if self.app.state.applies(question.name):
+                    yield from self.widgets_of(question)
         yield Static("", id="help")
         yield KeysFooter()
+
+    def widgets_of(self, question: Question) -> list[Widget]:
+        """A question's field, with the hint that goes under it where it has one."""
+        widgets: list[Widget] = [field_for(question, self.app.state, blink=self.app.blink)]
+        if question.name == "training.lr":
+            widgets.append(Static("", id="lr-hint"))
+        if question.name == "project_name" and self.app.into:
+            folder = self.app.output_dir.resolve().name
+            widgets.append(Static(f"(named after the repository's folder, {folder})", id="name-hint"))
+        return widgets
+
+    def mount_applying(self) -> None:
+        """Mount the fields of questions that apply now and have none yet, each in its place in spec order."""
+        container = self.query_one("#fields")
+        mounted = {field.question.name: field for field in self.query(Field).results(Field)}
+        anchor: Widget | None = None  # the last widget before the question at hand
+        batch: list[Widget] = []
+        for question in questions_of(self.step):
+            if question.name in mounted:
+                self._mount_after(container, batch, anchor)
+                batch = []
+                anchor = mounted[question.name]
+                if question.name in HINTS:  # the hint under the field goes before the next field
+                    anchor = next(iter(self.query(HINTS[question.name])), anchor)
+            elif self.app.state.applies(question.name):
+                batch.extend(self.widgets_of(question))
+        self._mount_after(container, batch, anchor)
+
+    @staticmethod
+    def _mount_after(container: Widget, widgets: list[Widget], anchor: Widget | None) -> None:
+        if not widgets:
+            return
+        if anchor is not None:
+            container.mount(*widgets, after=anchor)
+        elif container.children:
+            container.mount(*widgets, before=0)
+        else:
+            container.mount(*widgets)
 
     def on_mount(self) -> None:
         """Title the step and show the first question's help."""
@@ -73,11 +117,12 @@ class StepScreen(Screen[None]):
             self.refresh_fields()
 
     def refresh_fields(self) -> None:
-        """Show every field's value and problems as the state has them now."""
+        """Show every field's value and problems as the state has them now; mount those that came to apply."""
+        self.mount_applying()
         for field in self.query(Field).results(Field):
-            field.show()
-        if self.step == "training":
-            hint = self.query_one("#lr-hint", Static)
+            if field.is_mounted:
+                field.show()
+        for hint in self.query("#lr-hint").results(Static):
             hint.display = self.app.state.applies("training.lr")  # not for a script of the user's own
             hint.update(Text(self.app.state.lr_hint()))
 
@@ -122,8 +167,8 @@ class StepScreen(Screen[None]):
         if errors:
             first = errors[0]
             self.notify(f"{first.field}: {first.message}", title="Fix this step first", severity="error")
-            field = self.query_one("#field-" + first.field.replace(".", "-"), Field)
-            field.query(".answer").first().focus()
+            for field in self.query("#field-" + first.field.replace(".", "-")).results(Field):
+                field.query(".answer").first().focus()
             return
         self.app.go_forward(self.step)
 
