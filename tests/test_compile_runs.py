@@ -47,7 +47,7 @@ def run_epochs(project: Path, run_dir: Path, checkpoints: Path, epochs: int, **e
         env=node_env(run_dir, NPU_WIZARD_CHECKPOINT_DIR=str(checkpoints), **env),
         capture_output=True,
         text=True,
-        timeout=480,
+        timeout=900,  # a safety net: the three runs took 425 s in all in a stress pass (two cores, stress-ng)
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
 
