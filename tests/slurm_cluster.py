@@ -32,6 +32,20 @@ def have_slurm() -> bool:
     )
 
 
+def daemon_ports(count: int) -> list[int]:
+    """`count` distinct free ports for the daemons, below the ephemeral range and outside the jobs' master ports.
+
+    A port the kernel hands out (bind to port 0) and takes back can go to any outgoing connection before slurmd
+    binds it: "Unable to bind listen port: Address already in use", seen under load.
+    """
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(outside=JOB_MASTER_PORTS, count=1)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -45,6 +59,8 @@ JOB_ID_BLOCK = 100
 """Job ids each test cluster may give: its jobs' master ports (29500 + job id % 1000) stay its own."""
 
 JOB_ID_BLOCKS = 1000 // JOB_ID_BLOCK
+JOB_MASTER_PORTS = range(29500, 30500)
+"""Where every test cluster's jobs take their master ports: no daemon may listen there."""
 
 
 def job_id_lock_dir() -> Path:
@@ -146,12 +162,11 @@ class SlurmCluster:
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        # below the ephemeral range: a port the kernel handed out and took back can go to any outgoing
-        # connection before slurmd binds it ("Unable to bind listen port", seen under load)
-        ports = {name: free_port(count=1) for name in NODES}
+        ctld_port, *node_ports = daemon_ports(1 + len(NODES))
+        ports = dict(zip(NODES, node_ports, strict=True))
         self.first_job_id, self.job_ids_lock = reserve_job_ids()
         self.conf.write_text(
-            slurm_conf(self.root, free_port(count=1), ports, cpus=os.cpu_count() or 2, first_job=self.first_job_id)
+            slurm_conf(self.root, ctld_port, ports, cpus=os.cpu_count() or 2, first_job=self.first_job_id)
         )
         self._daemon(
             [

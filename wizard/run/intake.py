@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from runtime.status import LOST
@@ -50,20 +51,26 @@ class Intake:
         self.server.ask(request, ranks)
         return str(request["id"])
 
-    def settled_root_cause(self, now: float) -> Failure | None:
+    def settled_root_cause(self, now: float, ended_well: Iterable[int] = ()) -> Failure | None:
         """The root cause once the job is known to fail (at `now`): a rank whose connection dropped counts as lost.
 
-        This host's ranks whose process is gone are looked for again, as `look` does: the last look may
-        have come just before a rank was killed, and the error its peers then raised ("connection reset
-        by peer") names no cause of its own. On a loaded host the failing launcher can exit before the
-        next look; the killed rank is still the root cause.
+        With the status stream, this host's ranks whose process is gone are looked for again, as `look`
+        does: the last look may have come just before a rank was killed, and the error its peers then
+        raised ("connection reset by peer") names no cause of its own; on a loaded host the failing
+        launcher can exit before the next look, and the stream may not have read the connection's end
+        yet. The stream tells when each connection ended, so a rank its launcher stopped after another
+        rank's failure is not taken for the first. Without the stream this runner hears no other node:
+        a local rank found gone now may have been stopped by its launcher after a remote rank died, and
+        is left to `look`. `ended_well`: the nodes whose launcher exited 0 (their ranks all ended so).
         """
-        gone = self.gone_ranks()
+        gone = self.gone_ranks() if self.server is not None else []
         if self.server is not None:
             self.server.settle_losses()
         self.ingest()
         for rank, died in self.death_times(gone, now).items():
             self.state.vanished(rank, died)
+        for node in ended_well:
+            self.state.launcher_succeeded(node)
         return self.state.root_cause()
 
     def gone_ranks(self) -> list[int]:

@@ -260,22 +260,22 @@ class Job(JobStacks, JobRestarts):
         # a node whose ranks saved on a stop signal exits PREEMPTED_EXIT: no failure, the others follow
         ended = (None, 0, PREEMPTED_EXIT)
         failed_node = next((node for node, code in sorted(codes.items()) if code not in ended), None)
+        ended_well = [node for node, code in codes.items() if code == 0]
         if failed_node is not None:
-            return self._fail(
-                self.intake.settled_root_cause(self.clock()) or self._launcher_failure(failed_node, codes[failed_node])
-            )
+            failure = self.intake.settled_root_cause(self.clock(), ended_well)
+            return self._fail(failure or self._launcher_failure(failed_node, codes[failed_node]))
         self._collect_at_hang()
         self._collect_when_asked()
         cause = self.state.root_cause()
         if self.options.max_restarts == 0 and cause is not None and not self._launcher_yet_to_say(cause, codes):
-            return self._fail(self.intake.settled_root_cause(self.clock()))
+            return self._fail(self.intake.settled_root_cause(self.clock(), ended_well))
         if self._hang_ends_attempt():
             return self._failed("hung", hang_failure(self.state, self.clock(), self.hang_verdict))
         if description.state == ENDED:
             self.intake.ingest()
             if codes and all(code == 0 for code in codes.values()):
                 return self._end("finished", None)
-            failure = self.intake.settled_root_cause(self.clock())
+            failure = self.intake.settled_root_cause(self.clock(), ended_well)
             return self._fail(failure or engine_failure(self.engine.name, self.engine_reason, self.clock()))
         return None
 

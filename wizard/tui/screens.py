@@ -167,8 +167,10 @@ class StepScreen(Screen[None]):
         if errors:
             first = errors[0]
             self.notify(f"{first.field}: {first.message}", title="Fix this step first", severity="error")
+            # a field mounted by check_typed just now has no widgets yet: it takes no focus
             for field in self.query("#field-" + first.field.replace(".", "-")).results(Field):
-                field.query(".answer").first().focus()
+                for answer in field.query(".answer")[:1]:
+                    answer.focus()
             return
         self.app.go_forward(self.step)
 
