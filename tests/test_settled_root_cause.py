@@ -79,13 +79,18 @@ def heard(intake: Intake, rank: int, outcome_or_pid: str) -> bool:
     return view is not None and (view.pid is not None if outcome_or_pid == "pid" else view.outcome is not None)
 
 
-def test_a_rank_gone_since_the_last_look_is_the_root_cause_not_its_peers_reset(job: Job) -> None:
+def start_both(job: Job, rank_1_pid: int) -> None:
+    """Rank 0 (this process) and rank 1 (`rank_1_pid`) connect and start; returns once the intake heard both."""
     intake, server, clients = job
-    killed = ended_process()
     connect(server, clients, wire(0, "started", pid=os.getpid(), node=0, local_rank=0))
-    # rank 1's connection is still open: the stream has not read its end yet (a loaded host)
-    connect(server, clients, wire(1, "started", pid=killed, node=1, local_rank=0))
+    connect(server, clients, wire(1, "started", pid=rank_1_pid, node=1, local_rank=0))
     wait_for(lambda: heard(intake, 0, "pid") and heard(intake, 1, "pid"), 60, "both ranks started")
+
+
+def test_a_rank_gone_since_the_last_look_is_the_root_cause_not_its_peers_reset(job: Job) -> None:
+    intake, _, clients = job
+    killed = ended_process()
+    start_both(job, killed)  # rank 1's connection stays open: the stream has not read its end (a loaded host)
     clients[0].sendall(wire(0, "error", pid=os.getpid(), type="RuntimeError", message=RESET, traceback=""))
     wait_for(lambda: heard(intake, 0, "outcome"), 60, "rank 0's error")  # the last look: rank 1 not yet gone
 
@@ -99,11 +104,9 @@ def test_a_rank_gone_since_the_last_look_is_the_root_cause_not_its_peers_reset(j
 
 
 def test_a_rank_that_said_it_finished_and_ended_is_no_failure(job: Job) -> None:
-    intake, server, clients = job
+    intake, _, clients = job
     done = ended_process()
-    connect(server, clients, wire(0, "started", pid=os.getpid(), node=0, local_rank=0))
-    connect(server, clients, wire(1, "started", pid=done, node=1, local_rank=0))
-    wait_for(lambda: heard(intake, 0, "pid") and heard(intake, 1, "pid"), 60, "both ranks started")
+    start_both(job, done)
     clients[1].sendall(wire(1, "finished", pid=done, step=8, exit_code=0))
     clients[0].sendall(wire(0, "error", pid=os.getpid(), type="ValueError", message="bad batch", traceback=""))
     wait_for(lambda: heard(intake, 0, "outcome") and heard(intake, 1, "outcome"), 60, "both ranks' last word")
@@ -116,11 +119,9 @@ def test_a_rank_that_said_it_finished_and_ended_is_no_failure(job: Job) -> None:
 
 def test_a_silent_rank_whose_launcher_exited_0_is_no_failure(job: Job) -> None:
     """A script that ends with os._exit(0) says nothing; its node's launcher exiting 0 is believed."""
-    intake, server, clients = job
+    intake, _, clients = job
     quiet = ended_process()
-    connect(server, clients, wire(0, "started", pid=os.getpid(), node=0, local_rank=0))
-    connect(server, clients, wire(1, "started", pid=quiet, node=1, local_rank=0))
-    wait_for(lambda: heard(intake, 0, "pid") and heard(intake, 1, "pid"), 60, "both ranks started")
+    start_both(job, quiet)
     clients[0].sendall(wire(0, "error", pid=os.getpid(), type="ValueError", message="bad batch", traceback=""))
     wait_for(lambda: heard(intake, 0, "outcome"), 60, "rank 0's error")
 
