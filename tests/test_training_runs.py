@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -51,6 +53,32 @@ def assert_trained(project: Path, run_dir: Path, world_size: int, per_node: int 
     assert len(losses) >= 4
     assert sum(losses[-2:]) < sum(losses[:2]), losses
     assert list((project / "checkpoints").glob("*.pt")), "no checkpoint written"
+
+
+# The first run of a resume test is held at each rank's 40th step, past its first checkpoint (step 32), by a
+# rehearsed hang (docs/rehearse.md): killed there, it cannot have finished first, however slowly the test's loop
+# sees the checkpoint (once, with both cores busy beside the suite, a job of 128 steps ran to its end before it did).
+# The second run, without it, trains to the end.
+HELD = {"NPU_WIZARD_REHEARSE": "hang:*:40"}
+
+
+def kill_once(
+    start: Callable[[BinaryIO], list[subprocess.Popen[bytes]]], saved: Callable[[], Any], tmp_path: Path
+) -> Any:
+    """Start the nodes, writing to first.log (nothing reads a pipe while this polls); SIGKILL their process groups
+    once `saved()` holds (600 s at most, a safety net); return what it gave."""
+    with (tmp_path / "first.log").open("wb") as log:
+        nodes = start(log)
+        try:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline and not saved():
+                time.sleep(0.05)
+        finally:
+            kill_groups(nodes)
+    found = saved()
+    said = (tmp_path / "first.log").read_text(errors="replace")[-3000:]
+    assert found, f"no checkpoint before the deadline; the nodes said:\n{said}"
+    return found
 
 
 @pytest.mark.parametrize(("launcher", "amp"), RUNS, ids=[f"{name}-{amp}" for name, amp in RUNS])
@@ -99,25 +127,16 @@ def test_a_single_process_job_trains_without_ddp(tmp_path: Path) -> None:
 
 
 def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
-    # Enough steps (64 an epoch) that the job is still running when its first checkpoint (step 32) lands,
-    # few enough that the second run trains the rest quickly. Resuming is the ranks' own: one node of two under
-    # the shell launcher resumes as any launcher's ranks do.
+    # 64 steps an epoch, a checkpoint every 32: the first run is held past its first checkpoint and killed there;
+    # the second trains the rest. Resuming is the ranks' own: one node of two under the shell launcher resumes as
+    # any launcher's ranks do.
     project = render_cpu(tmp_path, "shell", samples=2048, epochs=2, checkpoint_every=32)
     first_run = tmp_path / "first"
-    # the nodes write to a file: nothing reads a pipe while this loop polls (a stress pass, stress-ng --cpu 2
-    # beside the whole suite, once saw no checkpoint within the 120 s this waited then; the deadline is a safety
-    # net, the loop ends at the first checkpoint, long before the 128th step)
-    with (tmp_path / "first.log").open("wb") as log:
-        nodes = start_nodes(project, node_env(first_run), output=log)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not (
-            first_run.exists() and kinds(events_of(first_run).get(0, []), "checkpoint")
-        ):
-            time.sleep(0.05)
-        kill_groups(nodes)
-    saved = kinds(events_of(first_run).get(0, []), "checkpoint")
-    said = (tmp_path / "first.log").read_text(errors="replace")[-3000:]
-    assert saved, f"no checkpoint before the deadline; the nodes said:\n{said}"
+    saved = kill_once(
+        lambda log: start_nodes(project, node_env(first_run, **HELD), output=log),
+        lambda: first_run.exists() and kinds(events_of(first_run).get(0, []), "checkpoint"),
+        tmp_path,
+    )
     assert not kinds(events_of(first_run)[0], "finished")
 
     second_run = tmp_path / "second"
@@ -135,25 +154,24 @@ def test_nodes_without_shared_storage_each_keep_checkpoints_and_resume(tmp_path:
     project = render_cpu(tmp_path, "shell", nodes=2, devices_per_node=1, samples=2048, epochs=2, checkpoint_every=32)
     folders = [tmp_path / "node0-checkpoints", tmp_path / "node1-checkpoints"]
 
-    def start(run_dir: Path) -> list[subprocess.Popen[bytes]]:
+    def start(run_dir: Path, output: Any = subprocess.PIPE, **extra: str) -> list[subprocess.Popen[bytes]]:
         return [
             subprocess.Popen(
                 ["bash", str(project / "launch" / f"node{node}.sh")],
-                env=node_env(run_dir, NPU_WIZARD_CHECKPOINT_DIR=str(folder)),
+                env=node_env(run_dir, NPU_WIZARD_CHECKPOINT_DIR=str(folder), **extra),
                 start_new_session=True,
-                stdout=subprocess.PIPE,
+                stdout=output,
                 stderr=subprocess.STDOUT,
             )
             for node, folder in enumerate(folders)
         ]
 
-    first = start(tmp_path / "first")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not all(list(folder.glob("step-*.pt")) for folder in folders):
-        time.sleep(0.05)
-    kill_groups(first)
-    saved = [{p.name for p in folder.glob("step-*.pt")} for folder in folders]
-    assert all(saved), "each node's first rank saves its own checkpoint"
+    saved = kill_once(
+        lambda log: start(tmp_path / "first", log, **HELD),
+        lambda: all(list(folder.glob("step-*.pt")) for folder in folders),
+        tmp_path,
+    )
+    assert saved, "each node's first rank saves its own checkpoint"
 
     for node, (code, output) in enumerate(wait_nodes(start(tmp_path / "second"), 240)):
         assert code == 0, f"node {node} exited {code}:\n{output[-3000:]}"
@@ -177,23 +195,23 @@ def test_fsdp2_without_a_folder_every_rank_reaches_saves_the_whole_state_per_nod
     (project / "train.py").write_text(train)
     folders = [tmp_path / "node0-checkpoints", tmp_path / "node1-checkpoints"]
 
-    def start(run_dir: Path) -> list[subprocess.Popen[bytes]]:
+    def start(run_dir: Path, output: Any = subprocess.PIPE, **extra: str) -> list[subprocess.Popen[bytes]]:
         return [
             subprocess.Popen(
                 ["bash", str(project / "launch" / f"node{node}.sh")],
-                env=node_env(run_dir, NPU_WIZARD_CHECKPOINT_DIR=str(folder)),
+                env=node_env(run_dir, NPU_WIZARD_CHECKPOINT_DIR=str(folder), **extra),
                 start_new_session=True,
-                stdout=subprocess.PIPE,
+                stdout=output,
                 stderr=subprocess.STDOUT,
             )
             for node, folder in enumerate(folders)
         ]
 
-    first = start(tmp_path / "first")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not all(list(folder.glob("step-*.pt")) for folder in folders):
-        time.sleep(0.05)
-    kill_groups(first)
+    kill_once(
+        lambda log: start(tmp_path / "first", log, **HELD),
+        lambda: all(list(folder.glob("step-*.pt")) for folder in folders),
+        tmp_path,
+    )
     for folder in folders:  # one whole file per node, no step folder of shards
         assert list(folder.glob("step-*.pt")) and not list(folder.glob("step-*[0-9]")), list(folder.iterdir())
 
