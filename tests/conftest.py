@@ -39,14 +39,20 @@ _OWN_CACHE: list[str] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give the run a private template cache, unless the one who started it named one."""
+    """Give the run a private template cache, unless the one who started it named one, and a record of the ports
+    tests.runs.free_port gives (in that folder: every worker reads and adds to the same one)."""
+    from tests.runs import PORTS_GIVEN
+
     if "NPU_WIZARD_CACHE_DIR" not in os.environ:
         _OWN_CACHE.append(tempfile.mkdtemp(prefix="npu-wizard-tests-cache-"))
         os.environ["NPU_WIZARD_CACHE_DIR"] = _OWN_CACHE[0]
+    if PORTS_GIVEN not in os.environ:
+        _OWN_CACHE.append(tempfile.mkdtemp(prefix="npu-wizard-tests-ports-"))
+        os.environ[PORTS_GIVEN] = os.path.join(_OWN_CACHE[-1], "given")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Delete the run's cache folder (xdist's workers leave the one their controller made)."""
+    """Delete the run's cache and ports folders (xdist's workers leave the ones their controller made)."""
     for folder in _OWN_CACHE:
         shutil.rmtree(folder, ignore_errors=True)
 

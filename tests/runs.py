@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,16 @@ from wizard.render.render import render
 BIN = str(Path(sys.executable).parent)
 
 
+PORTS_GIVEN = "NPU_WIZARD_TEST_PORTS"
+"""The file of every port free_port has given in this run (tests/conftest.py makes it; xdist's workers inherit it)."""
+
+FIXED_MASTER_PORTS = range(29500, 30500)
+"""Master ports no test is given: the examples' 29500, and where a Slurm job's master port falls (29500 + job id %
+1000, tests/slurm_cluster.py)."""
+
+_given_here: set[int] = set()  # without the file (a run that is not the suite's), this process's own
+
+
 def free_port(outside: range = range(0), count: int = 2) -> int:
     """A port P with P to P+count-1 free now (a pair unless told), outside the kernel's ephemeral range and `outside`.
 
@@ -28,17 +41,39 @@ def free_port(outside: range = range(0), count: int = 2) -> int:
     before the job binds it (the very hazard the HCCL port reservation avoids),
     so jobs started by the tests take theirs from below it. `outside` keeps a
     master port out of an HCCL range picked before it (the answers refuse one inside).
+
+    No port is given twice in one run, by any xdist worker: free now is not free when its job binds it, and a
+    port another test was given may be bound a moment later (a master port free at render time was once taken
+    by another worker's job before the first run started: EADDRINUSE).
     """
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     candidates = list(range(max(1024, low - 12000), low - count + 1))  # the last port below `low`
     random.shuffle(candidates)
-    for port in candidates:
-        ports = range(port, port + count)
-        if any(p in outside for p in ports):
-            continue
-        if all(_bindable(p) for p in ports):
-            return port
+    with _ports_given() as given:
+        for port in candidates:
+            ports = range(port, port + count)
+            if any(p in outside or p in FIXED_MASTER_PORTS or p in given for p in ports):
+                continue
+            if all(_bindable(p) for p in ports):
+                given.update(ports)
+                return port
     raise RuntimeError(f"no {count} free ports in a row below the ephemeral range")
+
+
+@contextmanager
+def _ports_given() -> Iterator[set[int]]:
+    """The ports given in this run so far, under a lock; what the block adds to the set is recorded."""
+    path = os.environ.get(PORTS_GIVEN)
+    if not path:
+        yield _given_here
+        return
+    with open(path, "a+") as record:
+        fcntl.flock(record, fcntl.LOCK_EX)  # released when the file closes
+        record.seek(0)
+        given = {int(line) for line in record.read().split()}
+        before = set(given)
+        yield given
+        record.write("".join(f"{port}\n" for port in sorted(given - before)))
 
 
 def hccl_range_from(base: int) -> range:
