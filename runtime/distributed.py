@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 
 from . import nic, stacks
@@ -171,15 +170,22 @@ def restarted_attempt_store(
 def destroy_process_group() -> None:
     """Leave the process group if this rank joined one.
 
-    Before torch 2.8 (pytorch/pytorch#154976) gloo's process group is torn
-    down with the GIL held while it joins its worker threads; a worker still
-    dropping the last collective's tensors needs the GIL, and the rank hangs
-    for ever (seen on torch 2.1 in about one run of seven). A short pause
-    without the GIL lets those workers finish first.
+    Gloo's worker threads may still be dropping the last collective's
+    tensors when the rank moves on; that needs the GIL. Before torch 2.8
+    (pytorch/pytorch#154976) the group is torn down with the GIL held, and
+    such a worker hangs the rank for ever (seen on torch 2.1 in about one run
+    of seven). From 2.8 the teardown lets the GIL go, but a group that DDP
+    used is not torn down here at all: on torch 2.14 its worker threads still
+    run after this returns (a DistributedDataParallel, even one already
+    collected, keeps the group), so they may meet the interpreter's own
+    teardown at exit, where a thread that asks for the GIL can abort the
+    process: a rank that had finished died by SIGABRT a moment later, on a
+    loaded machine, a few times in thousands of runs. A short pause without
+    the GIL lets those workers finish first, on every release.
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
-    if dist.get_backend() == "gloo" and torch.__version__ < (2, 8):
+    if dist.get_backend() == "gloo":
         time.sleep(GLOO_WORKER_GRACE_S)
     dist.destroy_process_group()
 

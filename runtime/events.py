@@ -387,7 +387,7 @@ def tee_output(
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
-    atexit.register(_drain_tee, child)
+    atexit.register(_drain_tee, child, log)
     return log
 
 
@@ -405,10 +405,16 @@ def _signals_ignored(*signums: int) -> Iterator[None]:
             signal.signal(signum, action)
 
 
-def _drain_tee(child: subprocess.Popen[bytes]) -> None:
-    # close our ends of the pipe so tee sees EOF, and let it write the last lines
+def _drain_tee(child: subprocess.Popen[bytes], log: Path) -> None:
+    """At exit: let tee write the last lines, then send what the process still says straight to the log.
+
+    This runs among the last atexit handlers; after it comes the interpreter's own teardown. A crash
+    there (a native library's "terminate called ...", "Fatal Python error", the stacks faulthandler
+    writes on SIGABRT or SIGSEGV) is written to descriptor 2, and must reach the rank's log, not nowhere.
+    """
     sys.stdout.flush()
     sys.stderr.flush()
+    # close our ends of the pipe so tee sees EOF
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -417,3 +423,10 @@ def _drain_tee(child: subprocess.Popen[bytes]) -> None:
         child.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass  # a child process still holds the pipe; tee ends when it does
+    try:
+        late = os.open(log, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        return  # the log is gone (its folder removed): nowhere it is, then
+    os.dup2(late, 1)
+    os.dup2(late, 2)
+    os.close(late)

@@ -175,6 +175,45 @@ def test_a_rank_tees_its_output_into_its_log(tmp_path: Path, enabled: bool) -> N
     assert log.exists() == enabled
 
 
+# A rank that crashes in the interpreter's teardown, after the tee has written its last line: an atexit handler
+# registered before tee_output runs after the tee's own (they run last first), where such a crash happens.
+CRASH_AT_EXIT = textwrap.dedent(
+    """
+    import atexit, faulthandler, os, sys
+    from pathlib import Path
+    from runtime import events
+
+    def teardown_crash():
+        os.write(2, b"terminate called after throwing an instance of 'std::system_error'\\n")
+        os.abort()
+
+    atexit.register(teardown_crash)
+    events.tee_output(Path(sys.argv[1]), 2)
+    faulthandler.enable(all_threads=True)
+    print("finished, step 64")
+    """
+)
+
+
+def test_a_crash_in_the_teardown_after_the_rank_finished_is_in_its_log(tmp_path: Path) -> None:
+    # rank 3 of a 2 x 2 run once finished all its steps and died by SIGABRT a moment later, its log silent: what
+    # it said then went where the tee's pipe had been, /dev/null
+    result = subprocess.run(
+        [sys.executable, "-c", CRASH_AT_EXIT, str(tmp_path)],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == -6, result.stderr
+    log = (tmp_path / "logs" / "rank-2.log").read_text()
+    said = log.split("finished, step 64\n", 1)[1]
+    assert said.startswith("terminate called after throwing an instance of 'std::system_error'\n"), log
+    # faulthandler's report of the abort, with the Python stack it happened in
+    assert "Fatal Python error: Aborted" in said and "teardown_crash" in said, log
+
+
 def test_events_are_json_per_line(tmp_path: Path) -> None:
     writer = EventWriter(tmp_path, 0)
     writer.emit("step", path=tmp_path)  # a Path becomes its text

@@ -12,6 +12,8 @@ the shell launcher: no launcher agent importing torch beside the ranks (issue 35
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -21,7 +23,18 @@ from typing import Any, BinaryIO
 import pytest
 
 from tests.doubles.torch_npu_double import install_torch_npu_double
-from tests.runs import events_of, kill_groups, kinds, node_env, render_cpu, run_project, start_nodes, wait_nodes
+from tests.runs import (
+    events_of,
+    kill_groups,
+    kinds,
+    node_env,
+    render_cpu,
+    run_project,
+    start_nodes,
+    started_pid,
+    wait_for,
+    wait_nodes,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -147,6 +160,33 @@ def test_a_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     first_step = kinds(events_of(second_run)[0], "step")[0]["step"]
     assert first_step > resumed["resumed_step"]
     assert_trained(project, second_run, world_size=2)
+
+
+def test_a_rank_that_crashes_leaves_every_threads_python_stack_in_its_log(tmp_path: Path) -> None:
+    # SIGABRT, as a native library's failed check raises it, to a rank held mid-step by a rehearsed hang (its 6th
+    # step, after 4 steps logged): faulthandler writes where each thread was into the rank's log
+    project = render_cpu(tmp_path, "shell", devices_per_node=1, samples=256)
+    run_dir = tmp_path / "run"
+    env = node_env(run_dir, NPU_WIZARD_REHEARSE="hang:0:6")
+    with (tmp_path / "node.log").open("wb") as log:
+        [node] = start_nodes(project, env, output=log)
+        try:
+            pid = wait_for(lambda: started_pid(run_dir, 0), 600, "rank 0's first step")
+
+            def held() -> bool:  # where the rank is, as its SIGUSR2 dump says (runtime/stacks.py)
+                os.kill(pid, signal.SIGUSR2)
+                return "rehearsal.py" in (run_dir / "logs" / "rank-0.stacks.txt").read_text()
+
+            wait_for(held, 600, "rank 0 in its rehearsed hang", step=0.5)
+            os.kill(pid, signal.SIGABRT)
+            assert node.wait(timeout=600) != 0
+        finally:
+            kill_groups([node])
+    said = (run_dir / "logs" / "rank-0.log").read_text()
+    assert "Fatal Python error: Aborted" in said, said[-3000:]
+    crash = said.split("Fatal Python error: Aborted", 1)[1]
+    assert f'File "{project / "train.py"}"' in crash and "rehearsal.py" in crash, crash
+    assert "Thread 0x" in crash and "(most recent call first)" in crash
 
 
 def test_nodes_without_shared_storage_each_keep_checkpoints_and_resume(tmp_path: Path) -> None:
