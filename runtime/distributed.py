@@ -181,7 +181,8 @@ def destroy_process_group() -> None:
     teardown at exit, where a thread that asks for the GIL can abort the
     process: a rank that had finished died by SIGABRT a moment later, on a
     loaded machine, a few times in thousands of runs. A short pause without
-    the GIL lets those workers finish first, on every release.
+    the GIL lets those workers finish first, on every release: it makes that
+    rarer, not impossible (a loaded machine may hold a worker longer).
     """
     if not (dist.is_available() and dist.is_initialized()):
         return

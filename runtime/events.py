@@ -387,7 +387,10 @@ def tee_output(
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
-    atexit.register(_drain_tee, child, log)
+    # the log itself, for what the process says after tee has ended (opened now: at exit the
+    # path may no longer lead to it)
+    late = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    atexit.register(_drain_tee, child, late)
     return log
 
 
@@ -405,12 +408,13 @@ def _signals_ignored(*signums: int) -> Iterator[None]:
             signal.signal(signum, action)
 
 
-def _drain_tee(child: subprocess.Popen[bytes], log: Path) -> None:
-    """At exit: let tee write the last lines, then send what the process still says straight to the log.
+def _drain_tee(child: subprocess.Popen[bytes], late: int) -> None:
+    """At exit: let tee write its last lines, then point descriptors 1 and 2 at the log itself (`late`).
 
-    This runs among the last atexit handlers; after it comes the interpreter's own teardown. A crash
-    there (a native library's "terminate called ...", "Fatal Python error", the stacks faulthandler
-    writes on SIGABRT or SIGSEGV) is written to descriptor 2, and must reach the rank's log, not nowhere.
+    This runs among the last atexit handlers; the interpreter's own teardown comes after it. What a
+    native library writes to descriptor 2 from then on (libstdc++'s "terminate called ...", CPython's
+    "Fatal Python error") reaches the rank's log instead of nothing. faulthandler's stacks reach it
+    too, for a crash while the interpreter still runs; late in its teardown CPython turns them off.
     """
     sys.stdout.flush()
     sys.stderr.flush()
@@ -423,10 +427,6 @@ def _drain_tee(child: subprocess.Popen[bytes], log: Path) -> None:
         child.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass  # a child process still holds the pipe; tee ends when it does
-    try:
-        late = os.open(log, os.O_WRONLY | os.O_APPEND)
-    except OSError:
-        return  # the log is gone (its folder removed): nowhere it is, then
     os.dup2(late, 1)
     os.dup2(late, 2)
     os.close(late)

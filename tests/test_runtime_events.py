@@ -175,8 +175,9 @@ def test_a_rank_tees_its_output_into_its_log(tmp_path: Path, enabled: bool) -> N
     assert log.exists() == enabled
 
 
-# A rank that crashes in the interpreter's teardown, after the tee has written its last line: an atexit handler
-# registered before tee_output runs after the tee's own (they run last first), where such a crash happens.
+# A rank that crashes at exit after the tee has written its last line: an atexit handler registered before
+# tee_output runs after the tee's own (they run last first). Later crashes (in the interpreter's teardown, in C++
+# static destructors) write their library's words to descriptor 2 the same way; faulthandler's stacks are off by then.
 CRASH_AT_EXIT = textwrap.dedent(
     """
     import atexit, faulthandler, os, sys

@@ -470,8 +470,8 @@ def main(local_rank: int | None, args: argparse.Namespace) -> None:
     )
     run_dir = events.resolve_run_dir(args.run_dir, PROJECT_DIR)
     events.tee_output(run_dir, rank.rank)
-    # a native crash (SIGSEGV, SIGABRT: a library's failed check, a crash in the teardown at exit)
-    # leaves every thread's Python stack in the rank's log
+    # a native crash (SIGSEGV; SIGABRT, as a library's failed check raises it) leaves every
+    # thread's Python stack in the rank's log
     faulthandler.enable(all_threads=True)
     recorder = events.EventWriter(run_dir, rank.rank)
     completed = True
