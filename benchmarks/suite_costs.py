@@ -36,9 +36,13 @@ def record_smoke(folder: Path) -> None:
 
 
 def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
-    """Per file [wall, cpu, tests], per fixture [wall, cpu, set-ups], and the number of tests run."""
-    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-    fixtures: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    """Per file [wall, cpu, tests, own], per fixture [wall, cpu, set-ups, own], and the number of tests run.
+
+    cpu counts the test's process and the child processes it waited for; own only the test's process (the rest is
+    what its children cost: CLI runs, linters, probes). A recording made before own was recorded reads own 0.
+    """
+    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0])
+    fixtures: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0])
     tests: set[str] = set()
     for path in sorted(folder.glob("costs-*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -53,6 +57,7 @@ def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], 
                     tests.add(record["test"])
             entry[0] += record["wall"]
             entry[1] += record["cpu"]
+            entry[3] += record.get("own", 0.0)
     return files, fixtures, len(tests)
 
 
@@ -76,26 +81,30 @@ def main(argv: list[str] | None = None) -> int:
     before = read(args.against)[0] if args.against else {}
     total_wall = sum(entry[0] for entry in files.values())
     total_cpu = sum(entry[1] for entry in files.values())
-    print(f"{count} tests, {total_wall:.0f} test-seconds of wall time, {total_cpu:.0f} CPU seconds")
+    total_own = sum(entry[3] for entry in files.values())
+    print(
+        f"{count} tests, {total_wall:.0f} test-seconds of wall time, {total_cpu:.0f} CPU seconds "
+        f"({total_own:.0f} in the test processes, {total_cpu - total_own:.0f} in the processes they started)"
+    )
     if args.against:
         old = read(args.against)
         print(
             f"baseline: {old[2]} tests, {sum(e[0] for e in old[0].values()):.0f} test-seconds of wall time, "
             f"{sum(e[1] for e in old[0].values()):.0f} CPU seconds"
         )
-    print(f"\nthe {args.top} costliest files (wall s, CPU s, tests)")
-    header = f"{'file':<44} {'wall':>7} {'cpu':>7} {'tests':>5}"
+    print(f"\nthe {args.top} costliest files (wall s, CPU s, CPU s in the test process, tests)")
+    header = f"{'file':<44} {'wall':>7} {'cpu':>7} {'own':>7} {'tests':>5}"
     print(header + ("   baseline wall    cpu" if before else ""))
     ranked = sorted(files.items(), key=lambda item: -item[1][0])
-    for name, (wall, cpu, tests) in ranked[: args.top]:
-        line = f"{name.removeprefix('tests/'):<44} {wall:7.0f} {cpu:7.0f} {tests:5d}"
+    for name, (wall, cpu, tests, own) in ranked[: args.top]:
+        line = f"{name.removeprefix('tests/'):<44} {wall:7.0f} {cpu:7.0f} {own:7.0f} {tests:5d}"
         if before:
-            old_wall, old_cpu, _ = before.get(name, [0.0, 0.0, 0])
+            old_wall, old_cpu = before.get(name, [0.0, 0.0])[:2]
             line += f"   {old_wall:13.0f} {old_cpu:6.0f}"
         print(line)
-    print(f"\nthe {args.top} costliest fixtures (wall s, CPU s, set-ups)")
-    for name, (wall, cpu, setups) in sorted(fixtures.items(), key=lambda item: -item[1][0])[: args.top]:
-        print(f"{name:<44} {wall:7.0f} {cpu:7.0f} {setups:5d}")
+    print(f"\nthe {args.top} costliest fixtures (wall s, CPU s, CPU s in the test process, set-ups)")
+    for name, (wall, cpu, setups, own) in sorted(fixtures.items(), key=lambda item: -item[1][0])[: args.top]:
+        print(f"{name:<44} {wall:7.0f} {cpu:7.0f} {own:7.0f} {setups:5d}")
     return 0
 
 

@@ -3,8 +3,8 @@
 `NPU_WIZARD_TEST_COSTS=FOLDER pytest ...` writes one JSON line per test phase (setup, call, teardown) and per
 fixture set-up into FOLDER/costs-<worker>.jsonl. CPU seconds are the worker's own and those of the children it
 waited for (a training process, a runner, a shell script), which is what a test makes the machine do; daemons a
-test started and never reaped (slurmd, sshd) are not counted. `python benchmarks/suite_costs.py FOLDER` sums them
-per file and per fixture.
+test started and never reaped (slurmd, sshd) are not counted. "own" is the worker's part alone: the rest is what the
+processes the test started cost. `python benchmarks/suite_costs.py FOLDER` sums them per file and per fixture.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ import pytest
 FOLDER = os.environ.get("NPU_WIZARD_TEST_COSTS", "")
 
 
-def _cpu() -> float:
+def _cpu() -> tuple[float, float]:
+    """CPU seconds so far: this process's and its waited-for children's together, and this process's own."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    mine = own.ru_utime + own.ru_stime
+    return mine + children.ru_utime + children.ru_stime, mine
 
 
 class _Recorder:
@@ -48,10 +50,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _measured(record: dict[str, Any]) -> Iterator[None]:
-    began, wall, cpu = time.time(), time.monotonic(), _cpu()
+    began, wall, (cpu, own) = time.time(), time.monotonic(), _cpu()
     yield
     if _recorder is not None:
-        spent = {"wall": round(time.monotonic() - wall, 3), "cpu": round(_cpu() - cpu, 3), "began": round(began, 3)}
+        cpu_now, own_now = _cpu()
+        spent = {"wall": round(time.monotonic() - wall, 3), "began": round(began, 3)}
+        spent |= {"cpu": round(cpu_now - cpu, 3), "own": round(own_now - own, 3)}
         _recorder.write({**record, **spent})
 
 

@@ -101,7 +101,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["a render in a fresh process: baseline (no bytecode)", "a collection (not slow): baseline", "CPU s saved"],
     ),
-    "suite_costs.py": (["--smoke"], ["tests, ", "test-seconds of wall time", "costliest files", "test_port_docs.py"]),
+    "suite_costs.py": (
+        ["--smoke"],
+        ["tests, ", "test-seconds of wall time", "in the test processes", "costliest files", "test_port_docs.py"],
+    ),
     "tui_startup.py": (["--smoke"], ["bare Textual app (1 Label)", "npu-wizard first screen", "to a bare app"]),
     "ssh_copy_history.py": (
         ["--smoke"],
