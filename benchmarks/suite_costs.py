@@ -38,8 +38,9 @@ def record_smoke(folder: Path) -> None:
 def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
     """Per file [wall, cpu, tests, own], per fixture [wall, cpu, set-ups, own], and the number of tests run.
 
-    cpu counts the test's process and the child processes it waited for; own only the test's process (the rest is
-    what its children cost: CLI runs, linters, probes). A recording made before own was recorded reads own 0.
+        cpu counts the test's process and the child processes it waited for; own only the test's process (the rest is
+        what its children cost: CLI runs, linters, probes). A recording made before own was recorded reads own 0, and
+    main() then leaves own out.
     """
     files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0])
     fixtures: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0])
@@ -82,10 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     total_wall = sum(entry[0] for entry in files.values())
     total_cpu = sum(entry[1] for entry in files.values())
     total_own = sum(entry[3] for entry in files.values())
-    print(
-        f"{count} tests, {total_wall:.0f} test-seconds of wall time, {total_cpu:.0f} CPU seconds "
-        f"({total_own:.0f} in the test processes, {total_cpu - total_own:.0f} in the processes they started)"
-    )
+    split = f" ({total_own:.0f} in the test processes, {total_cpu - total_own:.0f} in the processes they started)"
+    print(f"{count} tests, {total_wall:.0f} test-seconds of wall time, {total_cpu:.0f} CPU seconds", end="")
+    print(split if total_own > 0 else "")
+
+    def own_column(own: float) -> str:
+        return f"{own:7.0f}" if total_own > 0 else f"{'-':>7}"
+
     if args.against:
         old = read(args.against)
         print(
@@ -97,14 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     print(header + ("   baseline wall    cpu" if before else ""))
     ranked = sorted(files.items(), key=lambda item: -item[1][0])
     for name, (wall, cpu, tests, own) in ranked[: args.top]:
-        line = f"{name.removeprefix('tests/'):<44} {wall:7.0f} {cpu:7.0f} {own:7.0f} {tests:5d}"
+        line = f"{name.removeprefix('tests/'):<44} {wall:7.0f} {cpu:7.0f} {own_column(own)} {tests:5d}"
         if before:
             old_wall, old_cpu = before.get(name, [0.0, 0.0])[:2]
             line += f"   {old_wall:13.0f} {old_cpu:6.0f}"
         print(line)
     print(f"\nthe {args.top} costliest fixtures (wall s, CPU s, CPU s in the test process, set-ups)")
     for name, (wall, cpu, setups, own) in sorted(fixtures.items(), key=lambda item: -item[1][0])[: args.top]:
-        print(f"{name:<44} {wall:7.0f} {cpu:7.0f} {own:7.0f} {setups:5d}")
+        print(f"{name:<44} {wall:7.0f} {cpu:7.0f} {own_column(own)} {setups:5d}")
     return 0
 
 
