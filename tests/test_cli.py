@@ -123,12 +123,12 @@ def test_answers_path_imports_neither_torch_nor_textual(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_render_path_imports_neither_cookiecutter_nor_arrow_nor_rich() -> None:
+def test_the_render_path_imports_neither_cookiecutter_nor_arrow_nor_rich(tmp_path: Path) -> None:
     """`--answers` renders with Jinja alone: cookiecutter (and the arrow and rich it pulls in, about 180 ms of
     imports) is for plain cookiecutter's path only. A fresh interpreter renders the CPU demo, --force included."""
     code = (
-        "import sys, tempfile; from wizard.cli import main\n"
-        "out = tempfile.mkdtemp()\n"
+        "import sys; from wizard.cli import main\n"
+        f"out = {str(tmp_path)!r}\n"
         f"for force in ([], ['--force']):\n"
         f"    assert main(['--answers', {str(EXAMPLES / 'cpu-demo.yaml')!r}, '-o', out, *force]) == 0\n"
         "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'cookiecutter', 'arrow', 'rich', 'binaryornot'})\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +16,17 @@ from wizard.render.render import render
 from wizard.render.templates import cookiecutter_json, project_template
 
 
-def plain_cookiecutter(context: dict[str, str], out: Path) -> subprocess.CompletedProcess[str]:
-    """Run the cookiecutter command line with --no-input and these variables."""
+def plain_cookiecutter(context: dict[str, str], out: Path, scratch: Path) -> subprocess.CompletedProcess[str]:
+    """Run the cookiecutter command line with --no-input and these variables, its TMPDIR the folder `scratch`.
+
+    cookiecutter writes each hook it runs to a temporary file it never removes: in `scratch`, a folder of the test's,
+    they go with the test's folder instead of piling up in /tmp.
+    """
     pairs = [f"{key}={value}" for key, value in context.items()]
+    scratch.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "cookiecutter", str(project_template()), "--no-input", "-o", str(out), *pairs],
+        env={**os.environ, "TMPDIR": str(scratch)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -45,23 +52,25 @@ def same_tree(left: Path, right: Path) -> list[str]:
 def test_plain_cookiecutter_gives_the_same_files(case: str, tmp_path: Path) -> None:
     answers = case_answers(case)
     ours = render(answers, tmp_path / "ours").project_dir
-    result = plain_cookiecutter(to_context(answers), tmp_path / "plain")
+    result = plain_cookiecutter(to_context(answers), tmp_path / "plain", tmp_path / "tmp")
     assert result.returncode == 0, result.stderr
     assert same_tree(ours, tmp_path / "plain" / answers["project_name"]) == []
 
 
 def test_plain_cookiecutter_hook_rejects_bad_values_and_writes_nothing(tmp_path: Path) -> None:
-    result = plain_cookiecutter({"hardware": "atlas-training", "amp": "bf16", "nodes": "0"}, tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = plain_cookiecutter({"hardware": "atlas-training", "amp": "bf16", "nodes": "0"}, out, tmp_path / "tmp")
     assert result.returncode != 0
     assert "amp: 'bf16': refused" in result.stderr + result.stdout
     assert "nodes: '0': must be at least 1" in result.stderr + result.stdout
-    assert list(tmp_path.iterdir()) == []
+    assert list(out.iterdir()) == []
 
 
 def test_plain_cookiecutter_defaults_render(tmp_path: Path) -> None:
-    result = plain_cookiecutter({}, tmp_path)
+    result = plain_cookiecutter({}, tmp_path / "out", tmp_path / "tmp")
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "ddp-npu" / "launch" / "node0.sh").is_file()
+    assert (tmp_path / "out" / "ddp-npu" / "launch" / "node0.sh").is_file()
 
 
 def test_cookiecutter_json_follows_the_question_spec() -> None:

@@ -78,6 +78,7 @@ def rank_snapshot(tmp_path: Path, version: str, **env: str) -> tuple[dict, list[
     run_env = double.env(**env)
     run_env.pop("TORCH_FR_BUFFER_SIZE", None)
     run_env["PYTHONPATH"] = os.pathsep.join([run_env["PYTHONPATH"], str(ROOT)])
+    run_env["TMPDIR"] = str(tmp_path)  # the rank's FileStore folder (mkdtemp) goes with the test's folder
     result = subprocess.run(
         [sys.executable, "-c", RANK], env=run_env, capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
