@@ -36,14 +36,14 @@ def record_smoke(folder: Path) -> None:
 
 
 def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
-    """Per file [wall, cpu, tests, own], per fixture [wall, cpu, set-ups, own], and the number of tests run.
+    """Per file [wall, cpu, tests, own, unknown], per fixture [wall, cpu, set-ups, own, unknown], and the test count.
 
-        cpu counts the test's process and the child processes it waited for; own only the test's process (the rest is
-        what its children cost: CLI runs, linters, probes). A recording made before own was recorded reads own 0, and
-    main() then leaves own out.
+    cpu counts the worker process (all its threads) and the child processes it reaped during the phase; own the
+    worker alone, so that cpu - own is what children cost: CLI runs, linters, probes. unknown counts the records
+    without own (made before it was recorded, perhaps appended to in the same folder): their own is not known.
     """
-    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0])
-    fixtures: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0])
+    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0, 0])
+    fixtures: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0, 0.0, 0])
     tests: set[str] = set()
     for path in sorted(folder.glob("costs-*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -59,6 +59,7 @@ def read(folder: Path) -> tuple[dict[str, list[float]], dict[str, list[float]], 
             entry[0] += record["wall"]
             entry[1] += record["cpu"]
             entry[3] += record.get("own", 0.0)
+            entry[4] += "own" not in record
     return files, fixtures, len(tests)
 
 
@@ -83,12 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     total_wall = sum(entry[0] for entry in files.values())
     total_cpu = sum(entry[1] for entry in files.values())
     total_own = sum(entry[3] for entry in files.values())
-    split = f" ({total_own:.0f} in the test processes, {total_cpu - total_own:.0f} in the processes they started)"
+    known = not any(entry[4] for entry in files.values())
+    split = f" ({total_own:.0f} in the test processes, {total_cpu - total_own:.0f} in the processes they reaped)"
     print(f"{count} tests, {total_wall:.0f} test-seconds of wall time, {total_cpu:.0f} CPU seconds", end="")
-    print(split if total_own > 0 else "")
+    print(split if known else " (own not recorded for all: see the own column)")
 
-    def own_column(own: float) -> str:
-        return f"{own:7.0f}" if total_own > 0 else f"{'-':>7}"
+    def own_column(own: float, unknown: int) -> str:
+        """own, or - where a record of the entry has none."""
+        return f"{own:7.0f}" if not unknown else f"{'-':>7}"
 
     if args.against:
         old = read(args.against)
@@ -100,15 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{'file':<44} {'wall':>7} {'cpu':>7} {'own':>7} {'tests':>5}"
     print(header + ("   baseline wall    cpu" if before else ""))
     ranked = sorted(files.items(), key=lambda item: -item[1][0])
-    for name, (wall, cpu, tests, own) in ranked[: args.top]:
-        line = f"{name.removeprefix('tests/'):<44} {wall:7.0f} {cpu:7.0f} {own_column(own)} {tests:5d}"
+    for name, (wall, cpu, tests, own, unknown) in ranked[: args.top]:
+        line = f"{name.removeprefix('tests/'):<44} {wall:7.0f} {cpu:7.0f} {own_column(own, unknown)} {tests:5d}"
         if before:
             old_wall, old_cpu = before.get(name, [0.0, 0.0])[:2]
             line += f"   {old_wall:13.0f} {old_cpu:6.0f}"
         print(line)
     print(f"\nthe {args.top} costliest fixtures (wall s, CPU s, CPU s in the test process, set-ups)")
-    for name, (wall, cpu, setups, own) in sorted(fixtures.items(), key=lambda item: -item[1][0])[: args.top]:
-        print(f"{name:<44} {wall:7.0f} {cpu:7.0f} {own_column(own)} {setups:5d}")
+    for name, (wall, cpu, setups, own, unknown) in sorted(fixtures.items(), key=lambda item: -item[1][0])[: args.top]:
+        print(f"{name:<44} {wall:7.0f} {cpu:7.0f} {own_column(own, unknown)} {setups:5d}")
     return 0
 
 

@@ -3,8 +3,9 @@
 `NPU_WIZARD_TEST_COSTS=FOLDER pytest ...` writes one JSON line per test phase (setup, call, teardown) and per
 fixture set-up into FOLDER/costs-<worker>.jsonl. CPU seconds are the worker's own and those of the children it
 waited for (a training process, a runner, a shell script), which is what a test makes the machine do; daemons a
-test started and never reaped (slurmd, sshd) are not counted. "own" is the worker's part alone: the rest is what the
-processes the test started cost. `python benchmarks/suite_costs.py FOLDER` sums them per file and per fixture.
+test started and never reaped (slurmd, sshd) are not counted. "own" is the worker's part alone (all its threads):
+the rest is what the child processes it reaped during the phase cost. `python benchmarks/suite_costs.py FOLDER`
+sums them per file and per fixture.
 """
 
 from __future__ import annotations

@@ -65,6 +65,8 @@ def test_plain_cookiecutter_hook_rejects_bad_values_and_writes_nothing(tmp_path:
     assert "amp: 'bf16': refused" in result.stderr + result.stdout
     assert "nodes: '0': must be at least 1" in result.stderr + result.stdout
     assert list(out.iterdir()) == []
+    # the copy cookiecutter made of the hook it ran (and never removes) is in the test's folder, not in /tmp
+    assert [path.name for path in (tmp_path / "tmp").iterdir() if path.suffix == ".py"], "TMPDIR was not followed"
 
 
 def test_plain_cookiecutter_defaults_render(tmp_path: Path) -> None:
