@@ -101,6 +101,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["a render in a fresh process: baseline (no bytecode)", "a collection (not slow): baseline", "CPU s saved"],
     ),
+    "suite_gc.py": (
+        ["--smoke"],
+        ["round 1: baseline", "round 1: tuned", "baseline (Python's defaults): ", "objects frozen", "CPU s saved: "],
+    ),
     "suite_costs.py": (
         ["--smoke"],
         ["tests, ", "test-seconds of wall time", "in the test processes", "costliest files", "test_port_docs.py"],
