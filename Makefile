@@ -1,12 +1,14 @@
 # npu-wizard developer commands. `make demo` and `make test` need nothing but python3.
 # The interpreter both venvs are made from (PYTHON=... names another): the distribution's /usr/bin/python3 where it
-# is 3.10 or later and can make a venv, else the python3 found on PATH. On this kind of machine (Debian 12) the one on
-# PATH is pyenv's 3.11.7, a default build (against a shared libpython, without profile-guided optimisation); on
-# Debian's 3.11.2 (no shared libpython) the same test-fast at 2d5c201 took 229.9 s and 215.3 s (407 and 377 CPU s),
-# on pyenv's, run between those two, 259.5 s (445 CPU s). A venv already made keeps its interpreter: `rm -rf .venv`.
+# is 3.10 or 3.11 (torch 2.1, for .venv-torch21, has no wheel for a later one) and can make a venv, else the python3
+# found on PATH. On this kind of machine (Debian 12) that is pyenv's 3.11.7, a default build (against a shared
+# libpython, without profile-guided optimisation): test-fast at 2d5c201 took 259.5 s (445 CPU s) on it, and 229.9 s
+# and 215.3 s (407 and 377 CPU s) on Debian's 3.11.2 just before and after. A venv keeps its interpreter: to change
+# it, `rm -rf .venv` first.
+DISTRIBUTION_PYTHON_FITS := /usr/bin/python3 -c \
+	'import ensurepip, sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))'
 ifeq ($(origin PYTHON),undefined)
-PYTHON := $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null \
-	&& echo /usr/bin/python3 || echo python3)
+PYTHON := $(shell $(DISTRIBUTION_PYTHON_FITS) 2>/dev/null && echo /usr/bin/python3 || echo python3)
 endif
 VENV ?= .venv
 BIN := $(VENV)/bin

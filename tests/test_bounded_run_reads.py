@@ -6,6 +6,8 @@ import json
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from runtime import events
 from runtime.preemption import preempted_step
 from wizard.bundle.nodes import run_info
@@ -15,6 +17,7 @@ def _preempted_line(step: int) -> str:
     return json.dumps({"event": "preempted", "step": step, "time": 1.0}) + "\n"
 
 
+@pytest.mark.usefixtures("python_gc_defaults")  # a tracemalloc peak of this process
 def test_the_last_event_of_a_large_events_file_is_found_reading_only_its_end(tmp_path: Path) -> None:
     path = events.events_path(tmp_path, 0)
     path.parent.mkdir(parents=True)

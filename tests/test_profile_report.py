@@ -89,6 +89,7 @@ def test_reading_stops_at_the_cap_and_the_section_says_so(tmp_path: Path) -> Non
     assert "capped: only the first 40 events of the trace were read" in html
 
 
+@pytest.mark.usefixtures("python_gc_defaults")  # a tracemalloc peak of this process
 def test_a_large_trace_is_read_in_bounded_memory(tmp_path: Path) -> None:
     """A trace of about 12 MB is streamed: the reader holds a chunk and an event, not the file."""
     trace = tmp_path / "big.json"
@@ -313,6 +314,7 @@ def test_an_element_over_a_mib_breaks_off_the_reading(tmp_path: Path) -> None:
     assert reading.broken == "an element longer than 1 MiB"
 
 
+@pytest.mark.usefixtures("python_gc_defaults")  # a tracemalloc peak of this process
 def test_long_and_endless_distinct_operator_names_are_bounded(tmp_path: Path) -> None:
     """A crafted trace: thousands of distinct operators with 20,000-character names, in one step."""
     count = 3_000
