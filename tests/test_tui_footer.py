@@ -56,18 +56,17 @@ def test_moving_between_fields_keeps_the_footer_and_a_field_with_a_key_of_its_ow
 
             footer.recompose = counted  # type: ignore[method-assign]
             app.query_one("#first").focus()
-            await until(pilot, lambda: "Next" in shown(app), "the footer's keys")
+            await until(pilot, lambda: shown(app) == ["Next", "palette"], "the footer's keys")
             before = len(rebuilt)
             for _ in range(6):  # first, second, first, second...
                 await pilot.press("tab") if app.focused is app.query_one("#first") else await pilot.press("shift+tab")
                 await pilot.pause()
             assert len(rebuilt) == before, rebuilt  # Textual's own: 12 rebuilds, 2 a move
             app.query_one("#zoom").focus()
-            await until(pilot, lambda: "Zoom" in shown(app), "the zoom key in the footer")
-            assert shown(app) == ["Zoom", "Next", "palette"]
+            # the whole footer, not one key of it: while it is rebuilt it shows none (a loaded run saw [] here)
+            await until(pilot, lambda: shown(app) == ["Zoom", "Next", "palette"], "the zoom key in the footer")
             app.query_one("#second").focus()
-            await until(pilot, lambda: "Zoom" not in shown(app), "the zoom key to leave the footer")
-            assert shown(app) == ["Next", "palette"]
+            await until(pilot, lambda: shown(app) == ["Next", "palette"], "the zoom key to leave the footer")
 
     asyncio.run(main())
     assert rebuilt[-2:] == [("Zoom", "Next", "palette"), ("Next", "palette")]
