@@ -16,7 +16,7 @@ import pytest
 # it); tests.leaks: no test leaves a process behind (each is killed by PID and the test or the run fails);
 # tests.bytecode: the project's modules compiled once for every process the suite starts, test modules rewritten once;
 # tests.gc_tuning: the test processes' garbage collector leaves the modules alone and collects less often
-pytest_plugins = ["tests.costs", "tests.leaks", "tests.bytecode", "tests.gc_tuning"]
+pytest_plugins = ["tests.wizard_forks", "tests.costs", "tests.leaks", "tests.bytecode", "tests.gc_tuning"]
 
 if TYPE_CHECKING:
     from tests.runs import RunEnded

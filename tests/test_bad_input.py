@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from tests.factories import answers_yaml
 from tests.test_hostfile import npu_wizard, received_project_naming, tree
+from tests.wizard_forks import wizard
 from wizard.answers.model import load_text
 from wizard.errors import SHOWN_PROBLEMS, AnswersError
 
@@ -19,14 +19,9 @@ GOOD = answers_yaml({"project_name": "demo", "device": "cpu", "devices_per_node"
 
 
 def run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
-    """The real command in a fresh interpreter under a UTF-8 locale; output decoded as text."""
-    result = subprocess.run(
-        [sys.executable, "-m", "wizard", *args],
-        input=stdin,
-        capture_output=True,
-        timeout=120,
-        env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"},
-    )
+    """The real command, a process of its own under a UTF-8 locale (tests/wizard_forks.py); output decoded as
+    text."""
+    result = wizard(args, input=stdin, timeout=120, env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}, text=False)
     return subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(), result.stderr.decode())
 
 

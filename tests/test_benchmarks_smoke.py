@@ -101,6 +101,10 @@ SMOKE_RUNS: dict[str, tuple[list[str], list[str]]] = {
         ["--smoke"],
         ["a render in a fresh process: baseline (no bytecode)", "a collection (not slow): baseline", "CPU s saved"],
     ),
+    "cli_forks.py": (
+        ["--smoke"],
+        ["3 renders of examples/cpu-demo.yaml", "subprocess", "forked from the server: ", "CPU s saved: "],
+    ),
     "suite_gc.py": (
         ["--smoke"],
         ["round 1: baseline", "round 1: tuned", "baseline (Python's defaults, ", "objects frozen", "CPU s saved: "],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from textual.widgets import Static
 from tests.factories import answers_yaml
 from tests.test_tui_cluster import go_to_cluster
 from tests.tui_driver import answer, field, pick, run_wizard
+from tests.wizard_forks import wizard
 from wizard.answers.model import load_text, resolve
 from wizard.answers.questions import BY_NAME
 from wizard.errors import AnswersError
@@ -37,15 +37,10 @@ def refusal(raw: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def render(tmp_path: Path, document: dict[str, Any] | str) -> subprocess.CompletedProcess[str]:
-    """`npu-wizard --answers FILE -o OUT` in a fresh interpreter."""
+    """`npu-wizard --answers FILE -o OUT`, a process of its own (tests/wizard_forks.py)."""
     text = document if isinstance(document, str) else answers_yaml(document)
     (tmp_path / "answers.yaml").write_text(text)
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", "--answers", str(tmp_path / "answers.yaml"), "-o", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return wizard(["--answers", str(tmp_path / "answers.yaml"), "-o", str(tmp_path / "out")], timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ import pytest
 
 from tests.factories import answers
 from tests.runs import free_port
+from tests.wizard_forks import wizard
 from wizard.answers.model import resolve
 from wizard.doctor import software
 from wizard.doctor.probe import probe_software
@@ -39,14 +40,8 @@ def user_env(**extra: str) -> dict[str, str]:
 
 
 def doctor(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    """Run `npu-wizard doctor ARGS` the way a user does."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", "doctor", *args],
-        env=user_env(**extra),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    """Run `npu-wizard doctor ARGS` the way a user does, a process of its own (tests/wizard_forks.py)."""
+    return wizard(["doctor", *args], env=user_env(**extra), timeout=180)
 
 
 def render_project(tmp_path: Path, **raw: object) -> Path:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.test_doctor_command import doctor, render_project, user_env
+from tests.wizard_forks import wizard
 
 SCRIPT_WITH_CUDA = """\
 import os
@@ -109,13 +108,8 @@ def test_doctor_reads_the_script_and_never_runs_or_imports_it(
     )
     (project / script).write_text(SCRIPT_THAT_ACTS.format(marker=str(marker)))
     # from the project folder, as a user runs it: the script is a top-level module there
-    result = subprocess.run(
-        [sys.executable, "-m", "wizard", "doctor"],
-        cwd=project,
-        env=user_env(**({"PYTHONPATH": pythonpath} if pythonpath else {})),
-        capture_output=True,
-        text=True,
-        timeout=180,
+    result = wizard(  # a process of its own (tests/wizard_forks.py)
+        ["doctor"], cwd=project, env=user_env(**({"PYTHONPATH": pythonpath} if pythonpath else {})), timeout=180
     )
     assert not marker.exists(), result.stdout + result.stderr
     assert script_line(result.stdout).startswith(f"PASS script {script} is there"), result.stdout

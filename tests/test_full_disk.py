@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from tests.runs import free_port, node_env, run_dirs
 from tests.test_update import edit_answers, files_of, update
+from tests.wizard_forks import wizard
 from wizard.answers.model import resolve
 from wizard.render.render import render
 
@@ -104,14 +104,8 @@ def render_own(folder: Path, script: str = 'print("trained")\n') -> Path:
 
 
 def npu_wizard(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real command in a fresh interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", *args],
-        env=node_env(Path("/nonexistent-run-dir")),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    """The real command, a process of its own (tests/wizard_forks.py)."""
+    return wizard(args, env=node_env(Path("/nonexistent-run-dir")), timeout=240)
 
 
 def one_line(result: subprocess.CompletedProcess[str], code: int, *expected: str) -> None:

@@ -23,6 +23,7 @@ from tests.runs import clean_up, events_of, free_port, kinds, leftover_processes
 from tests.test_doctor_command import doctor
 from tests.test_doctor_user_script import script_line
 from tests.test_run_resume_args import without_venv
+from tests.wizard_forks import wizard
 from wizard.run.engines.ssh_copy import copy_list
 
 STEPS = 40
@@ -100,8 +101,8 @@ def answers_file(tmp_path: Path, launcher: str = "torchrun") -> Path:
 
 
 def npu_wizard(*args: str) -> subprocess.CompletedProcess[str]:
-    """`npu-wizard ARGS` from this venv."""
-    return subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, text=True, timeout=300)
+    """`npu-wizard ARGS` from this venv, a process of its own (tests/wizard_forks.py)."""
+    return wizard(args, timeout=300)
 
 
 def render_into_folder(tmp_path: Path, launcher: str = "torchrun") -> Path:

@@ -21,6 +21,7 @@ import yaml
 
 from tests.factories import answers_yaml
 from tests.runs import free_port, node_env
+from tests.wizard_forks import wizard
 from wizard.render.journal import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from wizard.render.pristine import PRISTINE, load
 
@@ -35,8 +36,8 @@ USER_FILES = {
 
 
 def npu_wizard(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command in a fresh interpreter."""
-    return subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+    """The real command, a process of its own (tests/wizard_forks.py)."""
+    return wizard(args, cwd=cwd, timeout=300)
 
 
 def git(repo: Path, *args: str) -> str:

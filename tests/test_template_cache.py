@@ -8,7 +8,6 @@ import pickle
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import jinja2
@@ -16,6 +15,7 @@ import pytest
 from jinja2.bccache import bc_magic
 
 from tests.factories import answers
+from tests.wizard_forks import wizard
 from wizard.render.render import render
 from wizard.render.template_cache import template_cache
 
@@ -26,12 +26,10 @@ def cli_render(
     out: Path, cache: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`npu-wizard --answers examples/cpu-demo.yaml -o OUT` with NPU_WIZARD_CACHE_DIR=cache (or the given env)."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", "--answers", str(EXAMPLE), "-o", str(out)],
+    return wizard(  # a process of its own (tests/wizard_forks.py)
+        ["--answers", str(EXAMPLE), "-o", str(out)],
         env={**os.environ, "NPU_WIZARD_CACHE_DIR": cache} if env is None else env,
         cwd=cwd,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.runs import free_port, node_env, start_nodes, wait_nodes
+from tests.wizard_forks import wizard
 from wizard.answers.model import resolve
 from wizard.render.journal import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from wizard.render.render import render
@@ -71,14 +72,8 @@ def edit_answers(project: Path, **changes: Any) -> None:
 
 
 def update(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `npu-wizard update PROJECT ...` in a fresh interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", "update", str(project), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
+    """Run `npu-wizard update PROJECT ...`, a process of its own (tests/wizard_forks.py)."""
+    return wizard(["update", str(project), *args], env=env, timeout=180)
 
 
 def files_of(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[bytes, int]]:

@@ -1,0 +1,250 @@
+"""tests.wizard_forks gives a test what a real `python -m ...` process would: held to real subprocesses here.
+
+Each check runs the same command both ways, as a real subprocess and forked from a server, and compares what a
+test can see: exit status, stdout, stderr, the files written, the child's sys.path, argv, folder, environment
+and __main__ namespace; then the ways out (an uncaught exception, sys.exit with a message, a signal, a timeout)
+and the server's own end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import wizard_forks
+from tests.leaks import NODE, marked
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "cpu-demo.yaml"
+
+PROBE = """\
+import json, os, sys
+print(json.dumps({
+    "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "env": dict(os.environ),
+    "main": sorted(k for k in vars(sys.modules["__main__"]) if not k.startswith("__")),
+    "name": __name__, "file": __file__, "stdin": sys.stdin.read(), "stdin_tty": sys.stdin.isatty(),
+    "encoding": sys.stdout.encoding, "flags": [sys.flags.dont_write_bytecode, sys.flags.utf8_mode],
+}))
+"""
+
+
+def both(
+    module: str, args: list[str], **options: object
+) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """The command as a real subprocess and forked, with the same options."""
+    timeout = options.pop("timeout", 120)
+    real = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout, **options
+    )
+    forked = wizard_forks.run_module(module, args, timeout=timeout, forked=True, **options)  # type: ignore[arg-type]
+    return real, forked
+
+
+def forked_wizard(args: list[str], **options: object) -> subprocess.CompletedProcess:
+    """`python -m wizard ARGS`, always forked (never the first call's real subprocess)."""
+    return wizard_forks.run_module("wizard", args, forked=True, **options)  # type: ignore[arg-type]
+
+
+def probe_module(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text(textwrap.dedent(text))
+    return folder
+
+
+def test_a_render_matches_a_real_process_in_status_output_and_files(tmp_path: Path) -> None:
+    real, refused = both("wizard", ["--answers", str(EXAMPLE), "-o", "real"], cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    # the fork came second: the folder exists, and it is refused; a real process refuses it in the same words
+    refused_for_real = subprocess.run(real.args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert (refused.returncode, refused.stdout, refused.stderr) == (
+        refused_for_real.returncode,
+        refused_for_real.stdout,
+        refused_for_real.stderr,
+    )
+    assert refused.returncode == 1 and "already exists" in refused.stderr
+    forked = forked_wizard(["--answers", str(EXAMPLE), "-o", "forked"], cwd=tmp_path)
+    assert (forked.returncode, forked.stderr) == (real.returncode, real.stderr)
+    assert forked.stdout == real.stdout.replace("real/", "forked/")
+    written = {p.relative_to(tmp_path / "real"): p.read_bytes() for p in (tmp_path / "real").rglob("*") if p.is_file()}
+    forked_files = {
+        p.relative_to(tmp_path / "forked"): p.read_bytes() for p in (tmp_path / "forked").rglob("*") if p.is_file()
+    }
+    assert written.keys() == forked_files.keys() and len(written) > 20
+    differing = [name for name in written if written[name] != forked_files[name]]
+    assert all(b"real" in written[name] for name in differing), differing  # only where the path is written
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--version"],
+        ["--bogus"],
+        ["--answers", "missing.yaml", "-o", "out"],
+        ["doctor", "--help"],
+        ["update", "nowhere"],
+    ],
+)
+def test_the_commands_answers_and_refusals_match_a_real_process(args: list[str], tmp_path: Path) -> None:
+    real, forked = both("wizard", args, cwd=tmp_path)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr)
+
+
+def test_input_reaches_stdin_as_text_or_bytes(tmp_path: Path) -> None:
+    answers = EXAMPLE.read_text()
+    command = [sys.executable, "-m", "wizard", "--answers", "-", "-o", "real"]
+    real = subprocess.run(command, input=answers, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    as_text = forked_wizard(["--answers", "-", "-o", "text"], input=answers, cwd=tmp_path)
+    as_bytes = forked_wizard(["--answers", "-", "-o", "bytes"], input=answers.encode(), cwd=tmp_path, text=False)
+    assert real.returncode == as_text.returncode == as_bytes.returncode == 0, real.stderr + as_text.stderr
+    assert as_text.stdout == real.stdout.replace("real", "text")
+    assert as_bytes.stdout == real.stdout.replace("real", "bytes").encode()
+    assert (tmp_path / "text" / "cpu-demo" / "train.py").read_bytes() == (
+        tmp_path / "real" / "cpu-demo" / "train.py"
+    ).read_bytes()
+
+
+def test_the_child_has_a_real_processs_argv_folder_path_environment_and_namespace(tmp_path: Path) -> None:
+    folder = probe_module(tmp_path / "here", "probe", PROBE)
+    env = {**os.environ, "NPU_WIZARD_FORKS_CHECK": "yes"}
+    env.pop("HOME", None)
+    real, forked = both("probe", ["one", "two words"], cwd=folder, env=env, input="typed\r\nline\n")
+    assert real.returncode == forked.returncode == 0, real.stderr + forked.stderr
+    assert real.stderr == forked.stderr == ""
+    seen_real, seen_forked = json.loads(real.stdout), json.loads(forked.stdout)
+    assert seen_forked == seen_real
+    assert seen_forked["argv"] == [str(folder / "probe.py"), "one", "two words"]
+    assert seen_forked["env"]["NPU_WIZARD_FORKS_CHECK"] == "yes" and "HOME" not in seen_forked["env"]
+    assert seen_forked["path"][0] == str(folder) and seen_forked["main"] == ["json", "os", "sys"]
+    assert seen_forked["stdin"] == "typed\r\nline\n"  # stdin keeps its line ends, in a real process too
+
+
+def test_other_interpreter_settings_get_a_server_started_with_them(tmp_path: Path) -> None:
+    folder = probe_module(tmp_path / "here", "probe", PROBE)
+    extra = probe_module(tmp_path / "extra", "unused", "")
+    env = {**os.environ, "PYTHONPATH": str(extra), "LC_ALL": "C.UTF-8", "PYTHONUTF8": "1"}
+    real, forked = both("probe", [], cwd=folder, env=env)
+    seen_real, seen_forked = json.loads(real.stdout), json.loads(forked.stdout)
+    assert seen_forked == seen_real and str(extra) in seen_forked["path"]
+    assert seen_forked["flags"][1] == 1
+    assert wizard_forks.interpreter_settings(env) in wizard_forks._servers
+
+
+def test_settings_asked_for_once_get_a_real_process_and_a_server_from_the_second_call(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # settings no other test asks for
+    settings = wizard_forks.interpreter_settings(env)
+    first = wizard_forks.wizard(["--version"], env=env)
+    assert settings not in wizard_forks._servers
+    second = wizard_forks.wizard(["--version"], env=env)
+    server = wizard_forks._servers[settings]
+    assert server is not None and server.process.poll() is None
+    assert first.stdout == second.stdout and first.returncode == second.returncode == 0
+
+
+def test_the_ways_out_match_a_real_process(tmp_path: Path) -> None:
+    folder = probe_module(
+        tmp_path / "here",
+        "ways",
+        """\
+        import atexit, os, signal, sys, threading, time
+        atexit.register(lambda: print("atexit ran"))
+        how = sys.argv[1]
+        print("started", flush=True)
+        if how == "raise":
+            raise ValueError("a failure")
+        if how == "message":
+            sys.exit("a message")
+        if how == "code":
+            sys.exit(3)
+        if how == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)
+        if how == "interrupt":
+            raise KeyboardInterrupt
+        if how == "thread":
+            threading.Thread(target=lambda: (time.sleep(0.2), print("thread done"))).start()
+        """,
+    )
+    for how in ("raise", "message", "code", "signal", "interrupt", "thread", "none"):
+        real, forked = both("ways", [how], cwd=folder)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr), how
+    assert real.stdout == "started\natexit ran\n"
+
+
+def test_a_timeout_kills_the_child_and_raises_as_subprocess_run_does(tmp_path: Path) -> None:
+    folder = probe_module(
+        tmp_path / "here",
+        "slow",
+        """\
+        import os, sys, time
+        print(os.getpid(), flush=True)
+        sys.stderr.write("waiting\\n")
+        time.sleep(600)
+        """,
+    )
+    began = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        wizard_forks.run_module("slow", [], cwd=folder, timeout=2, forked=True)
+    assert time.monotonic() - began < 300  # a safety net: without the kill this would wait the full 600 s
+    pid = int(raised.value.output.split()[0])
+    assert raised.value.stderr == "waiting\n"
+    assert not Path(f"/proc/{pid}").exists()  # the server reaped it before it answered
+
+
+def test_what_the_child_starts_carries_the_tests_mark(tmp_path: Path) -> None:
+    folder = probe_module(
+        tmp_path / "here",
+        "starter",
+        """\
+        import subprocess
+        child = subprocess.Popen(["sleep", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(child.pid)
+        """,
+    )
+    forked = wizard_forks.run_module("starter", [], cwd=folder, timeout=60, forked=True)
+    pid = int(forked.stdout)
+    try:
+        assert pid in marked(NODE, os.environ[NODE])  # tests/leaks.py finds it as this test's
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
+    script = f"""\
+        import os, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from tests import wizard_forks
+        assert wizard_forks.run_module("wizard", ["--version"], forked=True).returncode == 0
+        (server,) = [s for s in wizard_forks._servers.values()]
+        print(server.process.pid, server.folder, flush=True)
+        if sys.argv[1] == "stop":
+            wizard_forks.stop()
+            print("stopped", flush=True)
+        else:
+            time.sleep(600)
+        """
+    stopped = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), "stop"], capture_output=True, text=True, timeout=120
+    )
+    pid, folder = stopped.stdout.split()[:2]
+    assert stopped.stdout.endswith("stopped\n") and not Path(folder).exists()
+    assert not Path(f"/proc/{pid}").exists()
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), "sleep"], stdout=subprocess.PIPE, text=True
+    )
+    assert owner.stdout is not None
+    pid = owner.stdout.readline().split()[0]
+    owner.kill()  # no chance to stop its server: the server sees the pipe close and ends
+    owner.wait()
+    owner.stdout.close()
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, f"the server {pid} outlived its owner"
+        time.sleep(0.05)
