@@ -4,7 +4,8 @@ against real subprocesses.
 Two figures, each taking turns between the two ways:
 1. One command, many times: `npu-wizard --answers examples/cpu-demo.yaml -o DIR` into a new folder each time.
    CPU seconds per call (user + system, the child's: this process waits for a subprocess, the server for a fork)
-   and wall seconds per call; the server's own start is counted once, in the fork's first call.
+   and wall seconds per call. The server's own start (its imports) is in the first fork's wall seconds and in
+   neither CPU column.
 2. Test files in one pytest process (no xdist), with NPU_WIZARD_TEST_FORKS=0 (every call a subprocess: the
    baseline) and without it: the pytest process's CPU seconds (its children and the server's forks included)
    and wall seconds, medians over the rounds.

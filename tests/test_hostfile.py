@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.wizard_forks import wizard
 from wizard.answers import hostfile
 from wizard.answers.hostfile import Host, HostListError, expand, parse
 from wizard.answers.model import resolve
@@ -26,14 +26,8 @@ HOSTFILE = """\
 
 
 def render_cli(answers: Path, out: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`npu-wizard --answers FILE -o OUT`, run from `cwd` in a fresh interpreter."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", "--answers", str(answers), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    """`npu-wizard --answers FILE -o OUT`, run from `cwd`, a process of its own (tests/wizard_forks.py)."""
+    return wizard(["--answers", str(answers), "-o", str(out)], timeout=120, cwd=cwd)
 
 
 def write_answers(folder: Path, **network: object) -> Path:
@@ -125,22 +119,14 @@ def test_host_ips_take_ranges_and_pasted_lists() -> None:
     assert pasted["network.host_ips"] == ("10.0.0.1", "10.0.0.2", "10.0.0.3")
 
 
-def limited_memory() -> None:
-    """Keep a child that reads without end from taking the shared machine's memory with it."""
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+ADDRESS_SPACE = (2 << 30, 2 << 30)
+"""Keeps a child that reads without end from taking the shared machine's memory with it."""
 
 
 def npu_wizard(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`npu-wizard ARGS` in a fresh interpreter that must finish within a minute (a FIFO read would hang)."""
-    return subprocess.run(
-        [sys.executable, "-m", "wizard", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=env,
-        preexec_fn=limited_memory,
-    )
+    """`npu-wizard ARGS`, a process of its own (tests/wizard_forks.py) that must finish within a minute (a FIFO
+    read would hang) and may map at most 2 GiB."""
+    return wizard(args, timeout=60, cwd=cwd, env=env, limits={resource.RLIMIT_AS: ADDRESS_SPACE})
 
 
 def not_a_plain_file(tmp_path: Path, kind: str) -> str:

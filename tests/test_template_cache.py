@@ -8,6 +8,7 @@ import pickle
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import jinja2
@@ -15,7 +16,6 @@ import pytest
 from jinja2.bccache import bc_magic
 
 from tests.factories import answers
-from tests.wizard_forks import wizard
 from wizard.render.render import render
 from wizard.render.template_cache import template_cache
 
@@ -25,11 +25,15 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cpu-demo.yaml"
 def cli_render(
     out: Path, cache: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`npu-wizard --answers examples/cpu-demo.yaml -o OUT` with NPU_WIZARD_CACHE_DIR=cache (or the given env)."""
-    return wizard(  # a process of its own (tests/wizard_forks.py)
-        ["--answers", str(EXAMPLE), "-o", str(out)],
+    """`npu-wizard --answers examples/cpu-demo.yaml -o OUT` with NPU_WIZARD_CACHE_DIR=cache (or the given env), in a
+    fresh interpreter: renders of separate processes, each with its own string-hash seed, must be the same files
+    (not tests/wizard_forks.py, whose forks share one)."""
+    return subprocess.run(
+        [sys.executable, "-m", "wizard", "--answers", str(EXAMPLE), "-o", str(out)],
         env={**os.environ, "NPU_WIZARD_CACHE_DIR": cache} if env is None else env,
         cwd=cwd,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
 
