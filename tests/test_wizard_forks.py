@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -27,12 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "cpu-demo.yaml"
 
 PROBE = """\
-import json, os, sys
+import json, os, stat, sys
 print(json.dumps({
     "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "env": dict(os.environ),
     "main": sorted(k for k in vars(sys.modules["__main__"]) if not k.startswith("__")),
     "name": __name__, "file": __file__, "stdin": sys.stdin.read(), "stdin_tty": sys.stdin.isatty(),
     "encoding": sys.stdout.encoding, "flags": [sys.flags.dont_write_bytecode, sys.flags.utf8_mode],
+    "stdio": [
+        [s.name, s.seekable(), s.line_buffering, s.write_through, s.errors, stat.S_IFMT(os.fstat(s.fileno()).st_mode)]
+        for s in (sys.stdin, sys.stdout, sys.stderr)
+    ],
+    "own_environ": open("/proc/self/environ", "rb").read().count(b"NPU_WIZARD_FORKS_CHECK=yes"),
 }))
 """
 
@@ -118,10 +124,12 @@ def test_the_child_has_a_real_processs_argv_folder_path_environment_and_namespac
     assert real.returncode == forked.returncode == 0, real.stderr + forked.stderr
     assert real.stderr == forked.stderr == ""
     seen_real, seen_forked = json.loads(real.stdout), json.loads(forked.stdout)
+    assert seen_real["own_environ"] == 1 and seen_forked["own_environ"] == 0  # the server's: a known difference
+    seen_real.pop("own_environ"), seen_forked.pop("own_environ")
     assert seen_forked == seen_real
     assert seen_forked["argv"] == [str(folder / "probe.py"), "one", "two words"]
     assert seen_forked["env"]["NPU_WIZARD_FORKS_CHECK"] == "yes" and "HOME" not in seen_forked["env"]
-    assert seen_forked["path"][0] == str(folder) and seen_forked["main"] == ["json", "os", "sys"]
+    assert seen_forked["path"][0] == str(folder) and seen_forked["main"] == ["json", "os", "stat", "sys"]
     assert seen_forked["stdin"] == "typed\r\nline\n"  # stdin keeps its line ends, in a real process too
 
 
@@ -167,6 +175,7 @@ def test_the_ways_out_match_a_real_process(tmp_path: Path) -> None:
         if how == "signal":
             os.kill(os.getpid(), signal.SIGTERM)
         if how == "interrupt":
+            threading.Thread(target=lambda: (time.sleep(0.2), print("thread done"))).start()
             raise KeyboardInterrupt
         if how == "thread":
             threading.Thread(target=lambda: (time.sleep(0.2), print("thread done"))).start()
@@ -176,6 +185,8 @@ def test_the_ways_out_match_a_real_process(tmp_path: Path) -> None:
         real, forked = both("ways", [how], cwd=folder)
         assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr), how
     assert real.stdout == "started\natexit ran\n"
+    interrupted = both("ways", ["interrupt"], cwd=folder)[1]
+    assert interrupted.returncode == -signal.SIGINT and "thread done" in interrupted.stdout
 
 
 def test_a_timeout_kills_the_child_and_raises_as_subprocess_run_does(tmp_path: Path) -> None:
@@ -248,7 +259,7 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> Non
     owner.wait()
     owner.stdout.close()
     deadline = time.monotonic() + 60
-    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+    while Path(f"/proc/{pid}").exists() and _state(Path(f"/proc/{pid}")) not in ("Z", "X", ""):
         assert time.monotonic() < deadline, f"the server {pid} outlived its owner"
         time.sleep(0.05)
     assert not Path(folder).exists()  # it removed its socket, its log and its folder itself
@@ -293,6 +304,11 @@ def test_a_folder_that_would_shadow_what_the_server_imported_gets_a_real_process
     if server is not None:
         assert server.shadowed(str(folder))
         assert not server.shadowed(wizard_forks.ROOT)  # its wizard/ and runtime/ are the ones imported
+        namespace = tmp_path / "namespace"
+        (namespace / "wizard").mkdir(parents=True)  # no __init__: the installed wizard wins in a real process too
+        assert not server.shadowed(str(namespace))
+        (namespace / "wizard" / "__init__.pyc").write_bytes(b"")  # a sourceless package is a package
+        assert server.shadowed(str(namespace))
         project = tmp_path / "project"
         (project / "runtime").mkdir(parents=True)
         (project / "runtime" / "__init__.py").write_text("")
@@ -407,3 +423,54 @@ def test_an_environment_without_a_locale_gets_what_python_adds_to_it(tmp_path: P
     real, forked = both("probe", [], cwd=folder, env=env)
     seen_real, seen_forked = json.loads(real.stdout), json.loads(forked.stdout)
     assert seen_forked["env"] == seen_real["env"] and seen_forked["encoding"] == seen_real["encoding"]
+
+
+def test_a_locale_python_changes_as_it_starts_is_changed_in_the_child_too(tmp_path: Path) -> None:
+    folder = probe_module(tmp_path / "here", "probe", PROBE)
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LC_CTYPE": "C"}  # coerced to C.UTF-8, not only added
+    real, forked = both("probe", [], cwd=folder, env=env)
+    assert json.loads(forked.stdout)["env"] == json.loads(real.stdout)["env"]
+
+
+def test_a_server_that_dies_mid_call_takes_its_child_with_it(tmp_path: Path) -> None:
+    folder = probe_module(
+        tmp_path / "here",
+        "long",
+        """\
+        import os, sys, time
+        with open("started.part", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace("started.part", "started")
+        time.sleep(600)
+        open("done", "w").close()
+        """,
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "own")}  # a server of this test's own
+    assert wizard_forks.run_module("wizard", ["--version"], env=env, forked=True).returncode == 0
+    server = wizard_forks._servers[wizard_forks.interpreter_settings(env)]
+    assert server is not None
+
+    def kill_the_server_once_the_child_runs() -> None:
+        deadline = time.monotonic() + 120
+        while not (folder / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        server.process.kill()
+
+    killer = threading.Thread(target=kill_the_server_once_the_child_runs)
+    killer.start()
+    with pytest.raises(RuntimeError, match="went away"):
+        wizard_forks.run_module("long", [], cwd=folder, env=env, forked=True, timeout=300)
+    killer.join()
+    child = Path(f"/proc/{(folder / 'started').read_text()}")
+    deadline = time.monotonic() + 60
+    while child.exists() and _state(child) not in ("Z", "X", ""):
+        assert time.monotonic() < deadline, "the child ran on after its server died"
+        time.sleep(0.05)
+    assert not (folder / "done").exists()
+
+
+def _state(proc: Path) -> str:
+    try:
+        return (proc / "stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return ""

@@ -7,11 +7,12 @@ interpreter starting and importing argparse, PyYAML, Jinja and the wizard; the c
 settings) imports those modules once and forks a child for each command. The child is still a process of its
 own, with what a process started as `python -m wizard ARGS` in that folder would have:
 
-- its own stdin (the test's input, else an empty pipe, closed), stdout and stderr pipes, passed over a Unix
-  socket; the test's working folder (also sys.path[0], as `-m` puts it there), umask and resource limits (those
+- its own stdin (a pipe with the test's input, else /dev/null), stdout and stderr pipes, passed over a Unix
+  socket, with standard streams made over them as the interpreter makes them;
+- the test's working folder (also sys.path[0], as `-m` puts it there), umask and resource limits (those
   passed, as a preexec_fn sets them);
-- exactly the test's environment (with the locale variable Python itself adds when it coerces a C locale), so
-  what it starts carries the test's marks (tests/leaks.py); TZ read again;
+- exactly the test's environment in os.environ (with the locale variable Python itself sets when it coerces a
+  C locale), so what it starts carries the test's marks (tests/leaks.py); TZ read again;
 - wizard/__main__.py run as `__main__` in a namespace of its own (runpy, as `-m` does), sys.argv as `-m`
   makes it;
 - the interpreter's exit: an uncaught exception's traceback (from runpy's frame on) on stderr and status 1,
@@ -31,12 +32,18 @@ that could show:
   server's;
 - the first call with given settings (a server costs more than one process), a platform that cannot fork and
   pass file descriptors, a server that could not start (its log says why), and NPU_WIZARD_TEST_FORKS=0.
-The forks of one server share its string-hash seed: tests that compare separate processes' output for
-nondeterminism (tests/test_template_cache.py) start real ones. The server's own environment holds the
-interpreter settings, PATH and the session's leak mark, nothing of a test's.
+Known differences a test must not lean on (it passes real=True, or calls subprocess itself, where it does):
+- /proc/PID/environ and cmdline are the server's: its environment holds the interpreter settings, PATH and the
+  session's leak mark, nothing of a test's (tests/test_hostfile.py reads /proc/self/environ as a hostfile);
+- the forks of one server share its string-hash seed (tests/test_template_cache.py compares separate
+  processes' renders for nondeterminism);
+- resource limits apply from the fork on, not to the interpreter's own start; what a fresh interpreter prints
+  as it starts would go to the server's log, so a server that printed anything serves nothing;
+- calls from one test process run one at a time (a lock), threads or not.
 
-The server stops when its worker's session ends (and on its own when the worker is gone: it holds the read end
-of a pipe whose write end only the worker has), and removes its folder. The children's CPU time is added to what
+The server stops when its worker's session ends (and on its own, between calls, when the worker is gone: it
+holds the read end of a pipe whose write end only the worker has), and removes its folder. A server that
+dies during a call takes the child with it (the worker kills it). The children's CPU time is added to what
 tests/costs.py records for the test that ran them: the server, not the worker, waits for them.
 """
 
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import io
 import json
 import locale
 import os
@@ -102,10 +110,13 @@ def wizard(
     timeout: float | None = None,
     text: bool = True,
     limits: Mapping[int, tuple[int, int]] | None = None,
+    real: bool = False,
 ) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, ...)`, forked where that
-    cannot show. `limits`: resource limits the process starts with ({resource.RLIMIT_AS: (soft, hard)})."""
-    real = bool(args) and str(args[0]) in REAL_PROCESS_COMMANDS
+    cannot show. `limits`: resource limits the process starts with ({resource.RLIMIT_AS: (soft, hard)}).
+    real=True: a fresh interpreter, for a test that reads what a fork does not have of its own (its
+    /proc/self/environ, its hash seed)."""
+    real = real or (bool(args) and str(args[0]) in REAL_PROCESS_COMMANDS)
     options = {"input": input, "cwd": cwd, "env": env, "timeout": timeout, "text": text, "limits": limits}
     return run_module("wizard", args, real=real, **options)  # type: ignore[arg-type]
 
@@ -197,6 +208,7 @@ def _server_for(env: Mapping[str, str], folder: str, now: bool = False) -> _Serv
     if settings in _servers and server is None:
         return None  # it could not start: subprocesses from now on
     if server is not None and server.process.poll() is not None:
+        del _servers[settings]
         server.stop()  # it died (killed from outside): start another
         server = None
     if server is None:
@@ -269,6 +281,9 @@ class _Server:
         server = cls(process, folder, alive_write)
         try:
             server.origins = json.loads(_read_to_end(ready_read, time.monotonic() + START_S))
+            if os.path.getsize(os.path.join(folder, "server.log")):
+                # what a fresh interpreter prints as it starts (a warning, an import time) its children would not
+                raise ValueError("it wrote to its log as it started")
         except (OSError, ValueError) as error:
             log_text = _tail(os.path.join(folder, "server.log"))
             server.stop()
@@ -291,14 +306,17 @@ class _Server:
             path = os.path.join(folder, entry)
             if dot and not (suffix == "py" or suffix == "pyc" or suffix.endswith("so")):
                 continue
-            if not dot and not os.path.isfile(os.path.join(path, "__init__.py")):
+            if not dot and not _is_package(path):
                 continue  # a namespace portion: a regular module further on sys.path wins over it
             if os.path.realpath(path) != os.path.realpath(self.origins[name]):
                 return True
         return False
 
-    def stop(self) -> None:
+    def stop(self) -> None:  # noqa: D102
+        if self.alive_write < 0:
+            return
         os.close(self.alive_write)  # the server's signal to end
+        self.alive_write = -1
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -311,7 +329,10 @@ class _Server:
     ) -> tuple[Any, Any, int]:
         global _forks_cpu
         deadline = None if timeout is None else time.monotonic() + timeout
-        stdin_read, stdin_write = os.pipe()
+        if input:
+            stdin_read, stdin_write = os.pipe()
+        else:  # what subprocess.run gives a child under pytest's capture: /dev/null
+            stdin_read, stdin_write = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         mine = {stdin_write, out_read, err_read}  # what this process keeps, closed by the end of the call
@@ -326,11 +347,17 @@ class _Server:
             for fd in theirs:
                 os.close(fd)
             theirs = []
-            (pid,) = _PID.unpack(_receive(connection, _PID.size, deadline))
+            try:
+                (pid,) = _PID.unpack(_receive(connection, _PID.size, deadline))
+            except subprocess.TimeoutExpired:
+                pid = _pid_if_sent(connection)  # it may have come just now: that child must not run on alone
+                raise
             stdout, stderr, status, timed_out = _communicate(
                 connection, stdin_write, out_read, err_read, input, pid, deadline, mine
             )
         except subprocess.TimeoutExpired:
+            if pid is not None:
+                _kill(pid)
             raise subprocess.TimeoutExpired(command, timeout or 0) from None  # no child yet: the server is busy
         except BaseException:
             if pid is not None:
@@ -340,16 +367,27 @@ class _Server:
             for fd in [*theirs, *mine]:
                 os.close(fd)
             connection.close()
+        if not status:  # killed at once in _communicate: nobody else would wait for it
+            raise RuntimeError(f"the wizard fork server went away: {_tail(os.path.join(self.folder, 'server.log'))}")
         if timed_out:
             raise subprocess.TimeoutExpired(command, timeout or 0, output=stdout or None, stderr=stderr or None)
-        if not status:
-            _kill(pid)
-            raise RuntimeError(f"the wizard fork server went away: {_tail(os.path.join(self.folder, 'server.log'))}")
         ended = json.loads(status)
         _forks_cpu += ended["cpu"]
         if text:
             return _text(stdout), _text(stderr), ended["returncode"]
         return stdout, stderr, ended["returncode"]
+
+
+def _is_package(path: str) -> bool:
+    """Whether the folder is a regular package: an __init__ module of any kind Python imports."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(
+        name == "__init__.py" or name == "__init__.pyc" or name.startswith("__init__.") and name.endswith(".so")
+        for name in names
+    )
 
 
 def _text(data: bytes) -> str:
@@ -396,6 +434,14 @@ def _receive(connection: socket.socket, size: int, deadline: float | None) -> by
             raise OSError("the wizard fork server went away")
         data += chunk
     return data
+
+
+def _pid_if_sent(connection: socket.socket) -> int | None:
+    try:
+        data = connection.recv(_PID.size, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+    except OSError:
+        return None
+    return _PID.unpack(data)[0] if len(data) == _PID.size else None
 
 
 def _read_to_end(fd: int, deadline: float) -> bytes:
@@ -470,6 +516,9 @@ def _communicate(
                     else:
                         ended = True
                         selector.unregister(connection)
+                        if not status:  # the server went away: its child would run on, its parent gone
+                            _kill(pid)
+                            break
                 else:
                     chunk = os.read(fd, 65536)
                     if chunk:
@@ -500,6 +549,10 @@ def pytest_sessionfinish() -> None:
 # The server: `python tests/wizard_forks.py LISTENER_FD ALIVE_FD READY_FD`, in its folder (see _Server.start)
 
 
+INTERRUPTED = -1
+"""_run_main's word for an uncaught KeyboardInterrupt, already printed."""
+
+
 class _ChildExit(Exception):  # noqa: N818 - not an error: how a child leaves the server's frames
     """Raised in a forked child to unwind the server's frames: the interpreter then exits as after a script."""
 
@@ -507,8 +560,9 @@ class _ChildExit(Exception):  # noqa: N818 - not an error: how a child leaves th
         self.code = code
 
 
-_ADDED_AT_START: dict[str, str] = {}
-"""What the interpreter put into its own environment as it started (LC_CTYPE where it coerced a C locale)."""
+_CHANGED_AT_START: dict[str, str] = {}
+"""What the interpreter set in its own environment as it started (LC_CTYPE where it coerced a C locale): the
+same settings make the same changes, so every child gets them."""
 
 
 def _serve(listener_fd: int, alive_fd: int, ready_fd: int) -> None:
@@ -518,8 +572,10 @@ def _serve(listener_fd: int, alive_fd: int, ready_fd: int) -> None:
     folder = os.getcwd()
     try:
         with open("/proc/self/environ", "rb") as environ:
-            given = {item.split(b"=", 1)[0].decode() for item in environ.read().split(b"\0") if b"=" in item}
-        _ADDED_AT_START.update({k: v for k, v in os.environ.items() if k not in given})
+            pairs = (item.split(b"=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+            given = {os.fsdecode(key): os.fsdecode(value) for key, value in pairs}
+        _CHANGED_AT_START.update({k: v for k, v in os.environ.items() if given.get(k) != v})
+        sys.path[0] = folder  # an empty folder, not tests/: nothing there can stand in for what it imports
         for name in PRELOAD:
             importlib.import_module(name)
         origins = {}
@@ -565,7 +621,12 @@ def _serve_one(connection: socket.socket, listener: socket.socket, alive_fd: int
         raise OSError("a request cut short") from None
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
     if pid == 0:
         listener.close()
         connection.close()
@@ -594,8 +655,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        for key, value in _ADDED_AT_START.items():
-            os.environ.setdefault(key, value)
+        os.environ.update(_CHANGED_AT_START)
+        _fresh_stdio()
         time.tzset()
         sys.path[0] = os.getcwd()  # as `python -m` puts it
         sys.argv = ["-m", *request["args"]]
@@ -603,6 +664,30 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
         os.write(2, f"tests.wizard_forks: {error!r}\n".encode())
         os._exit(70)
     return _run_main(request["module"])
+
+
+def _fresh_stdio() -> None:
+    """Standard streams over the child's own descriptors, made as the interpreter makes them at its start: the
+    server's were made for its /dev/null and log file (whether they are ttys, whether they can seek)."""
+    for fd, name, mode in ((0, "stdin", "rb"), (1, "stdout", "wb"), (2, "stderr", "wb")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, mode, closefd=False)
+        raw.name = f"<{name}>"  # type: ignore[misc]  (the interpreter names them so too)
+        unbuffered = old.write_through  # -u or PYTHONUNBUFFERED: all three write through, stdout and stderr raw
+        if unbuffered and mode == "wb":
+            buffer: Any = raw
+        else:
+            buffer = io.BufferedReader(raw) if mode == "rb" else io.BufferedWriter(raw)
+        stream = io.TextIOWrapper(
+            buffer,
+            encoding=old.encoding,
+            errors=old.errors,
+            newline="\n",
+            line_buffering=not unbuffered and (raw.isatty() or fd == 2),
+            write_through=unbuffered,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def _run_main(module: str) -> int:
@@ -617,12 +702,7 @@ def _run_main(module: str) -> int:
         return _exit_code(exit.code)
     except KeyboardInterrupt as interrupt:
         sys.excepthook(KeyboardInterrupt, interrupt, _from_runpy_on(interrupt))
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python ends as killed by SIGINT here
-        os.kill(os.getpid(), signal.SIGINT)
-        return 130
+        return INTERRUPTED
     except BaseException as error:
         sys.excepthook(type(error), error, _from_runpy_on(error))
         return 1
@@ -649,4 +729,7 @@ if __name__ == "__main__":
     try:
         _serve(*map(int, sys.argv[1:4]))
     except _ChildExit as leaving:
+        if leaving.code == INTERRUPTED:  # the interpreter's own way: finalize, then end as killed by SIGINT
+            sys.excepthook = lambda *exc_info: None  # printed already, from runpy's frame on
+            raise KeyboardInterrupt from None
         sys.exit(leaving.code)  # the interpreter's own exit: atexit, threads, finalization, flushed streams
