@@ -102,23 +102,14 @@ def forks_cpu() -> float:
 
 
 def wizard(
-    args: Sequence[str | os.PathLike[str]],
-    *,
-    input: str | bytes | None = None,  # noqa: A002 - the name subprocess.run gives it
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    text: bool = True,
-    limits: Mapping[int, tuple[int, int]] | None = None,
-    real: bool = False,
+    args: Sequence[str | os.PathLike[str]], *, real: bool = False, **options: Any
 ) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run([sys.executable, "-m", "wizard", *args], capture_output=True, ...)`, forked where that
-    cannot show. `limits`: resource limits the process starts with ({resource.RLIMIT_AS: (soft, hard)}).
-    real=True: a fresh interpreter, for a test that reads what a fork does not have of its own (its
-    /proc/self/environ, its hash seed)."""
+    cannot show; `options` as run_module takes them (input, cwd, env, timeout, text, limits). real=True: a
+    fresh interpreter, for a test that reads what a fork does not have of its own (its /proc/self/environ, its
+    hash seed)."""
     real = real or (bool(args) and str(args[0]) in REAL_PROCESS_COMMANDS)
-    options = {"input": input, "cwd": cwd, "env": env, "timeout": timeout, "text": text, "limits": limits}
-    return run_module("wizard", args, real=real, **options)  # type: ignore[arg-type]
+    return run_module("wizard", args, real=real, **options)
 
 
 def run_module(
@@ -134,8 +125,9 @@ def run_module(
     real: bool = False,
     forked: bool = False,
 ) -> subprocess.CompletedProcess[Any]:
-    """`python -m MODULE ARGS` (tests/test_wizard_forks.py holds a fork to a real process's results). real=True:
-    a subprocess; forked=True: a fork, the server started now if none serves these settings (tests only)."""
+    """`python -m MODULE ARGS` (tests/test_wizard_forks.py holds a fork to a real process's results). `limits`:
+    resource limits the process starts with ({resource.RLIMIT_AS: (soft, hard)}). real=True: a subprocess;
+    forked=True: a fork, the server started now if none serves these settings (tests only)."""
     command = [sys.executable, "-m", module, *map(str, args)]
     environment = dict(os.environ if env is None else env)
     folder = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
