@@ -201,10 +201,9 @@ def test_a_timeout_kills_the_child_and_raises_as_subprocess_run_does(tmp_path: P
         """,
     )
     assert forked_wizard(["--version"]).returncode == 0  # the server is up: the 2 s are the child's alone
-    began = time.monotonic()
+    # without the kill the call would end only when the child did, 600 s on, and raise nothing
     with pytest.raises(subprocess.TimeoutExpired) as raised:
         wizard_forks.run_module("slow", [], cwd=folder, timeout=2, forked=True)
-    assert time.monotonic() - began < 300  # a safety net: without the kill this would wait the full 600 s
     assert isinstance(raised.value.output, bytes)  # as subprocess.run gives it, text or not
     pid = int(raised.value.output.split()[0])
     assert raised.value.stderr == b"waiting\n"
@@ -373,10 +372,9 @@ def test_a_timeout_ends_the_call_though_the_child_closed_its_output_or_a_process
     )
     assert forked_wizard(["--version"]).returncode == 0  # the server is up
     for how in ("closed", "held"):
-        began = time.monotonic()
+        # without the deadline the call would end only when the child did, 600 s on, and raise nothing
         with pytest.raises(subprocess.TimeoutExpired) as raised:
             wizard_forks.run_module("holder", [how], cwd=folder, timeout=2, forked=True)
-        assert time.monotonic() - began < 300, how  # a safety net: without the deadline it would wait 600 s
         if how == "held":
             os.kill(int(raised.value.output.split()[0]), signal.SIGKILL)
 
