@@ -61,11 +61,14 @@ test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowe
 
 # The inner loop: the tests that start no training process (-m "not slow"): renders, answers, the TUI, parsing,
 # verdicts and reports on recorded or hand-made folders, launch scripts under test doubles. `make test` before a push.
-# -n 4: the TUI's Pilot tests wait on the event loop, so 4 workers fill two cores better than 2 (a quiet clean
-# clone: 6:03 against 8:04) or 3 (4:58 and 503 CPU s against 4:46 and 527 CPU s, quiet, at 30fc0ef)
-test-fast: $(BIN)/npu-wizard  ## the tests that start no training process, in a few minutes
+# -n 6: the TUI's Pilot tests wait on the event loop (Textual's idle checks sleep in 20 ms steps) and the doctor's
+# tests on a probe that imports torch, so more workers than cores fill the two cores: 4 beat 2 (a quiet clean clone:
+# 6:03 against 8:04) and 3 (4:58 and 503 CPU s against 4:46 and 527 CPU s, quiet, at 30fc0ef); at 15adaed, runs
+# taken in turn on a quiet machine: -n 6 in 167.0, 173.5 and 174.3 s (313-327 CPU s), -n 4 in 176.7 and 178.1 s
+# (291 CPU s), -n 5 in 179.9 s, -n 8 in 201.7 s (387 CPU s: each worker collects and imports on its own).
+test-fast: $(BIN)/npu-wizard  ## the tests that start no training process, in under three minutes
 	tests/ram-basetemp.sh
-	$(BIN)/python -m pytest -n 4 --dist loadgroup -q -m "not slow" -rsfE --durations=10
+	$(BIN)/python -m pytest -n 6 --dist loadgroup -q -m "not slow" -rsfE --durations=10
 
 snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
 	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py
