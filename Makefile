@@ -22,6 +22,8 @@ export PIP_NO_CACHE_DIR := 1
 # pytest workers for `make test`: twice the two cores, because part of the suite's test time waits on a
 # scheduler, a hang deadline, a shaped link or sshd while the others fill the cores (see `test:` below)
 TEST_WORKERS ?= 4
+# and for `make test-fast` (see `test-fast:` below); `make test-fast FAST_WORKERS=4` names another count
+FAST_WORKERS ?= 6
 
 $(BIN)/npu-wizard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,11 +66,14 @@ test: $(BIN)/npu-wizard  ## the whole test suite; the log ends with its 20 slowe
 # -n 6: the TUI's Pilot tests wait on the event loop (Textual's idle checks sleep in 20 ms steps) and the doctor's
 # tests on a probe that imports torch, so more workers than cores fill the two cores: 4 beat 2 (a quiet clean clone:
 # 6:03 against 8:04) and 3 (4:58 and 503 CPU s against 4:46 and 527 CPU s, quiet, at 30fc0ef); at 15adaed, runs
-# taken in turn on a quiet machine: -n 6 in 167.0, 173.5 and 174.3 s (313-327 CPU s), -n 4 in 176.7 and 178.1 s
-# (291 CPU s), -n 5 in 179.9 s, -n 8 in 201.7 s (387 CPU s: each worker collects and imports on its own).
-test-fast: $(BIN)/npu-wizard  ## the tests that start no training process, in under three minutes
+# taken in turn on a quiet machine: -n 6 in 167.0, 173.5, 174.3 and 169.1 s (313-327 CPU s), -n 4 in 176.7 and 178.1 s
+# (291 CPU s), -n 5 in 179.9 s, -n 8 in 201.7 s (387 CPU s: each worker collects and imports on its own). That is
+# about 3% sooner for about 10% more CPU, near the noise of one run (the single -n 5 run was the slowest but one);
+# on a machine that is busy already the extra CPU may cost more than it saves. On a slower day the same machine
+# kind took 215-283 s with -n 4 (at 2d5c201-15adaed, above): the figure depends on the machine's speed.
+test-fast: $(BIN)/npu-wizard  ## the tests that start no training process, about three minutes on a quiet machine
 	tests/ram-basetemp.sh
-	$(BIN)/python -m pytest -n 6 --dist loadgroup -q -m "not slow" -rsfE --durations=10
+	$(BIN)/python -m pytest -n $(FAST_WORKERS) --dist loadgroup -q -m "not slow" -rsfE --durations=10
 
 snapshots: $(BIN)/npu-wizard  ## re-record the template snapshots after a template change
 	NPU_WIZARD_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/test_snapshots.py
