@@ -108,6 +108,7 @@ class HangRun:
     folders: dict[str, Path] = field(default_factory=dict)
     output: str = ""
     code: int | None = None
+    training_at: float = 0.0  # when every rank had made its first step (time.time())
     stacks_asked: subprocess.CompletedProcess[str] | None = None  # `npu-wizard monitor RUN --stacks`
 
     def record(self, case: str, rank: int) -> dict:
@@ -187,7 +188,7 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
         # a user's script is silent while it imports torch: a loaded machine takes longer than HANG_AFTER_S,
         # and the runner rightly collects then; the data hang's collection is the first after training began
         wait_for(lambda: _training(run_dir), START_S, "every rank's first step")
-        seen = time.time()
+        seen = result.training_at = time.time()
         keep("data", next_collection("every rank stuck in loading a batch", PHASE_S))
         stopped = wait_for(lambda: _pid(run_dir, STOPPED_RANK), 10, f"rank {STOPPED_RANK}'s pid")
         os.kill(stopped, signal.SIGSTOP)
