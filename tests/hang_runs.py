@@ -22,6 +22,7 @@ Each collection's folder is copied aside (hang-data/, hang-stopped/, ...).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -40,6 +41,10 @@ HANG_AFTER_S = "6"
 START_S = 300  # four torch processes on a loaded two-core machine
 PHASE_S = 180
 CASES = ("data", "stopped", "late", "barrier")
+START_UP_GRACE_S = 3.0
+"""A collection asked this soon after the test saw every rank's first step is still a start-up one: the runner
+hears of a rank's prints through its heartbeat (each second here) and looks each --interval (1 s). The data hang
+is asked HANG_AFTER_S after step 3, well after."""
 
 # A user's own env:// script: plain torch, the same plan read from the same variables
 OWN_SCRIPT = '''\
@@ -108,7 +113,8 @@ class HangRun:
     folders: dict[str, Path] = field(default_factory=dict)
     output: str = ""
     code: int | None = None
-    training_at: float = 0.0  # when every rank had made its first step (time.time())
+    training_at: float = math.inf  # when the test saw every rank's first step, plus START_UP_GRACE_S (time.time())
+    start_up: set[float] = field(default_factory=set)  # asked_at of each hang collection asked before training_at
     stacks_asked: subprocess.CompletedProcess[str] | None = None  # `npu-wizard monitor RUN --stacks`
 
     def record(self, case: str, rank: int) -> dict:
@@ -169,11 +175,23 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
         result = HangRun(project, run_dir)
         seen = 0.0
 
+        def observed() -> dict | None:
+            """hang/collected.json now; a hang collection asked before training began is noted as a start-up one
+            (a later collection replaces the file: it is read every 0.1 s, and collections are seconds apart)."""
+            collected = _collected(run_dir)
+            if collected is not None and collected["reason"] == "hang" and collected["asked_at"] < result.training_at:
+                result.start_up.add(collected["asked_at"])
+            return collected
+
+        def training() -> bool:
+            observed()
+            return _training(run_dir)
+
         def next_collection(what: str, timeout: float, asked: str | None = None) -> dict:
             def new() -> dict | None:
                 if runner.poll() is not None:
                     raise AssertionError(f"the runner ended (code {runner.returncode}) before {what}")
-                collected = _collected(run_dir)
+                collected = observed()
                 if collected is None or collected["asked_at"] <= seen:
                     return None
                 return collected if asked is None or collected.get("asked_id") == asked else None
@@ -187,8 +205,8 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
 
         # a user's script is silent while it imports torch: a loaded machine takes longer than HANG_AFTER_S,
         # and the runner rightly collects then; the data hang's collection is the first after training began
-        wait_for(lambda: _training(run_dir), START_S, "every rank's first step")
-        seen = result.training_at = time.time()
+        wait_for(training, START_S, "every rank's first step")
+        seen = result.training_at = time.time() + START_UP_GRACE_S
         keep("data", next_collection("every rank stuck in loading a batch", PHASE_S))
         stopped = wait_for(lambda: _pid(run_dir, STOPPED_RANK), 10, f"rank {STOPPED_RANK}'s pid")
         os.kill(stopped, signal.SIGSTOP)
@@ -201,7 +219,7 @@ def run_hangs(project: Path, release: Path, *args: str, env: dict[str, str] | No
             timeout=PHASE_S,
         )
         result.stacks_asked = asking
-        collected = _collected(run_dir)
+        collected = observed()
         assert collected is not None and collected["reason"] == "asked", asking
         keep("stopped", collected)
         os.kill(stopped, signal.SIGCONT)

@@ -20,7 +20,6 @@ import html
 import json
 import shutil
 import signal
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -190,34 +189,18 @@ def test_the_run_is_interrupted_after_the_last_hang_and_says_so(hang_run: HangRu
 def test_the_plain_view_gives_the_verdict_of_each_hang_in_words(hang_run: HangRun) -> None:
     script = script_of(hang_run).name
     verdicts = [line for line in hang_run.output.splitlines() if line.startswith("WHERE EACH RANK IS: ")]
-    # a user's script is silent while it imports torch: a loaded machine may flag that first, more than once.
-    # Such a verdict judges the stacks the ranks gave once they could answer, which may be steps later (beside
-    # stress-ng, all four answered from the sleep after step 3), so what marks it is when it was asked: before
-    # every rank had made its first step. No hang is flagged during the training itself but the four planned.
-    assert len(verdicts) >= 4, hang_run.output[-3000:]
-    assert all(asked_before(early, hang_run.training_at) for early in verdicts[:-4]), (
-        verdicts[:-4],
-        datetime.fromtimestamp(hang_run.training_at, timezone.utc).time(),
-    )
+    # a user's script is silent while it imports torch: a loaded machine may flag that first, more than once. The
+    # ranks answer such a collection when they can, steps later (beside stress-ng, all four answered from the sleep
+    # after step 3), so what its verdict says tells nothing: what tells it from a hang during training is when the
+    # runner asked, before every rank's first step (its collected.json, read as the run went). Every other verdict
+    # is one of the four planned: no hang is flagged during the training but the three planned ones.
+    assert len(verdicts) == 4 + len(hang_run.start_up), (verdicts, sorted(hang_run.start_up), hang_run.training_at)
     data, stopped, late, barrier = verdicts[-4:]
     assert f"no rank is in a collective: ranks 0-3 are at {script}:" in data
     assert f"rank {STOPPED_RANK} did not answer (pid " in stopped and "state T (stopped))" in stopped
     assert "never entered #" in late and f"rank {LATE_RANK} never entered" in late
     assert f"called from {script}:{line_of(script_of(hang_run), 'loss.backward()')} (loss.backward())" in late
     assert f"rank {BARRIER_RANK} waits in barrier #" in barrier and "the collectives differ at #" in barrier
-
-
-def asked_before(verdict: str, moment: float) -> bool:
-    """Whether a verdict's "hang at HH:MM:SS UTC" (its collection's asking, to the second) is not after `moment`,
-    a time.time() within half a day of it."""
-    prefix = "WHERE EACH RANK IS: hang at "
-    if not verdict.startswith(prefix):
-        return False
-    clock = verdict.removeprefix(prefix).partition(" UTC: ")[0]
-    hours, minutes, seconds = (int(part) for part in clock.split(":"))
-    at = datetime.fromtimestamp(moment, timezone.utc)
-    earlier_by = (at.hour * 3600 + at.minute * 60 + at.second) - (hours * 3600 + minutes * 60 + seconds)
-    return earlier_by % 86400 < 43200  # across midnight too
 
 
 def test_monitor_stacks_asks_the_running_runner_and_prints_where_each_rank_is(hang_run: HangRun) -> None:
